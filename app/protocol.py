@@ -1,0 +1,141 @@
+"""OpenAI Chat Completions request models (what clients send us).
+
+Unknown top-level fields are accepted and ignored (clients send many); known fields are type
+checked, and every violation becomes a 400 OpenAI error that names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class FunctionDefinition(_Lenient):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDefinition(_Lenient):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class ToolCallFunction(_Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class MessageToolCall(_Lenient):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+    @model_validator(mode="after")
+    def _check_role_fields(self) -> "ChatMessage":
+        if self.role == "tool" and self.content is None:
+            raise ValueError("a tool message needs content")
+        if self.role in ("user", "system", "developer") and self.content is None:
+            raise ValueError(f"a {self.role} message needs content")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
+
+    def text_content(self) -> str | None:
+        """Content as one string; text parts are joined, other part types are rejected."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content
+        texts = []
+        for part in self.content:
+            if part.type not in ("text", "input_text") or part.text is None:
+                raise ValueError(f"content part type {part.type!r} is not supported (text only)")
+            texts.append(part.text)
+        return "".join(texts)
+
+
+class NamedToolChoiceFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"] = "function"
+    function: NamedToolChoiceFunction
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_Lenient):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    # toolwire extension: deliver each tool call whole, once complete (never a partial call)
+    hold_tool_calls: bool | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        stops = [value] if isinstance(value, str) else value
+        if len(stops) > 16:
+            raise ValueError("at most 16 stop sequences")
+        return [s for s in stops if s]
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Lenient):
+    """Legacy ``/v1/completions``: passed through to the backend."""
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | None = None
+    stream: bool = False

@@ -1,0 +1,61 @@
+"""Mistral tool calls, both generations of the wire format.
+
+    [TOOL_CALLS] [{"name": "f", "arguments": {...}}, {"name": "g", "arguments": {...}}]   (v3 tokenizers)
+    [TOOL_CALLS]f[ARGS]{...}[TOOL_CALLS]g[ARGS]{...}                                      (v11+)
+    [TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{...}                                            (Mistral Small 3.2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, json_call_list
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.function_call import ToolCallDetector
+
+TOOL_CALLS = "[TOOL_CALLS]"
+ARGS = "[ARGS]"
+CALL_ID = "[CALL_ID]"
+SHAPE = JsonCallShape()
+_START = MarkerSet((TOOL_CALLS,))
+_STOP = MarkerSet((TOOL_CALLS, ARGS, CALL_ID))
+_NAME_END = MarkerSet((ARGS, CALL_ID))
+_ID_END = MarkerSet((ARGS,))
+
+
+class Mistral(ToolCallDetector):
+    start_markers = (TOOL_CALLS,)
+    markers = (TOOL_CALLS, ARGS, CALL_ID)
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_START, out.content.write)
+            if marker is None:
+                return
+            out.calls.begin(marker)
+            yield from cur.skip_ws()
+            first = yield from cur.peek()
+            if first == "[":
+                yield from json_call_list(cur, out, SHAPE, _STOP)
+            elif first == "{":
+                ok = yield from json_call(cur, out, SHAPE, _STOP)
+                out.calls.end(ok)
+            else:
+                yield from self._named_call(cur, out)
+
+    def _named_call(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        name, sep = yield from cur.read_until(_NAME_END, limit=256)
+        name = name.strip()
+        call_id = None
+        if sep == CALL_ID:
+            call_id, sep = yield from cur.read_until(_ID_END, limit=128)
+            call_id = call_id.strip()
+        if sep is None or not name:
+            out.calls.end(False)
+            return
+        out.calls.header(name, call_id or None)
+        ok = yield from json_args_object(cur, out, _STOP)
+        out.calls.end(ok)

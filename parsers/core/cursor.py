@@ -1,0 +1,252 @@
+"""The shared input buffer of a detector program, and the primitives programs are written in.
+
+A detector is a *program*: a generator function that reads the model's output through a
+``Cursor`` and writes events. Each primitive below is a generator used with ``yield from``; it
+consumes as much of the buffer as it can and suspends (a bare ``yield``) only when the answer
+depends on text that has not arrived. The driver (``parsers.core.program.Program``) resumes the
+program after every fed chunk and once more at end of stream (``eof``), where every primitive
+decides with what it has.
+
+Contracts every primitive keeps:
+
+* **Linear time.** Text is consumed as it is examined; what stays unconsumed between chunks is
+  bounded (a marker-prefix holdback, or a caller-set ``limit``), so each character is examined a
+  bounded number of times. ``feed`` drops consumed text, so the buffer never grows with the output.
+* **Split invariance.** A primitive's result depends on the text only, never on where chunks
+  were cut: whenever a decision could change with more text, it waits.
+* **Failure without loss.** A primitive that finds text it cannot accept returns a falsy result
+  *without consuming* that text, so the program can hand it on (typically as content).
+
+Raw recording (``record``/``recorded``) keeps the source text of a tool call so a call that never
+completes can be passed through verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Generator
+
+from parsers.core.jsonscan import JsonValueScan, Scan
+from parsers.core.markers import MarkerSet
+
+Step = Generator[None, None, object]
+Write = Callable[[str], None]
+
+_NON_WS = re.compile(r"[^ \t\r\n]")
+
+
+def discard(_text: str) -> None:
+    """A ``Write`` that drops its text."""
+
+
+class Cursor:
+    __slots__ = ("buf", "pos", "eof", "truncated", "_rec_from", "_rec_parts")
+
+    def __init__(self) -> None:
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.truncated = False  # set with eof when the output was cut at the token limit
+        self._rec_from: int | None = None
+        self._rec_parts: list[str] = []
+
+    # ------------------------------------------------------------------ feeding and recording
+
+    def feed(self, text: str) -> None:
+        """Append streamed text, dropping what has already been consumed."""
+        pos = self.pos
+        if pos:
+            if self._rec_from is not None:
+                if pos > self._rec_from:
+                    self._rec_parts.append(self.buf[self._rec_from : pos])
+                self._rec_from = 0
+            self.buf = self.buf[pos:] + text
+            self.pos = 0
+        else:
+            self.buf += text
+
+    def record(self, prefix: str = "") -> None:
+        """Start recording consumed text (``prefix`` = already-consumed text that belongs to it)."""
+        self._rec_parts = [prefix] if prefix else []
+        self._rec_from = self.pos
+
+    def recorded(self) -> str:
+        """The text consumed since ``record``; recording stops."""
+        if self._rec_from is None:
+            return ""
+        parts = self._rec_parts
+        if self.pos > self._rec_from:
+            parts.append(self.buf[self._rec_from : self.pos])
+        self._rec_from = None
+        self._rec_parts = []
+        return "".join(parts)
+
+    @property
+    def available(self) -> int:
+        return len(self.buf) - self.pos
+
+    # ------------------------------------------------------------------ primitives
+
+    def until(self, markers: MarkerSet, write: Write) -> Generator[None, None, str | None]:
+        """Write text until one of ``markers``; consume the marker and return it.
+        At end of stream, write the rest and return ``None``."""
+        while True:
+            buf, pos = self.buf, self.pos
+            found = markers.find(buf, pos, self.eof)
+            if found is not None:
+                at, marker = found
+                if at > pos:
+                    write(buf[pos:at])
+                self.pos = at + len(marker)
+                return marker
+            if self.eof:
+                if pos < len(buf):
+                    write(buf[pos:])
+                    self.pos = len(buf)
+                return None
+            end = markers.safe_end(buf, pos)
+            if end > pos:
+                write(buf[pos:end])
+                self.pos = end
+            yield
+
+    def read_until(self, markers: MarkerSet, limit: int = 512) -> Generator[None, None, tuple[str, str | None]]:
+        """Collect text up to one of ``markers`` (consumed). Returns ``(text, marker)``; ``marker``
+        is ``None`` if the stream ended first or ``limit`` characters passed without a marker (the
+        text examined so far is then left unconsumed)."""
+        searched = 0  # offset from pos already known to hold no marker start
+        while True:
+            buf, pos = self.buf, self.pos
+            found = markers.find(buf, pos + searched, self.eof)
+            if found is not None and found[0] - pos <= limit:
+                at, marker = found
+                self.pos = at + len(marker)
+                return buf[pos:at], marker
+            if found is not None or len(buf) - pos > limit + markers.longest or self.eof:
+                return buf[pos:], None
+            searched = markers.safe_end(buf, pos + searched) - pos
+            yield
+
+    def match(self, literals: tuple[str, ...]) -> Generator[None, None, str | None]:
+        """Consume and return the longest of ``literals`` that the input starts with here, or
+        return ``None`` (consuming nothing) once none can."""
+        while True:
+            buf, pos = self.buf, self.pos
+            rest = len(buf) - pos
+            best = None
+            pending = False
+            for lit in literals:
+                if buf.startswith(lit, pos):
+                    if best is None or len(lit) > len(best):
+                        best = lit
+                elif rest < len(lit) and lit.startswith(buf[pos:]):
+                    pending = True
+            if pending and not self.eof:
+                yield
+                continue
+            if best is not None:
+                self.pos = pos + len(best)
+            return best
+
+    def skip_ws(self, write: Write = discard) -> Generator[None, None, bool]:
+        """Consume whitespace (passing it to ``write``). Returns ``False`` if the stream ended."""
+        while True:
+            buf, pos = self.buf, self.pos
+            found = _NON_WS.search(buf, pos)
+            if found is not None:
+                if found.start() > pos:
+                    write(buf[pos : found.start()])
+                self.pos = found.start()
+                return True
+            if len(buf) > pos:
+                write(buf[pos:])
+                self.pos = len(buf)
+            if self.eof:
+                return False
+            yield
+
+    def peek(self, n: int = 1) -> Generator[None, None, str]:
+        """The next ``n`` characters without consuming them (fewer at end of stream)."""
+        while self.available < n and not self.eof:
+            yield
+        return self.buf[self.pos : self.pos + n]
+
+    def rest(self, write: Write) -> Step:
+        """Write everything until end of stream."""
+        while True:
+            if self.pos < len(self.buf):
+                write(self.buf[self.pos :])
+                self.pos = len(self.buf)
+            if self.eof:
+                return None
+            yield
+
+    def json_value(self, write: Write, stop: MarkerSet | None = None) -> Generator[None, None, bool]:
+        """Stream one JSON value (starting at a non-whitespace character) to ``write`` as written.
+
+        Returns ``True`` once the value is complete. Returns ``False`` at end of stream, or when a
+        marker of ``stop`` appears outside any string (left unconsumed: the value is broken).
+        """
+        scan = JsonValueScan(stop.first_chars if stop is not None else "")
+        while True:
+            buf, pos = self.buf, self.pos
+            end, state = scan.advance(buf, pos, self.eof)
+            if end > pos:
+                write(buf[pos:end])
+                self.pos = end
+            if state is Scan.DONE:
+                return True
+            if state is Scan.STOPPED:
+                assert stop is not None
+                marker = stop.starts_at(buf, end, self.eof)
+                if marker is True:
+                    yield
+                    continue
+                if marker:
+                    return False
+                write(buf[end])
+                self.pos = end + 1
+                continue
+            if self.eof:
+                return False
+            yield
+
+    def json_string(self, limit: int = 4096) -> Generator[None, None, str | None]:
+        """Read one complete JSON string (at a ``"``) and return it decoded; ``None`` (nothing
+        consumed) if there is no string here, it is longer than ``limit`` or never ends."""
+        while self.available == 0:
+            if self.eof:
+                return None
+            yield
+        if self.buf[self.pos] != '"':
+            return None
+        scan = JsonValueScan()
+        scanned = 0  # offset from pos up to which the string has been scanned
+        while True:
+            buf, pos = self.buf, self.pos
+            end, state = scan.advance(buf, pos + scanned, self.eof)
+            if state is Scan.DONE:
+                try:
+                    value = json.loads(buf[pos:end])
+                except ValueError:
+                    return None
+                self.pos = end
+                return value
+            scanned = end - pos
+            if self.eof or scanned > limit:
+                return None
+            yield
+
+    def closing(self, literal: str) -> Generator[None, None, bool]:
+        """Consume optional whitespace and a closing ``literal``. A missing closer is accepted only
+        where the model itself ended the output (not cut at the token limit): engines often stop on
+        the closer as a stop string, and then it never reaches us."""
+        yield from self.skip_ws()
+        if (yield from self.match((literal,))) is not None:
+            return True
+        return self.eof and self.available == 0 and not self.truncated
+
+    def expect(self, literal: str) -> Generator[None, None, bool]:
+        """Consume ``literal`` if the input continues with it; ``False`` (nothing consumed) if not."""
+        return (yield from self.match((literal,))) is not None

@@ -1,0 +1,217 @@
+"""Running a detector program: the output side (``Out``, ``CallWriter``) and the driver (``Program``).
+
+A program is ``Callable[[Cursor, Out], Generator]``. The driver resumes it after each fed chunk
+and runs it to completion at ``finish()``. Whatever the program does not place is content: text
+left unconsumed when it returns, and — if it raises, which is a bug but must never reach a client
+— everything from that point on (an open call is then ended as not ok).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Generator
+from typing import Any
+
+from parsers.core.channels import TextChannel
+from parsers.core.cursor import Cursor
+from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+
+log = logging.getLogger("toolwire.parsers")
+
+ProgramBody = Callable[[Cursor, "Out"], Generator[None, None, Any]]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def is_json_object(text: str) -> bool:
+    """True if ``text`` is one strict JSON object (no NaN/Infinity)."""
+    try:
+        return isinstance(json.loads(text, parse_constant=_reject_constant), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+class CallWriter:
+    """Numbers tool calls 0, 1, 2 … and writes their events.
+
+    Life of a call: ``begin`` (recording of its source text starts) → ``header`` (name and id
+    known: ``CallStart``) → ``args`` fragments → ``end(ok)``. The content channel is told about a
+    call's edges once the call exists (at its header and its end), so whitespace trimming around
+    calls never touches text that turns out not to be a call. At ``end`` a call that looked complete
+    is checked once: its arguments must form one JSON object (an empty argument text becomes
+    ``{}``). A call that ends before its header was sent was never shown to anyone, so its source
+    text simply becomes content.
+    """
+
+    __slots__ = ("_out", "_cursor", "next_index", "open", "header_sent", "_args", "unknown_names", "known_names")
+
+    def __init__(self, out: "Out", cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
+        self._out = out
+        self._cursor = cursor
+        self.next_index = 0
+        self.open = False
+        self.header_sent = False
+        self._args: list[str] = []
+        self.known_names = known_names
+        self.unknown_names = 0
+
+    def begin(self, consumed_marker: str = "") -> None:
+        self.open = True
+        self.header_sent = False
+        self._args = []
+        self._cursor.record(consumed_marker)
+
+    def cancel(self) -> None:
+        """Forget a call that turned out to be empty markup (e.g. an empty call list)."""
+        self._cursor.recorded()
+        self.open = False
+        self.header_sent = False
+
+    def header(self, name: str, call_id: str | None = None) -> None:
+        if self.known_names is not None and name not in self.known_names:
+            self.unknown_names += 1
+        self.header_sent = True
+        self._out.content.boundary()
+        self._out.events.append(CallStart(self.next_index, name, call_id))
+
+    def args(self, text: str) -> None:
+        if not text:
+            return
+        self._args.append(text)
+        events = self._out.events
+        last = events[-1] if events else None
+        if type(last) is CallArgs:
+            last.text += text
+        else:
+            events.append(CallArgs(self.next_index, text))
+
+    @property
+    def args_written(self) -> bool:
+        return bool(self._args)
+
+    def end(self, ok: bool) -> bool:
+        """Close the current call; returns whether it counted as a complete call.
+
+        A call that fails is passed through as content when the model went on writing after it
+        (malformed markup), and dropped when the output simply ended inside it (cut off: its text
+        is an unfinished call, not an answer).
+        """
+        cursor = self._cursor
+        raw = cursor.recorded()
+        self.open = False
+        if not ok and cursor.eof and cursor.available == 0:
+            raw = ""
+        if not self.header_sent:
+            if raw:
+                self._out.content.write(raw)
+            else:  # cut off before it had a name: the markup it began with is not content either
+                self._out.content.boundary()
+            return False
+        if ok:
+            if not self._args:
+                self.args("{}")
+            ok = is_json_object("".join(self._args))
+        self._out.events.append(CallEnd(self.next_index, ok, "" if ok else raw))
+        self._out.content.boundary()
+        self.next_index += 1
+        self._args = []
+        self.header_sent = False
+        return ok
+
+
+class Out:
+    """Where a program writes: ordered events through the content/reasoning channels and calls."""
+
+    __slots__ = ("events", "content", "reasoning", "calls")
+
+    def __init__(self, cursor: Cursor, *, trim_around_calls: bool = False,
+                 known_names: frozenset[str] | None = None) -> None:
+        self.events: list[Event] = []
+        self.content = TextChannel(
+            self._write_content, trim_before_boundary=trim_around_calls, trim_after_boundary=trim_around_calls
+        )
+        self.reasoning = TextChannel(
+            self._write_reasoning, trim_before_boundary=True, trim_after_boundary=True, strip_leading=True
+        )
+        self.calls = CallWriter(self, cursor, known_names)
+
+    def _write_content(self, text: str) -> None:
+        events = self.events
+        if events and type(events[-1]) is Content:
+            events[-1].text += text
+        else:
+            events.append(Content(text))
+
+    def _write_reasoning(self, text: str) -> None:
+        events = self.events
+        if events and type(events[-1]) is Reasoning:
+            events[-1].text += text
+        else:
+            events.append(Reasoning(text))
+
+    def take(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+
+class Program:
+    """Drives one program over one response."""
+
+    __slots__ = ("cursor", "out", "_gen", "_done")
+
+    def __init__(self, body: ProgramBody, *, trim_around_calls: bool = False,
+                 known_names: frozenset[str] | None = None) -> None:
+        self.cursor = Cursor()
+        self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names)
+        self._gen = body(self.cursor, self.out)
+        self._done = False
+
+    def feed(self, text: str) -> list[Event]:
+        if text:
+            self.cursor.feed(text)
+            self._run()
+        return self.out.take()
+
+    def finish(self, truncated: bool = False) -> list[Event]:
+        """End of stream: every primitive decides with what it has; held text is released.
+        ``truncated``: the backend stopped at its token limit, not at the model's own end."""
+        self.cursor.eof = True
+        self.cursor.truncated = truncated
+        for _ in range(1000):  # a correct program needs one resumption; never spin forever
+            if self._done:
+                break
+            self._run()
+        if not self._done:
+            log.error("detector program did not finish at end of stream; passing the rest through")
+            self._abandon()
+        self.out.content.close()
+        self.out.reasoning.close(keep_trailing=False)
+        return self.out.take()
+
+    def _run(self) -> None:
+        if self._done:
+            self._flush_unplaced()
+            return
+        try:
+            next(self._gen)
+        except StopIteration:
+            self._done = True
+            self._flush_unplaced()
+        except Exception:  # a detector bug must never reach the client
+            log.exception("detector program failed; passing the rest of the output through as content")
+            self._abandon()
+
+    def _abandon(self) -> None:
+        self._done = True
+        if self.out.calls.open:
+            self.out.calls.end(False)
+        self._flush_unplaced()
+
+    def _flush_unplaced(self) -> None:
+        cursor = self.cursor
+        if cursor.pos < len(cursor.buf):
+            self.out.content.write(cursor.buf[cursor.pos :])
+            cursor.pos = len(cursor.buf)

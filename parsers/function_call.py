@@ -1,0 +1,125 @@
+"""Tool calls: find them in the model's normal text and stream them as deltas.
+
+``ToolCallDetector`` is a format declaration plus its program (see ``detectors/tools``).
+``FunctionCallParser`` is the SGLang-compatible surface:
+
+    parser = FunctionCallParser(tools, "qwen25")
+    normal_text, calls = parser.parse_stream_chunk(chunk)   # calls: list[ToolCallItem]
+    normal_text, calls = parser.finish()                    # at end of stream
+    normal_text, calls = parser.parse_non_stream(text)
+
+Each ``ToolCallItem`` has ``tool_index`` (the call's position in this response), ``name`` (on a
+call's first item only) and ``parameters`` (a JSON text fragment; a call's fragments concatenate
+to its arguments object). ``feed`` / ``end`` give the same output as ordered ``parsers.events``,
+which is what the HTTP layer uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from parsers.core.cursor import Cursor
+from parsers.core.program import Out, Program
+from parsers.events import CallArgs, CallStart, Content, Event
+from parsers.fold import fold
+from parsers.registry import tool_detector_class
+from parsers.tools import ToolSpec, to_specs
+
+
+class ToolCallDetector:
+    """A tool-call format: its markers (data) and its program (``body``)."""
+
+    #: texts that begin tool-call output; they also end an unclosed reasoning block
+    start_markers: ClassVar[tuple[str, ...]] = ()
+    #: every marker text of the format (leak checks, backend token preservation)
+    markers: ClassVar[tuple[str, ...]] = ()
+    #: whether whitespace next to a call belongs to the markup rather than to the content
+    trim_around_calls: ClassVar[bool] = True
+
+    def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
+        self.tools = tuple(tools)
+        self.tools_by_name = {t.name: t for t in self.tools}
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        raise NotImplementedError
+
+    def has_tool_call(self, text: str) -> bool:
+        return any(m in text for m in self.start_markers)
+
+
+@dataclass
+class ToolCallItem:
+    """One streamed piece of a tool call (SGLang's shape)."""
+
+    tool_index: int
+    name: str | None = None
+    parameters: str = ""
+
+
+class FunctionCallParser:
+    """Streaming tool-call parser over one detector (see the module docstring)."""
+
+    def __init__(self, tools: Iterable[Any] | None, tool_call_parser: str | None = None, *,
+                 detector: ToolCallDetector | None = None) -> None:
+        self.tools = to_specs(tools)
+        if detector is None:
+            if tool_call_parser is None:
+                raise ValueError("FunctionCallParser needs a tool_call_parser name or a detector")
+            detector = tool_detector_class(tool_call_parser)(self.tools)
+        self.detector = detector
+        self.tool_call_parser = tool_call_parser
+        self._program = self._new_program()
+
+    def _new_program(self) -> Program:
+        known = frozenset(t.name for t in self.tools) if self.tools else None
+        return Program(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known)
+
+    @property
+    def unknown_tool_names(self) -> int:
+        """Calls so far whose name is not among the offered tools (they are passed through)."""
+        return self._program.out.calls.unknown_names
+
+    # ------------------------------------------------------------------ event surface
+
+    def feed(self, text: str) -> list[Event]:
+        return self._program.feed(text)
+
+    def end(self, truncated: bool = False) -> list[Event]:
+        return self._program.finish(truncated)
+
+    # ------------------------------------------------------------------ SGLang-compatible surface
+
+    def has_tool_call(self, text: str) -> bool:
+        return self.detector.has_tool_call(text)
+
+    def parse_stream_chunk(self, chunk_text: str) -> tuple[str, list[ToolCallItem]]:
+        return _items(self.feed(chunk_text))
+
+    def finish(self, truncated: bool = False) -> tuple[str, list[ToolCallItem]]:
+        return _items(self.end(truncated))
+
+    def parse_non_stream(self, full_text: str) -> tuple[str, list[ToolCallItem]]:
+        """Whole-output parse with a fresh program; unfinished calls are not calls."""
+        program = self._new_program()
+        message = fold(program.feed(full_text) + program.finish())
+        calls = [ToolCallItem(c.index, c.name, c.arguments) for c in message.calls]
+        return message.content, calls
+
+
+def _items(events: list[Event]) -> tuple[str, list[ToolCallItem]]:
+    normal: list[str] = []
+    items: list[ToolCallItem] = []
+    for event in events:
+        if isinstance(event, Content):
+            normal.append(event.text)
+        elif isinstance(event, CallStart):
+            items.append(ToolCallItem(event.index, event.name, ""))
+        elif isinstance(event, CallArgs):
+            last = items[-1] if items else None
+            if last is not None and last.tool_index == event.index and last.name is None:
+                last.parameters += event.text
+            else:
+                items.append(ToolCallItem(event.index, None, event.text))
+    return "".join(normal), items

@@ -1,0 +1,159 @@
+"""Reasoning: split the model's output into reasoning text and normal text.
+
+``ReasoningDetector`` is a format declaration (start/end markers, whether output starts inside
+reasoning when nothing says otherwise). ``ReasoningParser`` is the SGLang-compatible surface:
+
+    parser = ReasoningParser("qwen3")
+    reasoning, normal = parser.parse_stream_chunk(chunk)   # per chunk
+    reasoning, normal = parser.finish()                     # at end of stream
+    reasoning, normal = ReasoningParser("qwen3").parse_non_stream(text)
+
+Start state (DESIGN §5): when the rendered prompt is known (``prompt=``), its tail decides — a
+prompt that ends inside an open reasoning block (``…<think>\\n``) starts inside reasoning, one that
+closed it (``<think>\\n\\n</think>\\n\\n``) starts outside; otherwise the detector's default (or
+``force_reasoning``) applies.
+
+Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
+marker and the answer is not content. A tool-call start marker inside an unclosed reasoning block
+ends the reasoning (models do this); the marker passes on to the tool-call parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from typing import Any, ClassVar
+
+from parsers.core.cursor import Cursor
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out, Program, ProgramBody
+from parsers.events import Content, Event, Reasoning
+from parsers.registry import reasoning_detector_class
+
+
+class ReasoningDetector:
+    """A reasoning format. Most subclasses only set the class attributes."""
+
+    start: ClassVar[tuple[str, ...]] = ("<think>",)
+    end: ClassVar[str] = "</think>"
+    force_reasoning: ClassVar[bool] = False  # output starts inside reasoning unless the prompt says otherwise
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        """Every marker string of the format (for leak checks and backend token preservation)."""
+        return (*cls.start, cls.end)
+
+    def initial_state(self, prompt: str | None) -> bool | None:
+        """Inside reasoning (True), outside (False) or unknown (None), judged from the prompt's tail."""
+        if not prompt:
+            return None
+        tail = prompt.rstrip()
+        if any(tail.endswith(s) for s in self.start):
+            return True
+        if tail.endswith(self.end):
+            return False
+        return None
+
+    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
+        """The program: optional start marker at the very beginning, reasoning up to the end marker
+        (or a stop marker, which passes through as normal text), then normal text."""
+        starts = tuple(self.start)
+        ends = MarkerSet((self.end, *stop_markers))
+        end = self.end
+
+        def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
+            lead: list[str] = []
+            yield from cur.skip_ws(lead.append)
+            opened = (yield from cur.match(starts)) is not None
+            if not (opened or in_reasoning):
+                out.content.write("".join(lead))
+                yield from cur.rest(out.content.write)
+                return
+            marker = yield from cur.until(ends, out.reasoning.write)
+            out.reasoning.drop_held()
+            if marker is None:
+                return
+            if marker == end:
+                out.content.strip_next()
+            else:
+                out.content.write(marker)
+            yield from cur.rest(out.content.write)
+
+        return program
+
+
+class ReasoningParser:
+    """Streaming reasoning parser (SGLang-compatible surface; see the module docstring)."""
+
+    def __init__(
+        self,
+        model_type: str,
+        stream_reasoning: bool = True,
+        force_reasoning: bool | None = None,
+        *,
+        prompt: str | None = None,
+        stop_markers: Iterable[str] = (),
+        detector: ReasoningDetector | None = None,
+    ) -> None:
+        self.detector = detector or reasoning_detector_class(model_type)()
+        self.model_type = model_type
+        self.stream_reasoning = stream_reasoning
+        self._stop_markers = tuple(stop_markers)
+        state = force_reasoning
+        if state is None:
+            state = self.detector.initial_state(prompt)
+        if state is None:
+            state = self.detector.force_reasoning
+        self.in_reasoning_at_start = state
+        self._program = Program(self.detector.body(state, self._stop_markers))
+        self._held: list[str] = []
+
+    # ------------------------------------------------------------------ event surface
+
+    def feed(self, text: str) -> list[Event]:
+        return self._hold(self._program.feed(text), final=False)
+
+    def end(self, truncated: bool = False) -> list[Event]:
+        return self._hold(self._program.finish(truncated), final=True)
+
+    def _hold(self, events: list[Event], final: bool) -> list[Event]:
+        """With ``stream_reasoning=False`` reasoning is delivered whole, when its block ends."""
+        if self.stream_reasoning:
+            return events
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, Reasoning):
+                self._held.append(event.text)
+                continue
+            if self._held:
+                out.append(Reasoning("".join(self._held)))
+                self._held = []
+            out.append(event)
+        if final and self._held:
+            out.append(Reasoning("".join(self._held)))
+            self._held = []
+        return out
+
+    # ------------------------------------------------------------------ SGLang-compatible surface
+
+    def parse_stream_chunk(self, chunk_text: str) -> tuple[str, str]:
+        """``(reasoning_text, normal_text)`` released by this chunk."""
+        return _split(self.feed(chunk_text))
+
+    def finish(self, truncated: bool = False) -> tuple[str, str]:
+        """``(reasoning_text, normal_text)`` still held at end of stream."""
+        return _split(self.end(truncated))
+
+    def parse_non_stream(self, full_text: str) -> tuple[str, str]:
+        """Parse a whole output with a fresh parser in the same configuration."""
+        fresh = ReasoningParser(
+            self.model_type, self.stream_reasoning, self.in_reasoning_at_start,
+            stop_markers=self._stop_markers, detector=self.detector,
+        )
+        first = fresh.feed(full_text)
+        return _split(first + fresh.end())
+
+
+def _split(events: list[Any]) -> tuple[str, str]:
+    reasoning = "".join(e.text for e in events if isinstance(e, Reasoning))
+    normal = "".join(e.text for e in events if isinstance(e, Content))
+    return reasoning, normal

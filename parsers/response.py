@@ -1,0 +1,37 @@
+"""One response through both parsers: reasoning first, then tool calls on the normal text."""
+
+from __future__ import annotations
+
+from parsers.events import Content, Event
+from parsers.function_call import FunctionCallParser
+from parsers.reasoning import ReasoningParser
+
+
+class ResponseParser:
+    """Chains an optional ``ReasoningParser`` and an optional ``FunctionCallParser``; events
+    come out in the order the model wrote them."""
+
+    def __init__(self, reasoning: ReasoningParser | None = None, tools: FunctionCallParser | None = None) -> None:
+        self.reasoning = reasoning
+        self.tools = tools
+
+    def feed(self, text: str) -> list[Event]:
+        events = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
+        return self._through_tools(events, final=False)
+
+    def end(self, truncated: bool = False) -> list[Event]:
+        events = self.reasoning.end(truncated) if self.reasoning is not None else []
+        return self._through_tools(events, final=True, truncated=truncated)
+
+    def _through_tools(self, events: list[Event], final: bool, truncated: bool = False) -> list[Event]:
+        if self.tools is None:
+            return [e for e in events if not (isinstance(e, Content) and not e.text)]
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, Content):
+                out.extend(self.tools.feed(event.text))
+            else:
+                out.append(event)
+        if final:
+            out.extend(self.tools.end(truncated))
+        return out

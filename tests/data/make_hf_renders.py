@@ -1,0 +1,42 @@
+"""Regenerate ``hf_renders.json``: reference renders of every template in ``templates/`` by
+Hugging Face transformers' own ``render_jinja_template`` (run in a scratch venv with
+``pip install transformers jinja2``; transformers is not a toolwire dependency).
+
+The clock is pinned to PINNED_NOW so templates that print today's date render reproducibly.
+"""
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+
+from transformers.utils import chat_template_utils
+
+sys.path.insert(0, str(Path(__file__).parent))
+from render_cases import PINNED_NOW, render_cases  # noqa: E402
+
+
+class _PinnedDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):  # noqa: D102
+        return PINNED_NOW
+
+
+chat_template_utils.datetime = _PinnedDatetime
+here = Path(__file__).parent
+out = {}
+for path in sorted((here / "templates").glob("*.jinja")):
+    source = path.read_text(encoding="utf-8")
+    renders = {}
+    for label, kwargs in render_cases(dict_arguments=True).items():
+        messages = kwargs.pop("messages")
+        try:
+            text, _ = chat_template_utils.render_jinja_template(
+                conversations=[messages], chat_template=source, add_generation_prompt=True,
+                bos_token="<BOS>", eos_token="<EOS>", **kwargs)
+            renders[label] = text[0]
+        except Exception as exc:  # noqa: BLE001
+            renders[label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    out[path.name] = renders
+(here / "hf_renders.json").write_text(json.dumps(out, ensure_ascii=False, indent=1, sort_keys=True), encoding="utf-8")
+print(f"{len(out)} templates rendered")

@@ -1,0 +1,37 @@
+"""The conversations rendered for the template tests (shared by the test and by
+``make_hf_renders.py``, which produced the reference output with transformers)."""
+
+import datetime
+from typing import Any
+
+PINNED_NOW = datetime.datetime(2026, 1, 15, 10, 30, 0)
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"}},
+                       "required": ["city"]}}},
+]
+
+
+def _tool_conversation(arguments: Any) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "abcDEF123", "name": "get_weather", "content": "{\"temp\": 21}"},
+        {"role": "assistant", "content": "It is 21°C."},
+        {"role": "user", "content": "Thanks!"},
+    ]
+
+
+def render_cases(dict_arguments: bool) -> dict[str, dict[str, Any]]:
+    """label -> render kwargs. Clients send arguments as JSON text; HF renders take dicts."""
+    arguments: Any = {"city": "Paris"} if dict_arguments else '{"city": "Paris"}'
+    return {
+        "plain": {"messages": [{"role": "user", "content": "Hi"}]},
+        "tools": {"messages": _tool_conversation(arguments), "tools": TOOLS},
+        "thinking_off": {"messages": [{"role": "user", "content": "Hi"}], "enable_thinking": False},
+        "thinking_on": {"messages": [{"role": "user", "content": "Hi"}], "enable_thinking": True},
+    }

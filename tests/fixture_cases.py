@@ -1,0 +1,98 @@
+"""Loading the fixture files in ``tests/fixtures/*.toml`` (data, many cases per format)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parsers import FunctionCallParser, ReasoningParser, ResponseParser
+from parsers.registry import reasoning_detector_class, tool_detector_class
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+DEFAULT_TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
+    for name, props in {
+        "get_weather": {"city": {"type": "string"}, "unit": {"type": "string"}, "days": {"type": "integer"}},
+        "search": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+        "add": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "echo": {"text": {"type": "string"}},
+        "get_time": {},
+        "write_file": {"path": {"type": "string"}, "content": {"type": "string"}},
+    }.items()
+]
+
+
+@dataclass
+class Case:
+    file: str
+    name: str
+    output: str
+    tool_parser: str | None
+    reasoning_parser: str | None
+    prompt: str | None = None
+    truncated: bool = False
+    content: str = ""
+    reasoning: str = ""
+    calls: list[tuple[str, str, str | None]] = field(default_factory=list)
+    markers_allowed: bool = False  # malformed output passed through: markers may appear in content
+    tools: list[dict[str, Any]] = field(default_factory=lambda: DEFAULT_TOOLS)
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}::{self.name}"
+
+    def markers(self) -> tuple[str, ...]:
+        found: list[str] = []
+        if self.tool_parser:
+            found += tool_detector_class(self.tool_parser).markers
+        if self.reasoning_parser:
+            found += reasoning_detector_class(self.reasoning_parser).markers()
+        return tuple(dict.fromkeys(m for m in found if m))
+
+    def make_parser(self) -> ResponseParser:
+        reasoning = None
+        if self.reasoning_parser:
+            stops = tool_detector_class(self.tool_parser).start_markers if self.tool_parser else ()
+            reasoning = ReasoningParser(self.reasoning_parser, prompt=self.prompt, stop_markers=stops)
+        tools = FunctionCallParser(self.tools, self.tool_parser) if self.tool_parser else None
+        return ResponseParser(reasoning, tools)
+
+    def expected(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "reasoning": self.reasoning,
+            "calls": [(name, _canonical(args), call_id) for name, args, call_id in self.calls],
+        }
+
+
+def _canonical(arguments: str) -> str:
+    """Expected arguments are compared as parsed JSON (whitespace and key order free)."""
+    return json.dumps(json.loads(arguments), sort_keys=True)
+
+
+def load_cases() -> list[Case]:
+    cases: list[Case] = []
+    for path in sorted(FIXTURES.glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        for raw in data.get("case", []):
+            calls = [(c["name"], c.get("arguments", "{}"), c.get("id")) for c in raw.get("calls", [])]
+            cases.append(
+                Case(
+                    file=path.stem,
+                    name=raw["name"],
+                    output=raw["output"],
+                    tool_parser=raw.get("tool_parser", data.get("tool_parser")),
+                    reasoning_parser=raw.get("reasoning_parser", data.get("reasoning_parser")),
+                    prompt=raw.get("prompt", data.get("prompt")),
+                    truncated=raw.get("truncated", False),
+                    content=raw.get("content", ""),
+                    reasoning=raw.get("reasoning", ""),
+                    calls=calls,
+                    markers_allowed=raw.get("markers_allowed", False),
+                )
+            )
+    return cases
