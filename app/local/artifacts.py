@@ -141,13 +141,24 @@ def _extract_vendor(sdist: Path, dest: Path) -> Path:
 
 
 def _run_logged(command: list[str], cwd: Path | None = None) -> None:
-    """Run a build step, echoing its output with a light touch (every line to stderr)."""
+    """Run a build step, showing progress lines (``[ 42%] …``) and, if it fails, its last output."""
     log("$ " + " ".join(command))
     process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
+    tail: list[str] = []
+    shown = -1
     for line in process.stdout:
-        sys.stderr.write("    " + line)
+        tail = (tail + [line])[-60:]
+        stripped = line.strip()
+        if stripped.startswith("[") and "%]" in stripped[:7]:
+            percent = int(stripped[1:4].strip() or 0)
+            if percent >= shown + 5 or "Linking" in stripped:
+                shown = percent
+                log("    " + stripped[:140])
+        elif stripped.startswith("--") and "Build files" in stripped:
+            log("    " + stripped)
     if process.wait() != 0:
+        sys.stderr.write("".join(tail))
         raise SystemExit(f"build step failed ({process.returncode}): {' '.join(command)}")
 
 

@@ -1,0 +1,40 @@
+# toolwire — the two commands a newcomer needs:
+#   make run    the proxy on http://127.0.0.1:8000 in front of an embedded llama-server + SmolLM2
+#               (make run BACKEND=http://host:port  for an existing backend; ARGS="..." adds flags)
+#   make test   venv + install + every test (unit, API, conformance, end-to-end on a real model)
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PORT   ?= 8000
+
+.PHONY: run test install artifacts bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# llama-server (built once per machine from PyPI's llama-cpp-python sdist) and the SmolLM2 GGUF
+artifacts: $(STAMP)
+	$(PY) -m app.local.artifacts all
+
+test: $(STAMP) artifacts
+	$(PY) -m pytest
+
+run: $(STAMP)
+ifdef BACKEND
+	$(VENV)/bin/toolwire serve --backend $(BACKEND) --port $(PORT) $(ARGS)
+else
+	$(PY) -m app.local.artifacts all
+	$(VENV)/bin/toolwire serve --local-model embedded --port $(PORT) --tool-call-parser hermes $(ARGS)
+endif
+
+bench: $(STAMP) artifacts
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) bench/out

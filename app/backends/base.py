@@ -1,0 +1,191 @@
+"""One async interface over raw-completion backends.
+
+``Backend.generate(request)`` is an async iterator of ``TextDelta`` and, last, one ``Finish``
+(finish reason and usage). Nothing is sent upstream until the first item is requested, and
+errors before the first byte raise ``BackendError`` (mapped to 4xx/5xx by the HTTP layer); the
+request is closed upstream as soon as the iterator is closed (client disconnect).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app.errors import BackendError
+
+
+@dataclass
+class Sampling:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+
+@dataclass
+class GenerationRequest:
+    prompt: str
+    sampling: Sampling = field(default_factory=Sampling)
+    #: marker strings that must reach the parsers as text (llama.cpp drops special tokens otherwise)
+    preserved_tokens: tuple[str, ...] = ()
+    #: backend-specific constraint fields merged into the upstream body (grammar, structured_outputs …)
+    constraint: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        }
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
+
+
+@dataclass
+class Finish:
+    reason: str  # "stop" | "length"
+    usage: Usage | None = None
+
+
+Generation = AsyncIterator[TextDelta | Finish]
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+class Backend:
+    """Common plumbing: URL, auth header, error mapping. Subclasses speak one API."""
+
+    kind = "base"
+
+    def __init__(self, base_url: str, client: httpx.AsyncClient, api_key: str | None = None,
+                 model: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.client = client
+        self.api_key = api_key
+        self.model = model
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    async def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
+        raise NotImplementedError
+        yield
+
+    async def health(self) -> bool:
+        try:
+            response = await self.client.get(self.url("/health"), headers=self.headers, timeout=5)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def served_model(self) -> str | None:
+        """The backend's first model id from ``/v1/models`` (``None`` if it does not say)."""
+        try:
+            response = await self.client.get(self.url("/v1/models"), headers=self.headers, timeout=10)
+            data = response.json().get("data") or []
+            return str(data[0]["id"]) if data else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+            return None
+
+    async def chat_template(self) -> dict[str, str] | None:
+        """``{"chat_template", "bos_token", "eos_token"}`` if the backend publishes its template."""
+        return None
+
+    async def open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body`` and return the streaming response once its status is known to be OK."""
+        request = self.client.build_request("POST", self.url(path), json=body, headers=self.headers)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.ConnectTimeout as exc:
+            raise BackendError(504, f"backend connect timeout: {self.base_url}", retryable=True,
+                               code="backend_timeout", kind="connect_timeout") from exc
+        except httpx.ConnectError as exc:
+            raise BackendError(503, f"backend unreachable: {self.base_url}", retryable=True,
+                               code="backend_unreachable", kind="unreachable") from exc
+        except httpx.TimeoutException as exc:
+            raise BackendError(504, "backend timed out before answering", code="backend_timeout",
+                               kind="read_timeout") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(502, f"backend request failed: {type(exc).__name__}", code="backend_error",
+                               kind="transport") from exc
+        if response.status_code >= 400:
+            raw = await response.aread()
+            await response.aclose()
+            raise _status_error(response.status_code, raw)
+        return response
+
+    async def sse_data(self, response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
+        """JSON payloads of ``data:`` lines (``None`` for ``[DONE]``); transport failures and
+        garbage become ``BackendError``."""
+        try:
+            async for line in response.aiter_lines():
+                if not line or line.startswith(":"):
+                    continue
+                if line.startswith("error:"):
+                    raise BackendError(502, f"backend error: {line[6:].strip()[:500]}", kind="stream_error")
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    yield None
+                    continue
+                try:
+                    data = json.loads(payload)
+                except ValueError as exc:
+                    raise BackendError(502, "backend sent invalid JSON in its stream", kind="bad_json") from exc
+                if not isinstance(data, dict):
+                    raise BackendError(502, "backend sent an unexpected stream event", kind="bad_json")
+                if "error" in data:
+                    raise BackendError(502, f"backend error: {_message(data['error'])}", kind="stream_error")
+                yield data
+        except httpx.TimeoutException as exc:
+            raise BackendError(504, "backend stopped sending (read timeout)", kind="read_timeout") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(502, f"backend stream broke: {type(exc).__name__}", kind="dropped") from exc
+
+
+def _message(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error)[:500]
+    return str(error)[:500]
+
+
+def _status_error(status: int, raw: bytes) -> BackendError:
+    try:
+        message = _message(json.loads(raw).get("error") or json.loads(raw))
+    except (ValueError, AttributeError):
+        message = raw.decode("utf-8", "replace")[:500] or f"HTTP {status}"
+    if status in (429, 503):
+        return BackendError(503, f"backend busy: {message}", retryable=True, code="backend_busy", kind="busy")
+    if 400 <= status < 500:
+        return BackendError(400, message, code="backend_rejected", kind="rejected")
+    return BackendError(502, f"backend error (HTTP {status}): {message}", code="backend_error", kind="http_5xx")

@@ -1,0 +1,79 @@
+"""llama.cpp's ``llama-server``: ``POST /completion`` (its native streaming API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none
+from app.errors import BackendError
+
+
+class LlamaCppBackend(Backend):
+    kind = "llamacpp"
+
+    #: set at start-up: does llama-server add a BOS token to a prompt itself?
+    adds_bos: bool = False
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        s = request.sampling
+        return _drop_none({
+            "prompt": request.prompt,
+            "stream": True,
+            "n_predict": s.max_tokens if s.max_tokens is not None else -1,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "min_p": s.min_p,
+            "stop": s.stop or None,
+            "seed": s.seed,
+            "presence_penalty": s.presence_penalty,
+            "frequency_penalty": s.frequency_penalty,
+            "repeat_penalty": s.repetition_penalty,
+            "preserved_tokens": list(request.preserved_tokens) or None,
+            "cache_prompt": True,
+            **request.constraint,
+        })
+
+    async def generate(self, request: GenerationRequest) -> Generation:
+        response = await self.open_stream("/completion", self.body(request))
+        finish: Finish | None = None
+        try:
+            async for data in self.sse_data(response):
+                if data is None:
+                    break
+                text = data.get("content") or ""
+                if text:
+                    yield TextDelta(text)
+                if data.get("stop"):
+                    timings = data.get("timings") or {}
+                    usage = Usage(int(data.get("tokens_evaluated") or 0), int(data.get("tokens_predicted") or 0),
+                                  timings.get("cache_n"))
+                    finish = Finish("length" if data.get("stop_type") == "limit" else "stop", usage)
+                    break
+        finally:
+            await response.aclose()
+        if finish is None:
+            raise BackendError(502, "backend stream ended before the final event", kind="dropped")
+        yield finish
+
+    async def chat_template(self) -> dict[str, str] | None:
+        try:
+            response = await self.client.get(self.url("/props"), headers=self.headers, timeout=10)
+            props = response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(props, dict) or not props.get("chat_template"):
+            return None
+        return {k: str(props.get(k) or "") for k in ("chat_template", "bos_token", "eos_token")}
+
+    async def detect_bos(self) -> None:
+        """Ask the tokenizer whether an empty prompt gets a BOS token (then the template's own
+        BOS text must not be sent as well)."""
+        try:
+            response = await self.client.post(self.url("/tokenize"), json={"content": "", "add_special": True},
+                                              headers=self.headers, timeout=10)
+            self.adds_bos = bool(response.json().get("tokens"))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            self.adds_bos = False

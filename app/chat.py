@@ -1,0 +1,234 @@
+"""``POST /v1/chat/completions``: validate → render → generate → parse → encode.
+
+Streaming and non-streaming requests run the same pipeline (the non-streaming answer is the fold
+of the same events), so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
+from starlette.responses import JSONResponse, Response
+from sse_starlette.sse import EventSourceResponse
+
+from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
+from app.backends.base import Generation
+from app.chat_template import TemplateError
+from app.errors import APIError, BackendError, bad_request
+from app.openai_stream import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
+from app.protocol import ChatCompletionRequest, NamedToolChoice
+from app.runtime import Runtime, render_error
+from parsers import FunctionCallParser, ReasoningParser, ResponseParser, fold
+from parsers.events import Event
+from parsers.fold import CallHolder
+
+log = logging.getLogger("toolwire")
+
+
+def validation_message(exc: ValidationError) -> tuple[str, str | None]:
+    """The first validation problem as ``(message, param)``."""
+    error = exc.errors()[0]
+    loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
+    msg = error.get("msg", "invalid value")
+    return (f"{loc}: {msg}" if loc else msg), (loc or None)
+
+
+def parse_request(body: Any, runtime: Runtime) -> ChatCompletionRequest:
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    try:
+        request = ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise bad_request(message, param) from None
+    s = runtime.settings
+    if len(request.messages) > s.max_messages:
+        raise bad_request(f"too many messages ({len(request.messages)} > {s.max_messages})", "messages")
+    if request.tools:
+        if len(request.tools) > s.max_tools:
+            raise bad_request(f"too many tools ({len(request.tools)} > {s.max_tools})", "tools")
+        for i, tool in enumerate(request.tools):
+            schema = tool.function.parameters
+            if schema is None:
+                continue
+            if len(orjson.dumps(schema)) > s.max_tool_schema_bytes:
+                raise bad_request(f"tools[{i}].function.parameters is larger than {s.max_tool_schema_bytes} bytes",
+                                  f"tools.{i}.function.parameters")
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                raise bad_request(f"tools[{i}].function.parameters is not a valid JSON schema: {exc.message}",
+                                  f"tools.{i}.function.parameters") from None
+    choice = request.tool_choice
+    if choice == "required" and not request.tools:
+        raise bad_request('tool_choice "required" needs tools', "tool_choice")
+    if isinstance(choice, NamedToolChoice):
+        names = [t.function.name for t in request.tools or []]
+        if choice.function.name not in names:
+            raise bad_request(f"tool_choice names {choice.function.name!r}, which is not in tools", "tool_choice")
+    if s.max_tokens_cap and request.token_limit and request.token_limit > s.max_tokens_cap:
+        raise bad_request(f"max_tokens exceeds this server's cap of {s.max_tokens_cap}", "max_tokens")
+    return request
+
+
+@dataclass
+class ChatPlan:
+    request: ChatCompletionRequest
+    prompt: str
+    tools: list[dict[str, Any]]  # offered to the model (rendered) and to the parser
+    parse_tools: bool
+    named_tool: str | None
+
+
+def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
+    choice = request.tool_choice
+    named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+    tools: list[dict[str, Any]] = []
+    if request.tools and choice != "none":
+        tools = [t.model_dump(exclude_none=True) for t in request.tools]
+        if named:
+            tools = [t for t in tools if t["function"]["name"] == named]
+    messages = []
+    for i, message in enumerate(request.messages):
+        try:
+            content = message.text_content()
+        except ValueError as exc:
+            raise bad_request(str(exc), f"messages.{i}.content") from None
+        data = message.model_dump(exclude_none=True)
+        if content is not None:
+            data["content"] = content
+        elif message.role == "assistant":
+            data["content"] = None
+        messages.append(data)
+    kwargs: dict[str, Any] = dict(request.chat_template_kwargs or {})
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
+    template = runtime.require_template()
+    try:
+        prompt = template.render(messages, tools or None, add_generation_prompt=True, **kwargs)
+    except TemplateError as exc:
+        raise render_error(exc) from None
+    backend = runtime.backend
+    if backend is not None and getattr(backend, "adds_bos", False) and template.bos_token \
+            and prompt.startswith(template.bos_token):
+        prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
+    return ChatPlan(request, prompt, tools, bool(tools) and runtime.parsers.tools is not None, named)
+
+
+def build_parser(plan: ChatPlan, runtime: Runtime) -> ResponseParser:
+    tools = FunctionCallParser(plan.tools, runtime.parsers.tools) if plan.parse_tools else None
+    reasoning = None
+    if runtime.parsers.reasoning:
+        stops = tools.detector.start_markers if tools is not None else ()
+        reasoning = ReasoningParser(runtime.parsers.reasoning, prompt=plan.prompt, stop_markers=stops)
+    return ResponseParser(reasoning, tools)
+
+
+def generation_request(plan: ChatPlan, runtime: Runtime) -> GenerationRequest:
+    r = plan.request
+    sampling = Sampling(
+        max_tokens=r.token_limit, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
+        stop=list(r.stop or []), seed=r.seed, presence_penalty=r.presence_penalty,
+        frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
+    )
+    return GenerationRequest(plan.prompt, sampling, runtime.marker_tokens(plan.parse_tools))
+
+
+async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
+    """Open the backend stream and wait for its first item; retry (bounded, with backoff) only
+    errors that happen before anything was generated and are safe to repeat."""
+    delay = 0.2
+    for attempt in range(retries + 1):
+        stream = backend.generate(request)
+        try:
+            first = await stream.__anext__()
+            return first, stream
+        except BackendError as exc:
+            await stream.aclose()
+            if exc.retryable and attempt < retries:
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            raise
+        except StopAsyncIteration:
+            raise BackendError(502, "backend returned an empty stream", kind="dropped") from None
+    raise AssertionError("unreachable")
+
+
+async def chat_completions(body: Any, runtime: Runtime) -> Response:
+    request = parse_request(body, runtime)
+    backend = await runtime.ready_backend()
+    plan = plan_chat(request, runtime)
+    parser = build_parser(plan, runtime)
+    first, stream = await start_generation(backend, generation_request(plan, runtime), runtime.settings.retries)
+    hold = request.hold_tool_calls if request.hold_tool_calls is not None else runtime.settings.hold_tool_calls
+    if request.stream:
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        writer = ChunkWriter(new_completion_id(), runtime.model_name, runtime.settings.reasoning_field, include_usage)
+        body_iter = stream_chunks(first, stream, parser, writer, plan, hold)
+        return EventSourceResponse(body_iter, sep="\n", headers={"Cache-Control": "no-cache"})
+    return await complete(first, stream, parser, plan, runtime)
+
+
+async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, writer: ChunkWriter,
+                        plan: ChatPlan, hold: bool) -> AsyncIterator[bytes]:
+    holder = CallHolder() if hold else None
+
+    def encode(events: list[Event]) -> bytes:
+        return b"".join(writer.events(holder(events) if holder is not None else events))
+
+    item = first
+    try:
+        yield writer.role()
+        while True:
+            if isinstance(item, TextDelta):
+                data = encode(parser.feed(item.text))
+                if data:
+                    yield data
+            else:
+                assert isinstance(item, Finish)
+                tail = encode(parser.end(truncated=item.reason == "length"))
+                reason = finish_reason(item.reason, writer.calls_completed, writer.unfinished_calls,
+                                       plan.named_tool is not None)
+                tail += writer.finish(reason)
+                if writer.include_usage:
+                    tail += writer.usage(item.usage)
+                yield tail + SSE_DONE
+                return
+            item = await stream.__anext__()
+    except BackendError as exc:
+        log.warning("backend failed mid-stream: %s", exc.message)
+        yield sse(exc.body())
+    finally:
+        await stream.aclose()
+
+
+async def complete(first: Any, stream: Generation, parser: ResponseParser, plan: ChatPlan,
+                   runtime: Runtime) -> Response:
+    events: list[Event] = []
+    item = first
+    try:
+        while isinstance(item, TextDelta):
+            events += parser.feed(item.text)
+            item = await stream.__anext__()
+    finally:
+        await stream.aclose()
+    assert isinstance(item, Finish)
+    events += parser.end(truncated=item.reason == "length")
+    message = fold(events)
+    reason = finish_reason(item.reason, len(message.calls), 0, plan.named_tool is not None)
+    body = completion_object(new_completion_id(), runtime.model_name, message, reason, item.usage,
+                             runtime.settings.reasoning_field)
+    return JSONResponse(body)
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)

@@ -1,0 +1,151 @@
+"""Parser events → OpenAI ``chat.completion.chunk`` objects and the final ``chat.completion``.
+
+Chunk contract (DESIGN.md, and the real OpenAI captures in tests/data/openai-stream): the first
+chunk carries ``role``; each tool call opens with one delta holding ``index``, ``id``, ``type``,
+``name`` and ``arguments: ""``, then argument fragments carry only ``index`` and ``arguments``;
+the chunk that ends the choice has an empty delta and ``finish_reason``; with
+``stream_options.include_usage`` every chunk has ``usage: null`` and one last chunk with
+``choices: []`` carries the usage.
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.backends.base import Usage
+from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+from parsers.fold import FoldedMessage
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_call_id() -> str:
+    return "call_" + "".join(secrets.choice(_ALPHABET) for _ in range(24))
+
+
+def new_completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def reasoning_fields(text: str, mode: str) -> dict[str, str]:
+    if mode == "both":
+        return {"reasoning_content": text, "reasoning": text}
+    return {mode: text}
+
+
+@dataclass
+class ChunkWriter:
+    """Encodes one streamed choice; tracks what the client has been shown."""
+
+    completion_id: str
+    model: str
+    reasoning_field: str = "reasoning_content"
+    include_usage: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+    calls_started: int = 0
+    calls_completed: int = 0
+    unfinished_calls: int = 0  # calls shown in part that never completed
+    _ids: dict[int, str] = field(default_factory=dict)
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        chunk: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return sse(chunk)
+
+    def role(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": None})
+
+    def events(self, events: list[Event]) -> list[bytes]:
+        out: list[bytes] = []
+        for event in events:
+            kind = type(event)
+            if kind is Content:
+                if event.text:  # type: ignore[union-attr]
+                    out.append(self._chunk({"content": event.text}))  # type: ignore[union-attr]
+            elif kind is Reasoning:
+                if event.text:  # type: ignore[union-attr]
+                    out.append(self._chunk(reasoning_fields(event.text, self.reasoning_field)))  # type: ignore[union-attr]
+            elif kind is CallStart:
+                assert isinstance(event, CallStart)
+                call_id = event.id or new_call_id()
+                self._ids[event.index] = call_id
+                self.calls_started += 1
+                out.append(self._chunk({"tool_calls": [{
+                    "index": event.index, "id": call_id, "type": "function",
+                    "function": {"name": event.name, "arguments": ""},
+                }]}))
+            elif kind is CallArgs:
+                assert isinstance(event, CallArgs)
+                out.append(self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}))
+            elif kind is CallEnd:
+                assert isinstance(event, CallEnd)
+                if event.ok:
+                    self.calls_completed += 1
+                else:
+                    self.unfinished_calls += 1
+        return out
+
+    def finish(self, reason: str) -> bytes:
+        return self._chunk({}, reason)
+
+    def usage(self, usage: Usage | None) -> bytes:
+        return sse({
+            "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": None, "choices": [],
+            "usage": (usage or Usage()).as_openai(),
+        })
+
+
+def finish_reason(backend_reason: str, calls: int, unfinished: int, named_tool: bool) -> str:
+    """``length`` when output was cut (or a partial call was shown), ``tool_calls`` when calls
+    were made (a named ``tool_choice`` keeps ``stop``), else the backend's reason."""
+    if backend_reason == "length" or unfinished:
+        return "length"
+    if calls and not named_tool:
+        return "tool_calls"
+    return backend_reason
+
+
+def completion_object(completion_id: str, model: str, message: FoldedMessage, reason: str,
+                      usage: Usage | None, reasoning_field: str) -> dict[str, Any]:
+    """The non-streaming ``chat.completion``."""
+    body: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+    if message.reasoning:
+        body.update(reasoning_fields(message.reasoning, reasoning_field))
+    if message.calls:
+        body["tool_calls"] = [
+            {"id": call.id or new_call_id(), "type": "function",
+             "function": {"name": call.name, "arguments": call.arguments}}
+            for call in message.calls
+        ]
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{"index": 0, "message": body, "logprobs": None, "finish_reason": reason}],
+        "usage": (usage or Usage()).as_openai(),
+    }

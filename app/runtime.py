@@ -1,0 +1,177 @@
+"""Process-wide state: the pooled HTTP client, the backend, the chat template, the parser choice.
+
+The backend may come up after toolwire (a sidecar starting beside its model server), so probing
+it — type, model name, template — is retried until it succeeds: at start-up (briefly), by
+``/health`` and by requests. Parser names are validated before anything starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
+from app.chat_template import ChatTemplate, TemplateError
+from app.errors import APIError
+from app.settings import Settings
+from parsers.registry import canonical_reasoning_parser, canonical_tool_parser, reasoning_detector_class, \
+    tool_detector_class
+
+log = logging.getLogger("toolwire")
+
+
+@dataclass
+class ParserChoice:
+    """Canonical parser names (``None``: not parsed), resolved from flags or from the template."""
+
+    reasoning: str | None = None
+    tools: str | None = None
+    why: dict[str, str] = field(default_factory=dict)
+
+
+def validate_parser_names(settings: Settings) -> None:
+    """Raise ``UnknownParserError`` (listing the known names) for a name that is not registered."""
+    if settings.reasoning_parser and settings.reasoning_parser != "auto":
+        canonical_reasoning_parser(settings.reasoning_parser)
+    if settings.tool_call_parser and settings.tool_call_parser not in ("auto", "response-schema"):
+        canonical_tool_parser(settings.tool_call_parser)
+
+
+class Runtime:
+    def __init__(self, settings: Settings) -> None:
+        validate_parser_names(settings)
+        self.settings = settings
+        self.client: httpx.AsyncClient | None = None
+        self.backend: Backend | None = None
+        self.template: ChatTemplate | None = None
+        self.model_name: str = settings.model or "default"
+        self.parsers = ParserChoice()
+        self._prepared = False
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        s = self.settings
+        timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=30.0, pool=s.connect_timeout)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        if s.chat_template is not None:
+            self.template = ChatTemplate.load(s.chat_template)
+        try:
+            await asyncio.wait_for(self.prepare(), timeout=max(5.0, s.connect_timeout))
+        except (asyncio.TimeoutError, APIError, httpx.HTTPError) as exc:
+            log.warning("backend not ready at start-up (%s); will retry on demand", exc)
+
+    async def stop(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    @property
+    def prepared(self) -> bool:
+        return self._prepared
+
+    async def prepare(self) -> None:
+        """Probe the backend once it answers: type, model names, template, parser choice."""
+        if self._prepared:
+            return
+        async with self._lock:
+            if self._prepared:
+                return
+            s = self.settings
+            if not s.backend:
+                raise APIError(503, "no backend configured (--backend or --local-model)", "server_error")
+            assert self.client is not None
+            api_key = s.backend_api_key.get_secret_value() if s.backend_api_key else None
+            kind = s.backend_type or await detect_backend_type(s.backend, self.client, api_key)
+            backend = BACKEND_TYPES[kind](s.backend, self.client, api_key)
+            upstream_model = await backend.served_model()
+            if upstream_model is None and kind != "llamacpp" and not await backend.health():
+                raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
+            backend.model = upstream_model or s.model
+            if self.template is None:
+                published = await backend.chat_template()
+                if published:
+                    self.template = ChatTemplate(published["chat_template"], published["bos_token"],
+                                                 published["eos_token"], name="backend /props")
+            if isinstance(backend, LlamaCppBackend):
+                await backend.detect_bos()
+            self.model_name = s.model or upstream_model or "default"
+            self.parsers = self._choose_parsers()
+            self.backend = backend
+            self._prepared = True
+            log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind,
+                     self.model_name, self.parsers.reasoning, self.parsers.tools)
+
+    def _choose_parsers(self) -> ParserChoice:
+        s = self.settings
+        choice = ParserChoice()
+        wants_auto = "auto" in (s.reasoning_parser, s.tool_call_parser)
+        auto = self._auto_parsers() if wants_auto else None
+        if s.reasoning_parser == "auto":
+            choice.reasoning = auto.reasoning if auto else None
+            choice.why["reasoning"] = auto.why.get("reasoning", "") if auto else ""
+        elif s.reasoning_parser:
+            choice.reasoning = canonical_reasoning_parser(s.reasoning_parser)
+            choice.why["reasoning"] = "--reasoning-parser"
+        if s.tool_call_parser == "auto":
+            choice.tools = auto.tools if auto else None
+            choice.why["tools"] = auto.why.get("tools", "") if auto else ""
+        elif s.tool_call_parser:
+            choice.tools = canonical_tool_parser(s.tool_call_parser)
+            choice.why["tools"] = "--tool-call-parser"
+        return choice
+
+    def _auto_parsers(self) -> ParserChoice | None:
+        if self.template is None:
+            return None
+        try:
+            from app.autodetect import choose_parsers
+        except ImportError:  # auto-detection not available
+            return None
+        return choose_parsers(self.template.source)
+
+    # ------------------------------------------------------------------ per request helpers
+
+    async def ready_backend(self) -> Backend:
+        if not self._prepared:
+            try:
+                await self.prepare()
+            except httpx.HTTPError as exc:
+                raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
+                               code="backend_unreachable") from exc
+        assert self.backend is not None
+        return self.backend
+
+    def require_template(self) -> ChatTemplate:
+        if self.template is None:
+            raise APIError(500, "no chat template: pass --chat-template (the backend does not publish one)",
+                           "server_error", code="no_chat_template")
+        return self.template
+
+    def marker_tokens(self, tools_active: bool) -> tuple[str, ...]:
+        """Marker strings the backend must keep as text for the active parsers."""
+        markers: list[str] = []
+        if self.parsers.reasoning:
+            markers += reasoning_detector_class(self.parsers.reasoning).markers()
+        if tools_active and self.parsers.tools:
+            markers += tool_detector_class(self.parsers.tools).markers
+        return tuple(dict.fromkeys(m for m in markers if m))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.settings.backend,
+            "backend_type": self.backend.kind if self.backend else None,
+            "model": self.model_name,
+            "reasoning_parser": self.parsers.reasoning,
+            "tool_call_parser": self.parsers.tools,
+            "template": self.template.name if self.template else None,
+        }
+
+
+def render_error(exc: TemplateError) -> APIError:
+    return APIError(400, f"chat template rejected the request: {exc}", code="template_error")

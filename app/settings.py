@@ -1,0 +1,82 @@
+"""Settings: every ``toolwire serve`` flag, also readable from a ``TOOLWIRE_*`` environment variable.
+
+Precedence: command-line flag > environment variable > default. Lists (``TOOLWIRE_API_KEY``)
+are comma-separated in the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+BackendType = Literal["vllm", "llamacpp", "openai"]
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TOOLWIRE_", extra="ignore")
+
+    # backend
+    backend: str | None = Field(None, description="base URL of the raw-completion backend, e.g. http://vllm:8000")
+    backend_type: BackendType | None = Field(
+        None, description="vllm | llamacpp | openai (default: detected by probing the backend)")
+    backend_api_key: SecretStr | None = Field(None, description="bearer token sent to the backend (never logged)")
+    local_model: Path | None = Field(None, description="start a managed llama-server on this GGUF file")
+    llama_server: Path | None = Field(None, description="llama-server binary for --local-model (default: cache, PATH)")
+    local_ctx: int = Field(4096, description="context size of the managed llama-server")
+    local_threads: int | None = Field(None, description="threads of the managed llama-server (default: all cores)")
+
+    # model and parsing
+    model: str | None = Field(None, description="model name served on /v1/models (default: the backend's)")
+    chat_template: Path | None = Field(
+        None, description="a .jinja file, tokenizer_config.json or model directory (llama.cpp default: GET /props)")
+    reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), or auto")
+    tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), or auto")
+    reasoning_field: ReasoningField = Field(
+        "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
+    hold_tool_calls: bool = Field(
+        False, description="deliver each streamed tool call whole, once complete (never a partial call)")
+
+    # HTTP edge
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8000, description="port to listen on")
+    workers: int = Field(1, ge=1, description="uvicorn worker processes")
+    api_key: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="accepted bearer API key on /v1/* (repeatable; env: comma-separated)")
+    api_keys_file: Path | None = Field(None, description="file with one accepted API key per line")
+    metrics_open: bool = Field(False, description="serve /metrics without an API key")
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="allowed CORS origins (default: CORS off)")
+
+    # robustness
+    connect_timeout: float = Field(10.0, gt=0, description="seconds to connect to the backend")
+    read_timeout: float = Field(300.0, gt=0, description="seconds of backend silence before a stream is failed")
+    retries: int = Field(2, ge=0, description="retries of a backend request before its first byte (safe errors only)")
+    max_concurrency: int | None = Field(None, ge=1, description="concurrent requests; beyond it answer 429")
+    max_body_bytes: int = Field(4_000_000, ge=1024, description="largest accepted request body")
+    max_messages: int = Field(2048, ge=1, description="most messages in one request")
+    max_tools: int = Field(256, ge=1, description="most tools in one request")
+    max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
+    max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    shutdown_grace: float = Field(10.0, ge=0, description="seconds to drain in-flight streams on shutdown")
+
+    # logs
+    log_level: str = Field("info", description="debug | info | warning | error")
+    log_content: bool = Field(False, description="log prompt and completion text (debug only)")
+
+    @field_validator("api_key", "cors_origins", mode="before")
+    @classmethod
+    def _split_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    def accepted_keys(self) -> list[str]:
+        keys = list(self.api_key)
+        if self.api_keys_file is not None:
+            lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        return keys

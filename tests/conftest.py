@@ -1,0 +1,48 @@
+"""Shared fixtures: scripted backends, the proxy on a real port, an ``openai`` SDK client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.proxy_server import ProxyServer
+from tests.scripted_backend import ScriptedBackend
+
+TEMPLATES = Path(__file__).parent / "data" / "templates"
+QWEN3_TEMPLATE = TEMPLATES / "Qwen-Qwen3-0.6B.jinja"
+
+
+@pytest.fixture
+def backend_factory() -> Iterator[Callable[..., ScriptedBackend]]:
+    started: list[ScriptedBackend] = []
+
+    def make(kind: str = "vllm", **kwargs: Any) -> ScriptedBackend:
+        backend = ScriptedBackend(kind, **kwargs).start()
+        started.append(backend)
+        return backend
+
+    yield make
+    for backend in started:
+        backend.stop()
+
+
+@pytest.fixture
+def proxy_factory() -> Iterator[Callable[..., ProxyServer]]:
+    started: list[ProxyServer] = []
+
+    def make(**settings: Any) -> ProxyServer:
+        proxy = ProxyServer(**settings).start()
+        started.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in started:
+        proxy.stop()
+
+
+def client_for(proxy: ProxyServer, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=api_key, max_retries=0, timeout=30, **kwargs)

@@ -1,0 +1,52 @@
+"""Run the toolwire app on a real loopback port, in a background thread, for HTTP tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from app.server import create_app
+from app.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ProxyServer:
+    def __init__(self, **settings: Any) -> None:
+        settings.setdefault("port", free_port())
+        settings.setdefault("retries", 0)
+        self.settings = Settings(**settings)
+        self.app = create_app(self.settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.settings.port, log_level="warning",
+                                lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.port}"
+
+    @property
+    def runtime(self) -> Any:
+        return self.app.state.runtime
+
+    def start(self) -> "ProxyServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("proxy did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

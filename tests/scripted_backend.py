@@ -1,0 +1,253 @@
+"""A scripted raw-completion backend: a tiny HTTP/1.1 server of ours that streams a given
+completion the way vLLM (``/v1/completions``), a generic OpenAI completions API, or llama-server
+(``/completion``) does — and that can misbehave on purpose (error status, drop, stall, garbage).
+
+It records every request body it receives and when each client connection went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Script:
+    """What the backend answers to one generation request."""
+
+    pieces: list[str] = field(default_factory=lambda: ["Hello", "!"])
+    finish: str = "stop"  # "stop" | "length"
+    prompt_tokens: int = 7
+    delay: float = 0.0  # seconds between pieces
+    status: int = 200
+    error_message: str = "backend says no"
+    fault: str | None = None  # "drop" | "stall" | "garbage" | "bad_line" | "no_finish" | "error_event"
+    fault_after: int = 0  # pieces sent before the fault
+    stall_seconds: float = 30.0
+    connect_delay: float = 0.0  # seconds before the response head is sent
+
+
+@dataclass
+class Seen:
+    path: str
+    body: dict[str, Any]
+    opened: float
+    closed: float | None = None
+
+
+class ScriptedBackend:
+    def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
+                 bos_token: str = "", eos_token: str = "", adds_bos: bool = False) -> None:
+        self.kind = kind
+        self.model = model
+        self.chat_template = chat_template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.adds_bos = adds_bos
+        self.scripts: list[Script] = []
+        self.default = Script()
+        self.responder: Callable[[dict[str, Any]], Script] | None = None
+        self.seen: list[Seen] = []
+        self.healthy = True
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ control
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def script(self, *scripts: Script) -> None:
+        """Answer the next generation requests with these scripts, in order (then the default)."""
+        self.scripts.extend(scripts)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion")]
+
+    def start(self) -> "ScriptedBackend":
+        ready = threading.Event()
+
+        def run() -> None:
+            self._loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loop)
+            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+            self.port = self._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+
+        async def shutdown() -> None:
+            assert self._server is not None
+            self._server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                length = int(headers.get("content-length", "0"))
+                raw = await reader.readexactly(length) if length else b""
+                body = json.loads(raw) if raw else {}
+                keep = await self._route(method, path, body, reader, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            try:
+                writer.close()
+            except RuntimeError:
+                pass
+
+    async def _send_json(self, writer: asyncio.StreamWriter, status: int, payload: Any) -> bool:
+        data = json.dumps(payload).encode()
+        writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                     .encode() + data)
+        await writer.drain()
+        return True
+
+    async def _route(self, method: str, path: str, body: dict[str, Any], reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter) -> bool:
+        if method == "GET" and path == "/health":
+            return await self._send_json(writer, 200 if self.healthy else 503, {"status": "ok"})
+        if method == "GET" and path == "/v1/models":
+            owner = "vllm" if self.kind == "vllm" else ("llamacpp" if self.kind == "llamacpp" else "someone")
+            return await self._send_json(writer, 200, {"object": "list", "data": [
+                {"id": self.model, "object": "model", "owned_by": owner}]})
+        if method == "GET" and path == "/props" and self.kind == "llamacpp":
+            return await self._send_json(writer, 200, {
+                "default_generation_settings": {}, "chat_template": self.chat_template or "",
+                "bos_token": self.bos_token, "eos_token": self.eos_token})
+        if method == "POST" and path == "/tokenize" and self.kind == "llamacpp":
+            return await self._send_json(writer, 200, {"tokens": [1] if self.adds_bos else []})
+        generation = {"vllm": "/v1/completions", "openai": "/v1/completions", "llamacpp": "/completion"}[self.kind]
+        if method == "POST" and path in (generation, "/v1/completions"):
+            seen = Seen(path, body, time.monotonic())
+            self.seen.append(seen)
+            script = self.scripts.pop(0) if self.scripts else (self.responder(body) if self.responder else self.default)
+            await self._stream(script, path, body, reader, writer, seen)
+            return False
+        return await self._send_json(writer, 404, {"error": {"message": "not found"}})
+
+    async def _stream(self, script: Script, path: str, body: dict[str, Any], reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, seen: Seen) -> None:
+        if script.connect_delay:
+            await asyncio.sleep(script.connect_delay)
+        if script.status != 200:
+            await self._send_json(writer, script.status, {"error": {"message": script.error_message,
+                                                                     "type": "BadRequestError"}})
+            return
+        watcher = asyncio.ensure_future(reader.read(1))  # EOF = the client went away
+
+        def closed() -> bool:
+            return watcher.done()
+
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        llama = path == "/completion"
+        try:
+            for i, piece in enumerate(script.pieces):
+                if script.fault and i == script.fault_after:
+                    await self._fault(script, writer)
+                    return
+                event = self._piece_event(llama, piece, i)
+                await self._chunk(writer, event)
+                if script.delay:
+                    try:
+                        await asyncio.wait_for(asyncio.shield(watcher), script.delay)
+                    except asyncio.TimeoutError:
+                        pass
+                if closed():
+                    return
+            if script.fault and script.fault_after >= len(script.pieces):
+                await self._fault(script, writer)
+                return
+            for event in self._final_events(llama, script, len(script.pieces)):
+                await self._chunk(writer, event)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, RuntimeError):
+            pass
+        finally:
+            if closed() or writer.is_closing():
+                seen.closed = time.monotonic()
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(watcher), 0.5)
+                    seen.closed = time.monotonic()
+                except asyncio.TimeoutError:
+                    pass
+            watcher.cancel()
+
+    async def _chunk(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+
+    async def _fault(self, script: Script, writer: asyncio.StreamWriter) -> None:
+        if script.fault == "drop":
+            writer.transport.abort()
+        elif script.fault == "stall":
+            await asyncio.sleep(script.stall_seconds)
+        elif script.fault == "garbage":
+            await self._chunk(writer, b"data: {not json at all\n\n")
+        elif script.fault == "bad_line":
+            await self._chunk(writer, b"data: [1, 2, 3]\n\n")
+        elif script.fault == "error_event":
+            await self._chunk(writer, b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        elif script.fault == "no_finish":
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    def _piece_event(self, llama: bool, piece: str, i: int) -> bytes:
+        if llama:
+            payload = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
+                       "tokens_predicted": i + 1, "tokens_evaluated": 7}
+        else:
+            payload = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
+                       "choices": [{"index": 0, "text": piece, "logprobs": None, "finish_reason": None,
+                                    "stop_reason": None}], "usage": None}
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    def _final_events(self, llama: bool, script: Script, n: int) -> list[bytes]:
+        if llama:
+            payload = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0,
+                       "stop_type": "limit" if script.finish == "length" else "eos", "tokens_predicted": n,
+                       "tokens_evaluated": script.prompt_tokens, "timings": {"cache_n": 0, "prompt_n": 7}}
+            return [b"data: " + json.dumps(payload).encode() + b"\n\n"]
+        finish = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
+                  "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": script.finish,
+                               "stop_reason": None}], "usage": None}
+        usage = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
+                 "choices": [], "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": n,
+                                          "total_tokens": script.prompt_tokens + n}}
+        return [b"data: " + json.dumps(finish).encode() + b"\n\n", b"data: " + json.dumps(usage).encode() + b"\n\n",
+                b"data: [DONE]\n\n"]
