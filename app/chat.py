@@ -26,7 +26,7 @@ from app.errors import APIError, BackendError, bad_request
 from app.openai_stream import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
 from app.protocol import ChatCompletionRequest, NamedToolChoice
 from app.runtime import Runtime, render_error
-from parsers import FunctionCallParser, ReasoningParser, ResponseParser, fold
+from parsers import ResponseParser, build_response_parser, fold
 from parsers.events import Event
 from parsers.fold import CallHolder
 
@@ -124,12 +124,8 @@ def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
 
 
 def build_parser(plan: ChatPlan, runtime: Runtime) -> ResponseParser:
-    tools = FunctionCallParser(plan.tools, runtime.parsers.tools) if plan.parse_tools else None
-    reasoning = None
-    if runtime.parsers.reasoning:
-        stops = tools.detector.start_markers if tools is not None else ()
-        reasoning = ReasoningParser(runtime.parsers.reasoning, prompt=plan.prompt, stop_markers=stops)
-    return ResponseParser(reasoning, tools)
+    tool_parser = runtime.parsers.tools if plan.parse_tools else None
+    return build_response_parser(plan.tools, tool_parser, runtime.parsers.reasoning, plan.prompt)
 
 
 def generation_request(plan: ChatPlan, runtime: Runtime) -> GenerationRequest:

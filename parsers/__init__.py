@@ -16,12 +16,13 @@ from parsers.registry import (
     reasoning_parser_names,
     tool_parser_names,
 )
-from parsers.response import ResponseParser
+from parsers.response import ResponseParser, build_response_parser
 from parsers.tools import ToolSpec, to_specs
 
 __all__ = [
     "CallArgs", "CallEnd", "CallStart", "Content", "Event", "FoldedCall", "FoldedMessage",
     "FunctionCallParser", "Reasoning", "ReasoningDetector", "ReasoningParser", "ResponseParser",
-    "ToolCallDetector", "ToolCallItem", "ToolSpec", "UnknownParserError", "canonical_reasoning_parser",
+    "ToolCallDetector", "ToolCallItem", "ToolSpec", "UnknownParserError", "build_response_parser",
+    "canonical_reasoning_parser",
     "canonical_tool_parser", "fold", "reasoning_parser_names", "to_specs", "tool_parser_names",
 ]

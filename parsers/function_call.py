@@ -37,6 +37,8 @@ class ToolCallDetector:
     markers: ClassVar[tuple[str, ...]] = ()
     #: whether whitespace next to a call belongs to the markup rather than to the content
     trim_around_calls: ClassVar[bool] = True
+    #: the format also carries reasoning (the program writes it); no reasoning parser runs before it
+    handles_reasoning: ClassVar[bool] = False
 
     def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         self.tools = tuple(tools)
@@ -44,6 +46,9 @@ class ToolCallDetector:
 
     def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
         raise NotImplementedError
+
+    def prepare(self, prompt: str | None) -> None:
+        """Formats with ``handles_reasoning`` learn their start state from the rendered prompt here."""
 
     def has_tool_call(self, text: str) -> bool:
         return any(m in text for m in self.start_markers)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from parsers.events import Content, Event
 from parsers.function_call import FunctionCallParser
 from parsers.reasoning import ReasoningParser
@@ -35,3 +38,23 @@ class ResponseParser:
         if final:
             out.extend(self.tools.end(truncated))
         return out
+
+
+def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | None, reasoning_parser: str | None,
+                          prompt: str | None = None) -> ResponseParser:
+    """The parser chain for one response.
+
+    ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
+    parsed). A tool format that also carries reasoning (``handles_reasoning``, e.g. Harmony) gets
+    the raw output itself, with the prompt, and the reasoning parser is not chained before it.
+    Otherwise the reasoning parser ends reasoning at any of the tool format's start markers.
+    """
+    calls = FunctionCallParser(tools, tool_parser) if tool_parser else None
+    if calls is not None and calls.detector.handles_reasoning:
+        calls.detector.prepare(prompt)
+        return ResponseParser(None, calls)
+    reasoning = None
+    if reasoning_parser:
+        stops = calls.detector.start_markers if calls is not None else ()
+        reasoning = ReasoningParser(reasoning_parser, prompt=prompt, stop_markers=stops)
+    return ResponseParser(reasoning, calls)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parsers import FunctionCallParser, ReasoningParser, ResponseParser
+from parsers import ResponseParser, build_response_parser
 from parsers.registry import reasoning_detector_class, tool_detector_class
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -39,6 +39,8 @@ class Case:
     reasoning: str = ""
     calls: list[tuple[str, str, str | None]] = field(default_factory=list)
     markers_allowed: bool = False  # malformed output passed through: markers may appear in content
+    # tools offered (OpenAI format); a file sets them with top-level ``tools_json = '''[...]'''``,
+    # a case overrides with its own ``tools_json``
     tools: list[dict[str, Any]] = field(default_factory=lambda: DEFAULT_TOOLS)
 
     @property
@@ -54,12 +56,7 @@ class Case:
         return tuple(dict.fromkeys(m for m in found if m))
 
     def make_parser(self) -> ResponseParser:
-        reasoning = None
-        if self.reasoning_parser:
-            stops = tool_detector_class(self.tool_parser).start_markers if self.tool_parser else ()
-            reasoning = ReasoningParser(self.reasoning_parser, prompt=self.prompt, stop_markers=stops)
-        tools = FunctionCallParser(self.tools, self.tool_parser) if self.tool_parser else None
-        return ResponseParser(reasoning, tools)
+        return build_response_parser(self.tools, self.tool_parser, self.reasoning_parser, self.prompt)
 
     def expected(self) -> dict[str, Any]:
         return {
@@ -78,6 +75,7 @@ def load_cases() -> list[Case]:
     cases: list[Case] = []
     for path in sorted(FIXTURES.glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+        file_tools = json.loads(data["tools_json"]) if "tools_json" in data else DEFAULT_TOOLS
         for raw in data.get("case", []):
             calls = [(c["name"], c.get("arguments", "{}"), c.get("id")) for c in raw.get("calls", [])]
             cases.append(
@@ -93,6 +91,7 @@ def load_cases() -> list[Case]:
                     reasoning=raw.get("reasoning", ""),
                     calls=calls,
                     markers_allowed=raw.get("markers_allowed", False),
+                    tools=json.loads(raw["tools_json"]) if "tools_json" in raw else file_tools,
                 )
             )
     return cases

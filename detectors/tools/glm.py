@@ -1,0 +1,32 @@
+"""GLM-4.5 / 4.6 / 4.7 / 5 tool calls: the name, then key/value tag pairs.
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+GLM-4.7 writes the same without newlines (``<tool_call>get_weather<arg_key>city</arg_key>…``).
+Values are typed by the tool's JSON schema (objects/arrays/numbers as JSON, strings as written).
+"""
+
+from __future__ import annotations
+
+from parsers.core.programs import xml_calls
+from parsers.core.xmlcall import XmlArgs, XmlCallShape
+from parsers.function_call import ToolCallDetector
+
+SHAPE = XmlCallShape(
+    name_end=("\n", "<arg_key>", "</tool_call>"),
+    call_end="</tool_call>",
+    args=XmlArgs("<arg_key>", "</arg_key>", "</arg_value>", value_start="<arg_value>"),
+)
+
+
+class Glm45(ToolCallDetector):
+    start_markers = ("<tool_call>",)
+    markers = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+    body = xml_calls("<tool_call>", SHAPE)
+
+
+class Glm47(Glm45):
+    """GLM-4.7: the compact spelling of the same format."""

@@ -1,0 +1,44 @@
+"""Qwen3-Coder / Qwen3.5 XML tool calls (also Nemotron-3-Nano, Step-3.5):
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Paris
+    </parameter>
+    </function>
+    </tool_call>
+
+One newline after an opening tag and one before a closing tag belong to the markup. Parameter
+values are typed by the tool's JSON schema. A bare ``<function=…>`` without the wrapper is accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.program import Out
+from parsers.core.sections import marker_calls
+from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.function_call import ToolCallDetector
+
+TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
+SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
+                     args=XmlArgs("<parameter=", ">", "</parameter>", trim_newline=True))
+
+
+def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+    if marker == TOOL_CALL:
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(FUNCTION)):
+            return False
+    if not (yield from xml_call(SHAPE, detector.tools_by_name, cur, out)):
+        return False
+    return marker != TOOL_CALL or (yield from cur.closing(TOOL_CALL_END))
+
+
+class Qwen3Coder(ToolCallDetector):
+    start_markers = (TOOL_CALL, FUNCTION)
+    markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
+    body = marker_calls((TOOL_CALL, FUNCTION), _parse)

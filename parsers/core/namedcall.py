@@ -1,0 +1,57 @@
+"""Tool calls written as a name between markers followed by a JSON arguments object.
+
+    <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>                          (DeepSeek V3.1)
+    <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{…}\\n```<｜tool▁call▁end｜>   (DeepSeek V3)
+    <|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{…}<|tool_call_end|>    (Kimi K2)
+    <function=NAME>{…}</function>                                                       (Functionary v3.1)
+
+The arguments stream through as written. ``split_id`` turns the text before ``name_end`` into
+``(name, call id)`` for formats whose call header carries an id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+from parsers.core.cursor import Cursor
+from parsers.core.jsoncall import json_args_object
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+
+
+@dataclass(frozen=True)
+class NamedJsonShape:
+    name_end: str
+    call_end: str = ""  # "" when the arguments object ends the call
+    type_sep: str | None = None  # text up to this marker is the call's type ("function"), ignored
+    fence: bool = False  # arguments wrapped in a ```json … ``` fence
+    split_id: Callable[[str], tuple[str, str | None]] | None = None
+    name_limit: int = 256
+
+
+def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
+                    stop: MarkerSet | None = None) -> Generator[None, None, bool]:
+    """Read one call after its opening marker, up to and including ``call_end``."""
+    if shape.type_sep:
+        _, term = yield from cur.read_until(MarkerSet((shape.type_sep,)), limit=64)
+        if term is None:
+            return False
+    text, term = yield from cur.read_until(MarkerSet((shape.name_end,)), limit=shape.name_limit)
+    if term is None:
+        return False
+    name, call_id = shape.split_id(text.strip()) if shape.split_id else (text.strip(), None)
+    if not name:
+        return False
+    out.calls.header(name, call_id)
+    if shape.fence:
+        yield from cur.skip_ws()
+        if (yield from cur.match(("```json", "```"))) is None:
+            return False
+    if not (yield from json_args_object(cur, out, stop)):
+        return False
+    if shape.fence and not (yield from cur.closing("```")):
+        return False
+    if shape.call_end:
+        return (yield from cur.closing(shape.call_end))
+    return True
