@@ -34,49 +34,62 @@ class ReasoningDetector:
     """A reasoning format. Most subclasses only set the class attributes."""
 
     start: ClassVar[tuple[str, ...]] = ("<think>",)
-    end: ClassVar[str] = "</think>"
+    #: marker(s) that close the block; the first is the canonical one
+    end: ClassVar[str | tuple[str, ...]] = "</think>"
+    #: markers wrapping the answer after reasoning (e.g. ``<response>``…``</response>``); dropped from content
+    content_markup: ClassVar[tuple[str, ...]] = ()
     force_reasoning: ClassVar[bool] = False  # output starts inside reasoning unless the prompt says otherwise
+
+    @classmethod
+    def ends(cls) -> tuple[str, ...]:
+        return (cls.end,) if isinstance(cls.end, str) else tuple(cls.end)
 
     @classmethod
     def markers(cls) -> tuple[str, ...]:
         """Every marker string of the format (for leak checks and backend token preservation)."""
-        return (*cls.start, cls.end)
+        return (*cls.start, *cls.ends(), *cls.content_markup)
 
     def initial_state(self, prompt: str | None) -> bool | None:
         """Inside reasoning (True), outside (False) or unknown (None), judged from the prompt's tail."""
         if not prompt:
             return None
         tail = prompt.rstrip()
-        if any(tail.endswith(s) for s in self.start):
+        if any(tail.endswith(s.rstrip()) for s in self.start):
             return True
-        if tail.endswith(self.end):
+        if any(tail.endswith(e.rstrip()) for e in self.ends()):
             return False
         return None
 
     def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
-        """The program: optional start marker at the very beginning, reasoning up to the end marker
-        (or a stop marker, which passes through as normal text), then normal text."""
+        """The program: optional start marker at the very beginning, reasoning up to an end marker
+        (or a stop marker, which passes through as normal text), then normal text with the
+        content markup removed."""
         starts = tuple(self.start)
-        ends = MarkerSet((self.end, *stop_markers))
-        end = self.end
+        ends = self.ends()
+        # an answer wrapper (content markup) or a tool-call start also ends the reasoning block
+        closing = MarkerSet((*ends, *stop_markers, *self.content_markup))
+        markup = MarkerSet(self.content_markup) if self.content_markup else None
 
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             lead: list[str] = []
             yield from cur.skip_ws(lead.append)
             opened = (yield from cur.match(starts)) is not None
-            if not (opened or in_reasoning):
+            if opened or in_reasoning:
+                marker = yield from cur.until(closing, out.reasoning.write)
+                out.reasoning.drop_held()
+                if marker is None:
+                    return
+                if marker in ends:
+                    out.content.strip_next()
+                elif markup is None or marker not in markup:
+                    out.content.write(marker)
+            else:
                 out.content.write("".join(lead))
+            if markup is None:
                 yield from cur.rest(out.content.write)
                 return
-            marker = yield from cur.until(ends, out.reasoning.write)
-            out.reasoning.drop_held()
-            if marker is None:
-                return
-            if marker == end:
-                out.content.strip_next()
-            else:
-                out.content.write(marker)
-            yield from cur.rest(out.content.write)
+            while (yield from cur.until(markup, out.content.write)) is not None:
+                pass
 
         return program
 

@@ -1,15 +1,30 @@
-"""``<think>…</think>`` reasoning (Qwen3, QwQ, DeepSeek-R1 and many more).
+"""``<think>…</think>`` reasoning, as written by many model families.
 
-* ``qwen3`` — the model opens ``<think>`` itself unless the prompt already did; with thinking
-  disabled the template closes an empty block in the prompt.
-* ``qwen3-thinking`` — Qwen3 thinking-only models (2507): the template opens ``<think>`` in the
-  prompt, so output starts inside reasoning.
-* ``deepseek-r1`` — DeepSeek-R1 and its distills: output starts inside reasoning (the template
-  prefills ``<think>\\n``); text before ``</think>`` is reasoning.
+The rendered prompt decides the start state when it is known (a template that opens ``<think>``
+in the generation prompt starts the output inside reasoning; one that closes an empty block
+starts outside). The ``force_reasoning`` defaults below apply when the prompt is not known.
+
+| name                   | models                                   | starts inside by default |
+|------------------------|------------------------------------------|--------------------------|
+| qwen3                  | Qwen3 hybrid, QwQ                        | no                       |
+| qwen3-thinking         | Qwen3 thinking-only (2507)               | yes                      |
+| deepseek-r1            | DeepSeek-R1 and distills                 | yes                      |
+| deepseek-v3            | DeepSeek V3.1+ (chat_template_kwargs.thinking decides via the prompt) | no |
+| glm45                  | GLM-4.5 / 4.6 / 4.7                      | no                       |
+| kimi_k2                | Kimi K2 Thinking                         | no                       |
+| minimax                | MiniMax-M1 / M2                          | yes                      |
+| minimax-append-think   | MiniMax-M2, reasoning kept inline        | (no split: see class)    |
+| step3                  | StepFun Step-3                           | yes                      |
+| nemotron_3             | NVIDIA Nemotron 3 Nano                   | no                       |
+| interns1               | Intern-S1                                | no                       |
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator, Iterable
+
+from parsers.core.cursor import Cursor
+from parsers.core.program import Out, ProgramBody
 from parsers.reasoning import ReasoningDetector
 
 
@@ -24,3 +39,47 @@ class Qwen3Thinking(Qwen3):
 
 class DeepSeekR1(Qwen3):
     force_reasoning = True
+
+
+class DeepSeekV3(Qwen3):
+    """V3.1 hybrid: the template appends ``<think>`` (thinking) or ``</think>`` (not) to the prompt."""
+
+
+class Glm45(Qwen3):
+    pass
+
+
+class KimiK2(Qwen3):
+    pass
+
+
+class Minimax(Qwen3):
+    force_reasoning = True
+
+
+class MinimaxAppendThink(Qwen3):
+    """MiniMax-M2 with reasoning left in the content: the generation prompt opened ``<think>``, so
+    the content is ``<think>`` + the output, verbatim (clients that render think blocks expect it)."""
+
+    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
+        def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
+            out.content.write(self.start[0])
+            yield from cur.rest(out.content.write)
+
+        return program
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        return ()
+
+
+class Step3(Qwen3):
+    force_reasoning = True
+
+
+class Nemotron3(Qwen3):
+    pass
+
+
+class InternS1(Qwen3):
+    pass

@@ -218,6 +218,10 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
             parts: list[str] = []
             if (yield from cur.until(value_end, parts.append)) is None:
                 return False
-            args.raw(convert_value("".join(parts), kind))
+            text = "".join(parts)
+            if a.trim_newline:
+                text = text[1:] if text.startswith("\n") else text
+                text = text[:-1] if text.endswith("\n") else text
+            args.raw(convert_value(text, kind))
     args.close()
     return True

@@ -1,0 +1,13 @@
+"""Gemma 4 reasoning: the thought channel ``<|channel>thought\\n … <channel|>``.
+
+With thinking off the template closes an empty channel in the prompt (``<|channel>thought\\n<channel|>``);
+with thinking on the model opens it."""
+
+from __future__ import annotations
+
+from parsers.reasoning import ReasoningDetector
+
+
+class Gemma4(ReasoningDetector):
+    start = ("<|channel>thought", "<|channel>")
+    end = "<channel|>"

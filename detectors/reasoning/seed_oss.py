@@ -1,0 +1,10 @@
+"""ByteDance Seed-OSS reasoning: ``<seed:think> … </seed:think>``."""
+
+from __future__ import annotations
+
+from parsers.reasoning import ReasoningDetector
+
+
+class SeedOss(ReasoningDetector):
+    start = ("<seed:think>",)
+    end = "</seed:think>"
