@@ -39,6 +39,9 @@ class ReasoningDetector:
     #: markers wrapping the answer after reasoning (e.g. ``<response>``…``</response>``); dropped from content
     content_markup: ClassVar[tuple[str, ...]] = ()
     force_reasoning: ClassVar[bool] = False  # output starts inside reasoning unless the prompt says otherwise
+    #: a tool-call start marker inside an open block ends it (most models); formats whose block is
+    #: delimited by control tokens keep such text as reasoning
+    tool_calls_end_reasoning: ClassVar[bool] = True
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -56,7 +59,7 @@ class ReasoningDetector:
         tail = prompt.rstrip()
         if any(tail.endswith(s.rstrip()) for s in self.start):
             return True
-        if any(tail.endswith(e.rstrip()) for e in self.ends()):
+        if any(tail.endswith(e.rstrip()) for e in (*self.ends(), *self.content_markup)):
             return False
         return None
 
@@ -67,7 +70,8 @@ class ReasoningDetector:
         starts = tuple(self.start)
         ends = self.ends()
         # an answer wrapper (content markup) or a tool-call start also ends the reasoning block
-        closing = MarkerSet((*ends, *stop_markers, *self.content_markup))
+        stops = tuple(stop_markers) if self.tool_calls_end_reasoning else ()
+        closing = MarkerSet((*ends, *stops, *self.content_markup))
         markup = MarkerSet(self.content_markup) if self.content_markup else None
 
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
@@ -76,9 +80,9 @@ class ReasoningDetector:
             opened = (yield from cur.match(starts)) is not None
             if opened or in_reasoning:
                 marker = yield from cur.until(closing, out.reasoning.write)
-                out.reasoning.drop_held()
-                if marker is None:
+                if marker is None:  # cut off inside reasoning: its text stays as written
                     return
+                out.reasoning.drop_held()
                 if marker in ends:
                     out.content.strip_next()
                 elif markup is None or marker not in markup:

@@ -5,7 +5,8 @@
     V3.2:     <｜DSML｜function_calls><｜DSML｜invoke name="NAME"><｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>…</｜DSML｜invoke></｜DSML｜function_calls>
     V4:       the same DSML inside <｜DSML｜tool_calls>; V4.1 spells the tags with a space (<｜DSML｜ calls>, <｜DSML｜ invoke …>)
 
-DSML values marked ``string="false"`` are JSON (typed by the schema when it says more).
+DSML values marked ``string="false"`` are JSON (typed by the schema when it says more). A
+zero-argument invoke may be self-closing (``<｜DSML｜invoke name="x"/>``).
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ class DeepSeekV31(ToolCallDetector):
 
 def _dsml(prefix: str) -> XmlCallShape:
     return XmlCallShape(
-        name_end=('">',), call_end=f"</{prefix}invoke>",
+        name_end=('">',), call_end=f"</{prefix}invoke>", self_closing='"/>',
         args=XmlArgs(f'<{prefix}parameter name="', '"', f"</{prefix}parameter>", attributes=True,
-                     string_attribute="string"))
+                     string_attribute="string", value_breaks=(f"</{prefix}invoke>",)))
 
 
 DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "

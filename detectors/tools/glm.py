@@ -6,7 +6,9 @@
     </tool_call>
 
 GLM-4.7 writes the same without newlines (``<tool_call>get_weather<arg_key>city</arg_key>…``).
-Values are typed by the tool's JSON schema (objects/arrays/numbers as JSON, strings as written).
+Values are typed by the tool's JSON schema (objects/arrays/numbers as JSON, strings as written);
+a last value whose ``</arg_value>`` is missing ends at a ``</tool_call>`` that closes the output
+or precedes the next call (elsewhere that text is part of the value).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from parsers.function_call import ToolCallDetector
 SHAPE = XmlCallShape(
     name_end=("\n", "<arg_key>", "</tool_call>"),
     call_end="</tool_call>",
-    args=XmlArgs("<arg_key>", "</arg_key>", "</arg_value>", value_start="<arg_value>"),
+    args=XmlArgs("<arg_key>", "</arg_key>", "</arg_value>", value_start="<arg_value>",
+                 value_breaks=("</tool_call>",), value_break_follow=("\n", "<tool_call>")),
 )
 
 

@@ -15,7 +15,8 @@ from parsers.function_call import ToolCallDetector
 
 SECTION = ("<minimax:tool_call>", "</minimax:tool_call>")
 SHAPE = XmlCallShape(name_end=('">',), call_end="</invoke>",
-                     args=XmlArgs('<parameter name="', '">', "</parameter>"))
+                     args=XmlArgs('<parameter name="', '">', "</parameter>",
+                                  value_breaks=("\n<parameter name=", "</invoke>")))
 
 
 class MinimaxM2(ToolCallDetector):

@@ -9,7 +9,10 @@
     </tool_call>
 
 One newline after an opening tag and one before a closing tag belong to the markup. Parameter
-values are typed by the tool's JSON schema. A bare ``<function=…>`` without the wrapper is accepted.
+values are typed by the tool's JSON schema. A closing ``</parameter>`` counts only at a line end
+or before the next tag (mid-line it is text of the value), and a value whose closing tag is
+missing ends at the next ``<parameter=`` or ``</function>`` line. A bare ``<function=…>`` without
+the ``<tool_call>`` wrapper is accepted (its stray ``</tool_call>`` is markup).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
 from parsers.function_call import ToolCallDetector
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
-SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
-                     args=XmlArgs("<parameter=", ">", "</parameter>", trim_newline=True))
+SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
+    "<parameter=", ">", "</parameter>", trim_newline=True, value_end_follow=("\n", "<"),
+    value_breaks=("\n<parameter=", "\n</function>")))
 
 
 def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
@@ -35,7 +39,11 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
             return False
     if not (yield from xml_call(SHAPE, detector.tools_by_name, cur, out)):
         return False
-    return marker != TOOL_CALL or (yield from cur.closing(TOOL_CALL_END))
+    if marker == TOOL_CALL:
+        return (yield from cur.closing(TOOL_CALL_END))
+    yield from cur.skip_ws()
+    yield from cur.match((TOOL_CALL_END,))  # a bare function may still be closed by the wrapper
+    return True
 
 
 class Qwen3Coder(ToolCallDetector):

@@ -128,9 +128,15 @@ class Cursor:
             searched = markers.safe_end(buf, pos + searched) - pos
             yield
 
-    def match(self, literals: tuple[str, ...]) -> Generator[None, None, str | None]:
-        """Consume and return the longest of ``literals`` that the input starts with here, or
-        return ``None`` (consuming nothing) once none can."""
+    def unread(self, n: int) -> None:
+        """Give back the last ``n`` characters just consumed (a marker that turned out to belong
+        to the next step). Only valid right after consuming them, before any ``yield``."""
+        assert 0 <= n <= self.pos
+        self.pos -= n
+
+    def match(self, literals: tuple[str, ...], consume: bool = True) -> Generator[None, None, str | None]:
+        """Return the longest of ``literals`` that the input starts with here (consumed unless
+        ``consume=False``), or ``None`` (consuming nothing) once none can."""
         while True:
             buf, pos = self.buf, self.pos
             rest = len(buf) - pos
@@ -145,7 +151,7 @@ class Cursor:
             if pending and not self.eof:
                 yield
                 continue
-            if best is not None:
+            if best is not None and consume:
                 self.pos = pos + len(best)
             return best
 

@@ -188,7 +188,7 @@ class Program:
             log.error("detector program did not finish at end of stream; passing the rest through")
             self._abandon()
         self.out.content.close()
-        self.out.reasoning.close(keep_trailing=False)
+        self.out.reasoning.close()
         return self.out.take()
 
     def _run(self) -> None:

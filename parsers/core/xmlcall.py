@@ -16,6 +16,7 @@ Every call's fragments concatenate to one JSON object.
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 from collections.abc import Callable, Generator, Mapping
@@ -31,13 +32,22 @@ from parsers.core.program import CallWriter, Out
 class XmlArgs:
     """How one parameter is written."""
 
-    key_start: str  # "<parameter=" | "<arg_key>" | '<parameter name="'
-    key_end: str  # ">" | "</arg_key>" | '">' | '"' (then attributes up to ">")
-    value_end: str  # "</parameter>" | "</arg_value>"
+    key_start: str  # "<parameter=" | "<arg_key>" | '<parameter name="' | "<|open|>argument"
+    key_end: str  # ">" | "</arg_key>" | '">' | '"' (then attributes up to ">") | "<|sep|>"
+    value_end: str  # "</parameter>" | "</arg_value>" | "<|close|>argument<|sep|>"
     value_start: str = ""  # "<arg_value>" where the value has its own opening tag
     attributes: bool = False  # after key_end, attributes run up to ">" (DSML: ` string="true">`)
-    string_attribute: str | None = None  # attribute saying whether the value is a string
+    string_attribute: str | None = None  # attribute saying whether the value is a string (DSML)
+    key_attribute: str | None = None  # the key is this attribute of the text before key_end (K3: key="…")
+    type_attribute: str | None = None  # attribute naming the value's JSON type (K3: type="number")
     trim_newline: bool = False  # strip one newline after the opening and one before the closing tag
+    #: the closing tag counts only when one of these follows it (or the output ends); otherwise it
+    #: is text inside the value (Qwen3.6+: "</parameter>" mid-line is text, "\n</parameter>\n" is markup)
+    value_end_follow: tuple[str, ...] = ()
+    #: markers that end a value whose closing tag is missing; they are left for the next step
+    value_breaks: tuple[str, ...] = ()
+    #: a break counts only when one of these follows it (or the output ends); empty: always
+    value_break_follow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,39 +57,52 @@ class XmlCallShape:
     name_end: tuple[str, ...]  # what ends the name: (">",) | ('">',) | ("\n", "<arg_key>", "</tool_call>")
     call_end: str  # "</function>" | "</invoke>" | "</tool_call>"
     args: XmlArgs
+    name_attribute: str | None = None  # the name is this attribute of the header (K3: tool="…")
+    self_closing: str | None = None  # header ending that also ends the call, without arguments ('"/>')
 
 
-_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
-
-
-def schema_type(schema: Mapping[str, Any] | None) -> str:
-    """The JSON type a parameter schema asks for ('string' when unknown or when string is allowed)."""
+def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
+    """The JSON type a parameter schema asks for, and whether it allows ``null``. The type is
+    ``"string"`` when unknown or when a string is among the allowed types."""
     if not isinstance(schema, Mapping):
-        return "string"
+        return "string", False
     kind = schema.get("type")
     if isinstance(kind, list):
         kinds = [k for k in kind if k != "null"]
-        return "string" if not kinds or "string" in kinds else str(kinds[0])
+        return ("string" if not kinds or "string" in kinds else str(kinds[0])), "null" in kind
     if isinstance(kind, str):
-        return kind
+        return kind, kind == "null"
     for combinator in ("anyOf", "oneOf"):
         options = schema.get(combinator)
         if isinstance(options, list):
-            kinds = [schema_type(o) for o in options if isinstance(o, Mapping) and o.get("type") != "null"]
-            return "string" if not kinds or "string" in kinds else kinds[0]
-    if "enum" in schema and all(isinstance(v, str) for v in schema["enum"]):
-        return "string"
+            subs = [param_kind(o) for o in options if isinstance(o, Mapping)]
+            nullable = any(isinstance(o, Mapping) and o.get("type") == "null" for o in options)
+            kinds = [k for (k, _), o in zip(subs, options) if not (isinstance(o, Mapping) and o.get("type") == "null")]
+            return ("string" if not kinds or "string" in kinds else kinds[0]), nullable or any(n for _, n in subs)
+    if "enum" in schema and isinstance(schema["enum"], list):
+        values = schema["enum"]
+        nullable = None in values
+        if all(isinstance(v, str) or v is None for v in values):
+            return "string", nullable
+        first = next((v for v in values if v is not None), None)
+        return {bool: "boolean", int: "integer", float: "number"}.get(type(first), "string"), nullable
     if "properties" in schema:
-        return "object"
+        return "object", False
     if "items" in schema:
-        return "array"
-    return "string"
+        return "array", False
+    return "string", False
+
+
+def schema_type(schema: Mapping[str, Any] | None) -> str:
+    return param_kind(schema)[0]
 
 
 def convert_value(text: str, kind: str) -> str:
     """JSON text for a non-string parameter value; falls back to a JSON string when it does not
-    parse as the declared type (the model's text is never dropped)."""
+    parse as the declared type (the model's text is never dropped). ``null`` is null."""
     raw = text.strip()
+    if raw in ("null", "None"):
+        return "null"
     try:
         if kind == "integer":
             return json.dumps(int(raw))
@@ -92,8 +115,6 @@ def convert_value(text: str, kind: str) -> str:
             if lowered in ("true", "false"):
                 return lowered
             raise ValueError(raw)
-        if kind == "null" and raw.lower() in ("null", "none"):
-            return "null"
         value = json.loads(raw)
         return json.dumps(value, ensure_ascii=False)
     except (ValueError, OverflowError):
@@ -131,15 +152,21 @@ class ArgsObject:
 
 
 class _StringValue:
-    """Streams one string value, JSON-escaped, optionally trimming one newline at each end."""
+    """Streams one string value, JSON-escaped, optionally trimming one newline at each end.
 
-    __slots__ = ("_emit", "_trim", "_started", "_held")
+    When the parameter may be ``null``, the first characters are held while they could still
+    spell ``null`` (at most four), so a literal ``null`` becomes JSON null and anything else a
+    string — still streamed as it arrives."""
 
-    def __init__(self, emit: Callable[[str], None], trim_newline: bool) -> None:
+    __slots__ = ("_emit", "_trim", "_started", "_held", "_maybe_null", "_opened")
+
+    def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool) -> None:
         self._emit = emit
         self._trim = trim_newline
         self._started = False
         self._held = ""
+        self._maybe_null: str | None = "" if nullable else None
+        self._opened = False
 
     def write(self, text: str) -> None:
         if not text:
@@ -154,32 +181,68 @@ class _StringValue:
                 text, self._held = text[:-1], "\n"
         self._started = True
         if text:
-            self._emit(escape(text))
+            self._out(text)
+
+    def _out(self, text: str) -> None:
+        if self._maybe_null is not None:
+            candidate = self._maybe_null + text
+            if "null".startswith(candidate):
+                self._maybe_null = candidate
+                return
+            self._maybe_null = None
+            text = candidate
+        if not self._opened:
+            self._emit('"')
+            self._opened = True
+        self._emit(escape(text))
+
+    def close(self) -> None:
+        if self._maybe_null == "null":
+            self._emit("null")
+            return
+        if self._maybe_null:
+            self._maybe_null, pending = None, self._maybe_null
+            self._out(pending)
+        if not self._opened:
+            self._emit('"')
+        self._emit('"')
+
+
+_HEADER_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
+
+
+def _attributes(text: str) -> dict[str, str]:
+    return {k: html.unescape(v) for k, v in _HEADER_ATTR.findall(text)}
 
 
 def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Out,
              name: str | None = None) -> Generator[None, None, bool]:
-    """Read one call after its opening marker (the name follows, unless already known)."""
+    """Read one call after its opening marker (the name follows, unless already known),
+    up to and including its ``call_end``."""
     a = shape.args
     params = MarkerSet((a.key_start, shape.call_end))
     pending_key = False
+    ended = False
     if name is None:
-        text, term = yield from cur.read_until(MarkerSet(shape.name_end), limit=256)
-        name = text.strip()
-        if term is None or not name:
+        name_ends = MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ())))
+        text, term = yield from cur.read_until(name_ends, limit=512)
+        if term is None:
+            return False
+        name = _attributes(text).get(shape.name_attribute, "") if shape.name_attribute else text.strip()
+        if not name:
             return False
         pending_key = term == a.key_start
-        ended = term == shape.call_end
-    else:
-        ended = False
+        ended = term in (shape.call_end, shape.self_closing)
     out.calls.header(name)
     args = ArgsObject(out.calls)
     tool = tools.get(name)
     properties = tool.parameters.get("properties", {}) if tool is not None and isinstance(tool.parameters, Mapping) \
         else {}
+    if not isinstance(properties, Mapping):
+        properties = {}
     key_end = MarkerSet((a.key_end,))
     attr_end = MarkerSet((">",))
-    value_end = MarkerSet((a.value_end,))
+    value_ends = MarkerSet((a.value_end, *a.value_breaks))
     while not ended:
         if not pending_key:
             yield from cur.skip_ws()
@@ -189,18 +252,24 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
             if marker == shape.call_end:
                 break
         pending_key = False
-        key, term = yield from cur.read_until(key_end, limit=256)
+        key, term = yield from cur.read_until(key_end, limit=512)
         if term is None:
             return False
+        declared_type = None
+        if a.key_attribute:
+            attrs = _attributes(key)
+            key = attrs.get(a.key_attribute, "")
+            declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
         key = key.strip()
-        kind = schema_type(properties.get(key) if isinstance(properties, Mapping) else None)
+        kind, nullable = param_kind(properties.get(key))
+        if declared_type:
+            kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
         if a.attributes:
-            attrs, term = yield from cur.read_until(attr_end, limit=256)
+            attrs_text, term = yield from cur.read_until(attr_end, limit=512)
             if term is None:
                 return False
             if a.string_attribute:
-                found = dict(_ATTR.findall(attrs))
-                flag = found.get(a.string_attribute)
+                flag = _attributes(attrs_text).get(a.string_attribute)
                 if flag is not None:
                     kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
         if a.value_start:
@@ -209,14 +278,13 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
                 return False
         args.key(key)
         if kind == "string":
-            args.raw('"')
-            value = _StringValue(args.raw, a.trim_newline)
-            if (yield from cur.until(value_end, value.write)) is None:
+            value = _StringValue(args.raw, a.trim_newline, nullable)
+            if not (yield from _read_value(cur, a, value_ends, value.write)):
                 return False
-            args.raw('"')
+            value.close()
         else:
             parts: list[str] = []
-            if (yield from cur.until(value_end, parts.append)) is None:
+            if not (yield from _read_value(cur, a, value_ends, parts.append)):
                 return False
             text = "".join(parts)
             if a.trim_newline:
@@ -225,3 +293,21 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
             args.raw(convert_value(text, kind))
     args.close()
     return True
+
+
+def _read_value(cur: Cursor, a: XmlArgs, ends: MarkerSet, write: Callable[[str], None]) -> Generator[None, None, bool]:
+    """Stream one value up to its closing tag (consumed), or up to a break marker (left unread)."""
+    while True:
+        marker = yield from cur.until(ends, write)
+        if marker is None:
+            return False
+        closing = marker == a.value_end
+        follow_set = a.value_end_follow if closing else a.value_break_follow
+        if follow_set:
+            follow = yield from cur.match(follow_set, consume=False)
+            if follow is None and not (cur.eof and cur.available == 0):
+                write(marker)  # a tag with no structure after it is text of the value
+                continue
+        if not closing:
+            cur.unread(len(marker))
+        return True

@@ -1,0 +1,45 @@
+"""Swiss AI Apertus tool calls: a JSON list of single-key objects, the key being the tool name.
+
+    Let me look that up.<|tools_prefix|>[{"get_weather": {"city": "Bern"}}, {"get_time": {}}]<|tools_suffix|>
+
+Each element is ``{"NAME": {arguments}}``; the arguments stream through as written (a JSON
+string holding the object, as the template renders ``arguments|tojson``, is decoded). A single
+object without the list brackets is accepted. The closing ``<|tools_suffix|>`` may be missing
+where the model itself ended the output (a stop string).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.jsoncall import JsonCallShape, json_call, json_call_list
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.function_call import ToolCallDetector
+
+PREFIX, SUFFIX = "<|tools_prefix|>", "<|tools_suffix|>"
+SHAPE = JsonCallShape(name_keys=(), args_keys=(), nest_keys=(), name_is_key=True)
+_START = MarkerSet((PREFIX,))
+_STOP = MarkerSet((PREFIX, SUFFIX))
+
+
+class Apertus(ToolCallDetector):
+    start_markers = (PREFIX,)
+    markers = (PREFIX, SUFFIX)
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_START, out.content.write)
+            if marker is None:
+                return
+            out.calls.begin(marker)
+            yield from cur.skip_ws()
+            if (yield from cur.peek()) == "{":
+                ok = yield from json_call(cur, out, SHAPE, _STOP)
+                out.calls.end(ok)
+            else:
+                ok = yield from json_call_list(cur, out, SHAPE, _STOP)
+            if ok:
+                yield from cur.closing(SUFFIX)

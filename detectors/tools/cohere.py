@@ -1,0 +1,51 @@
+"""Cohere Command R7B / Command A / Cohere2 tool calls: a JSON list inside an action block.
+
+    <|START_THINKING|>I will look up the weather.<|END_THINKING|><|START_ACTION|>[
+        {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris"}},
+        {"tool_call_id": "1", "tool_name": "get_time", "parameters": {}}
+    ]<|END_ACTION|>
+
+Each element names the tool in ``tool_name`` and holds its arguments in ``parameters``; the
+arguments stream through as written. The model's ``tool_call_id`` ("0", "1", …) is a position
+within one turn, not an id: it is dropped and the server assigns unique ids (the chat templates
+renumber calls by position, so reusing "0" across turns would pair results with the wrong call).
+
+Answers are wrapped in ``<|START_RESPONSE|>…<|END_RESPONSE|>`` (Command R7B) or
+``<|START_TEXT|>…<|END_TEXT|>`` (Command A): those markers are dropped from the content, the text
+between them is content. ``<|START_THINKING|>…<|END_THINKING|>`` belongs to the ``cohere``
+reasoning parser, which runs before this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.jsoncall import JsonCallShape, json_call_list
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.function_call import ToolCallDetector
+
+START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
+#: answer wrappers (R7B, Command A): markup around content, dropped
+TEXT_MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
+SHAPE = JsonCallShape(name_keys=("tool_name", "name"), args_keys=("parameters", "arguments"))
+_OUTER = MarkerSet((START_ACTION, *TEXT_MARKERS))
+_STOP = MarkerSet((START_ACTION, END_ACTION))
+
+
+class Cohere(ToolCallDetector):
+    start_markers = (START_ACTION,)
+    markers = (START_ACTION, END_ACTION, *TEXT_MARKERS)
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_OUTER, out.content.write)
+            if marker is None:
+                return
+            if marker != START_ACTION:
+                continue  # an answer wrapper: markup only
+            out.calls.begin(marker)
+            if (yield from json_call_list(cur, out, SHAPE, _STOP)):
+                yield from cur.closing(END_ACTION)

@@ -1,0 +1,24 @@
+"""FunctionGemma (google/functiongemma-270m-it) tool calls: Gemma's object notation with
+``<escape>`` string delimiters.
+
+    <start_function_call>call:get_current_weather{location:<escape>Tokyo, Japan<escape>}<end_function_call>
+    <start_function_call>call:set_alarm{hour:7,repeat:true,days:[<escape>mon<escape>,<escape>tue<escape>]}<end_function_call>
+
+Parallel calls are one block each. ``<start_function_response>`` is the engine's stop sequence after
+calls; if it is passed through, it is markup.
+"""
+
+from __future__ import annotations
+
+from parsers.core.objnotation import ObjNotationShape, objnotation_calls
+from parsers.function_call import ToolCallDetector
+
+SHAPE = ObjNotationShape(
+    call_start="<start_function_call>", call_end="<end_function_call>", string_delim="<escape>",
+    drop=("<start_function_response>",))
+
+
+class FunctionGemma(ToolCallDetector):
+    start_markers = (SHAPE.call_start,)
+    markers = SHAPE.markers
+    body = objnotation_calls(SHAPE)

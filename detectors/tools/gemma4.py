@@ -1,0 +1,26 @@
+"""Gemma 4 tool calls: Google's object notation between ``<|tool_call>`` and ``<tool_call|>``.
+
+    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>c<|"|>}<tool_call|>
+    <|tool_call>call:create_event{attendees:[{email:<|"|>ana@example.com<|"|>,optional:false}],when:{tz:<|"|>UTC<|"|>}}<tool_call|>
+
+Keys are bare; strings sit between ``<|"|>`` tokens, unescaped (see ``parsers.core.objnotation``).
+Generation stops on ``<|tool_response>`` (or ``<turn|>``, which some checkpoints write in place of
+``<tool_call|>``); if an engine passes either through, it is markup. Text before and after a call is
+content as written (the template renders an assistant's text after its calls).
+"""
+
+from __future__ import annotations
+
+from parsers.core.objnotation import ObjNotationShape, objnotation_calls
+from parsers.function_call import ToolCallDetector
+
+SHAPE = ObjNotationShape(
+    call_start="<|tool_call>", call_end="<tool_call|>", string_delim='<|"|>',
+    drop=("<|tool_response>",), alt_call_ends=("<turn|>",))
+
+
+class Gemma4(ToolCallDetector):
+    start_markers = (SHAPE.call_start,)
+    markers = SHAPE.markers
+    trim_around_calls = False
+    body = objnotation_calls(SHAPE)

@@ -1,0 +1,82 @@
+"""GigaChat 3 / 3.1 tool calls: a ``function call`` turn (3.0) or a ``<|function_call|>`` token (3.1)
+followed by one JSON object; GigaChat 3.5's GCML invokes are accepted too.
+
+    Let me check.<|message_sep|>
+
+    function call<|role_sep|>
+    {"name": "get_weather", "arguments": {"city": "Moscow"}}                       (GigaChat3-10B-A1.8B)
+
+    Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Moscow"}}   (GigaChat3.1)
+
+    <｜GCML｜tool_calls><｜GCML｜invoke name="get_weather"><｜GCML｜parameter name="city" string="true">Moscow</｜GCML｜parameter></｜GCML｜invoke></｜GCML｜tool_calls>   (GigaChat 3.5)
+
+The templates render one call per assistant message. ``<|message_sep|>`` ends the assistant's
+text and is markup (so are a ``<|message_sep|>`` or ``</s>`` right after a call). The call object
+is ``{"name": …, "arguments": {…}}``; its arguments stream through as written. GCML parameters
+marked ``string="false"`` are JSON (typed by the schema when it says more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor, discard
+from parsers.core.jsoncall import JsonCallShape, json_call
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.function_call import ToolCallDetector
+
+FUNCTION_CALL = "<|function_call|>"  # 3.1
+ROLE_CALL = "function call<|role_sep|>"  # 3.0: the "function call" role header
+MESSAGE_SEP, ROLE_SEP, EOS = "<|message_sep|>", "<|role_sep|>", "</s>"
+GCML = "｜GCML｜"
+GCML_OPEN, GCML_CLOSE, GCML_INVOKE = f"<{GCML}tool_calls>", f"</{GCML}tool_calls>", f'<{GCML}invoke name="'
+GCML_SHAPE = XmlCallShape(
+    name_end=('">',), call_end=f"</{GCML}invoke>", self_closing='"/>',
+    args=XmlArgs(f'<{GCML}parameter name="', '"', f"</{GCML}parameter>", attributes=True, string_attribute="string",
+                 value_breaks=(f"</{GCML}invoke>",)))
+SHAPE = JsonCallShape(name_keys=("name",), args_keys=("arguments", "parameters"))
+_OUTER = MarkerSet((FUNCTION_CALL, ROLE_CALL, MESSAGE_SEP, GCML_OPEN))
+_STOP = MarkerSet((FUNCTION_CALL, ROLE_SEP, MESSAGE_SEP))
+_GCML_INSIDE = MarkerSet((GCML_INVOKE, GCML_CLOSE))
+
+
+class GigaChat3(ToolCallDetector):
+    start_markers = (FUNCTION_CALL, ROLE_CALL, GCML_OPEN)
+    markers = (FUNCTION_CALL, MESSAGE_SEP, ROLE_SEP, GCML_OPEN, GCML_CLOSE, f"<{GCML}invoke", f"</{GCML}invoke>",
+               f"<{GCML}parameter", f"</{GCML}parameter>")
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_OUTER, out.content.write)
+            if marker is None:
+                return
+            if marker == MESSAGE_SEP:
+                out.content.boundary()  # the end of the assistant's text
+            elif marker == GCML_OPEN:
+                yield from self._gcml_section(cur, out)
+            else:
+                out.calls.begin(marker)
+                if out.calls.end((yield from json_call(cur, out, SHAPE, _STOP))):
+                    yield from cur.skip_ws()
+                    yield from cur.match((MESSAGE_SEP, EOS))
+
+    def _gcml_section(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        """GCML invokes up to the section end; after a malformed call the rest is content again."""
+        opened = False
+        while True:
+            marker = yield from cur.until(_GCML_INSIDE, discard)
+            if marker is None:
+                if not opened:
+                    out.content.boundary()
+                return
+            if marker == GCML_CLOSE:
+                out.content.boundary()
+                return
+            opened = True
+            out.calls.begin(marker)
+            ok = yield from xml_call(GCML_SHAPE, self.tools_by_name, cur, out)
+            if not out.calls.end(ok):
+                return

@@ -1,0 +1,104 @@
+"""Tencent Hunyuan tool calls: a ``<tool_calls>`` section holding a JSON list or key/value calls.
+
+    <tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]</tool_calls>   (Hunyuan-A13B)
+
+    <tool_calls:opensource>
+    <tool_call:opensource>get_weather<tool_sep:opensource>
+    <arg_key:opensource>city</arg_key:opensource>
+    <arg_value:opensource>Paris</arg_value:opensource>
+    </tool_call:opensource>
+    </tool_calls:opensource>                                                         (Hy3)
+
+Hy3's special tokens carry a tokenizer-wide suffix (``:opensource`` in the shipped template;
+none in the preview tokenizer): the suffix written on ``<tool_calls…>`` is used for every tag of
+that section. After the section opener, ``[`` means the A13B JSON list (arguments stream through
+as written); otherwise the section holds Hy3 calls, whose values are typed by the tool's JSON
+schema and taken as written (the template renders non-string values as JSON). Text between calls
+inside a section is markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from functools import cache
+from typing import Any
+
+from parsers.core.cursor import Cursor, discard
+from parsers.core.jsoncall import JsonCallShape, json_call_list
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.function_call import ToolCallDetector
+
+SECTION = "<tool_calls"  # + optional ":SUFFIX" + ">"
+SUFFIXES = ("", ":opensource")  # the spellings listed in ``markers`` (any suffix is parsed)
+JSON_SHAPE = JsonCallShape()
+_OPEN = MarkerSet((SECTION,))
+_TAG_END = MarkerSet((">",))
+
+
+def _tags(suffix: str) -> tuple[str, ...]:
+    names = ("tool_calls", "tool_call", "tool_sep", "arg_key", "arg_value")
+    return tuple(f"<{n}{suffix}>" for n in names) + tuple(f"</{n}{suffix}>" for n in names if n != "tool_sep")
+
+
+@cache
+def _section(suffix: str) -> tuple[str, str, MarkerSet, MarkerSet, XmlCallShape]:
+    """For one token suffix: (section end, call start, markers inside the section, JSON stop
+    markers, call shape)."""
+    end, call = f"</tool_calls{suffix}>", f"<tool_call{suffix}>"
+    shape = XmlCallShape(
+        name_end=(f"<tool_sep{suffix}>",), call_end=f"</tool_call{suffix}>",
+        args=XmlArgs(f"<arg_key{suffix}>", f"</arg_key{suffix}>", f"</arg_value{suffix}>",
+                     value_start=f"<arg_value{suffix}>", value_breaks=(f"</tool_call{suffix}>",)))
+    return end, call, MarkerSet((call, end)), MarkerSet((f"<tool_calls{suffix}>", end)), shape
+
+
+def _valid_suffix(text: str) -> bool:
+    return text == "" or (text.startswith(":") and len(text) > 1 and not any(c in text for c in " \t\r\n<"))
+
+
+class Hunyuan(ToolCallDetector):
+    start_markers = tuple(f"<tool_calls{s}>" for s in SUFFIXES)
+    markers = tuple(m for s in SUFFIXES for m in _tags(s))
+
+    def has_tool_call(self, text: str) -> bool:
+        return SECTION in text
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_OPEN, out.content.write)
+            if marker is None:
+                return
+            out.calls.begin(marker)  # records the opener, in case it turns out not to be one
+            suffix, term = yield from cur.read_until(_TAG_END, limit=32)
+            if term is None or not _valid_suffix(suffix):
+                out.calls.end(False)  # "<tool_calls" in plain text
+                continue
+            end, call, inside, stop, shape = _section(suffix)
+            yield from cur.skip_ws()
+            if (yield from cur.peek()) == "[":
+                if (yield from json_call_list(cur, out, JSON_SHAPE, stop)):
+                    yield from cur.closing(end)
+                continue
+            out.calls.cancel()
+            yield from self._xml_section(cur, out, end, inside, shape)
+
+    def _xml_section(self, cur: Cursor, out: Out, end: str, inside: MarkerSet,
+                     shape: XmlCallShape) -> Generator[None, None, None]:
+        """Hy3 calls up to the section end; after a malformed call the rest is content again."""
+        opened = False
+        while True:
+            marker = yield from cur.until(inside, discard)
+            if marker is None:
+                if not opened:
+                    out.content.boundary()
+                return
+            if marker == end:
+                out.content.boundary()
+                return
+            opened = True
+            out.calls.begin(marker)
+            ok = yield from xml_call(shape, self.tools_by_name, cur, out)
+            if not out.calls.end(ok):
+                return

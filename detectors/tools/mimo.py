@@ -1,0 +1,53 @@
+"""Xiaomi MiMo tool calls, both spellings found inside ``<tool_call>`` blocks.
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>                                    (MiMo-7B / MiMo-VL: the Hermes JSON object)
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>Paris</parameter>
+    </function>
+    </tool_call>                                    (MiMo-V2-Flash: Qwen3-Coder-style XML)
+
+The first non-space character after ``<tool_call>`` decides: ``{`` is a JSON call (arguments
+stream through as written), ``<function=`` an XML call (values typed by the tool's JSON schema).
+XML values are taken as written, surrounding newlines included, as SGLang's and vLLM's MiMo
+parsers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.jsoncall import JsonCallShape, json_call
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.sections import marker_calls
+from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.function_call import ToolCallDetector
+
+TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
+JSON_SHAPE = JsonCallShape()
+XML_SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
+                         args=XmlArgs("<parameter=", ">", "</parameter>",
+                                      value_breaks=("\n<parameter=", "\n</function>")))
+_STOP = MarkerSet((TOOL_CALL, TOOL_CALL_END))
+
+
+def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+    yield from cur.skip_ws()
+    if (yield from cur.peek()) == "{":
+        if not (yield from json_call(cur, out, JSON_SHAPE, _STOP)):
+            return False
+    elif not ((yield from cur.expect(FUNCTION)) and (yield from xml_call(XML_SHAPE, detector.tools_by_name, cur, out))):
+        return False
+    return (yield from cur.closing(TOOL_CALL_END))
+
+
+class Mimo(ToolCallDetector):
+    start_markers = (TOOL_CALL,)
+    markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
+    body = marker_calls(TOOL_CALL, _parse)

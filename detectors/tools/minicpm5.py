@@ -1,0 +1,176 @@
+"""OpenBMB MiniCPM5 tool calls: bare XML ``function`` elements in the answer text.
+
+    Checking both.<function name="get_weather"><param name="city">Paris</param><param name="days">3</param></function>
+    <function name="write_file"><param name="content"><![CDATA[line 1
+    x < y && z]]></param></function>
+
+A value holding ``<``, ``&`` or a newline is wrapped in ``<![CDATA[…]]>`` (taken literally; a
+``</param>`` inside it is text); elsewhere the XML entities (``&lt;`` ``&amp;`` ``&#38;`` …) are
+decoded. Values are stripped of surrounding whitespace (the reference parsers read the element
+text and ``strip()`` it) and typed by the tool's JSON schema — the template renders non-string
+values with Jinja's default formatting, so Python literals (``True``, ``{'a': 1}``) are accepted.
+Attributes may be quoted with ``"`` or ``'``. Text between calls is content.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.sections import marker_calls
+from parsers.core.xmlcall import ArgsObject, convert_value, escape, schema_type
+from parsers.function_call import ToolCallDetector
+
+FUNCTION_STARTS = ('<function name="', "<function name='")
+FUNCTION_END = "</function>"
+PARAM_STARTS = ('<param name="', "<param name='")
+PARAM_END = "</param>"
+CDATA_START, CDATA_END = "<![CDATA[", "]]>"
+_WS = " \t\r\n"
+_TAG_END = MarkerSet((">",))
+_CDATA_END = MarkerSet((CDATA_END,))
+_QUOTE_END = {q: MarkerSet((q,)) for q in "\"'"}
+_VALUE_MARKERS = MarkerSet((CDATA_START, PARAM_END))
+_NAMED = ("amp", "lt", "gt", "quot", "apos")  # XML's predefined entities
+_REFERENCE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|" + "|".join(_NAMED) + ");")
+_REFERENCE_PREFIX = re.compile(r"#[0-9]{0,7}|#[xX][0-9a-fA-F]{0,6}|" + "|".join(
+    sorted({n[:k] for n in _NAMED for k in range(len(n) + 1)}, key=len, reverse=True)))
+
+
+class _Stripped:
+    """Passes text on without its leading and trailing whitespace (trailing whitespace is held
+    until more text shows it is inner)."""
+
+    __slots__ = ("_emit", "_started", "_held")
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._started = False
+        self._held = ""
+
+    def write(self, text: str) -> None:
+        if not self._started:
+            text = text.lstrip(_WS)
+            if not text:
+                return
+            self._started = True
+        body = text.rstrip(_WS)
+        if not body:
+            self._held += text
+            return
+        self._emit(self._held + body)
+        self._held = text[len(body):]
+
+
+class _Entities:
+    """Decodes XML character references (``&amp;`` ``&lt;`` ``&#38;`` ``&#x26;`` …) in streamed
+    text; an ``&`` that does not start one is text. A tail that may still become a reference
+    (at most nine characters) is held; ``close`` releases it as written."""
+
+    __slots__ = ("_emit", "_pending")
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._pending = ""
+
+    def write(self, text: str) -> None:
+        if self._pending:
+            text, self._pending = self._pending + text, ""
+        parts: list[str] = []
+        pos, n = 0, len(text)
+        while pos < n:
+            amp = text.find("&", pos)
+            if amp < 0:
+                parts.append(text[pos:])
+                break
+            parts.append(text[pos:amp])
+            ref = _REFERENCE.match(text, amp)
+            if ref is not None:
+                parts.append(html.unescape(ref.group()))
+                pos = ref.end()
+            elif _REFERENCE_PREFIX.fullmatch(text, amp + 1):
+                self._pending = text[amp:]
+                break
+            else:
+                parts.append("&")
+                pos = amp + 1
+        joined = "".join(parts)
+        if joined:
+            self._emit(joined)
+
+    def close(self) -> None:
+        if self._pending:
+            self._emit(self._pending)
+            self._pending = ""
+
+
+def _value(cur: Cursor, write: Callable[[str], None]) -> Generator[None, None, bool]:
+    """One parameter value after its opening tag, through ``</param>``: CDATA sections are
+    literal, other text has its entities decoded."""
+    entities = _Entities(write)
+    while True:
+        marker = yield from cur.until(_VALUE_MARKERS, entities.write)
+        entities.close()
+        if marker is None:
+            return False
+        if marker == PARAM_END:
+            return True
+        if (yield from cur.until(_CDATA_END, write)) is None:
+            return False
+
+
+def _tag_rest(cur: Cursor, quote: str) -> Generator[None, None, str | None]:
+    """After an opening tag's ``name=`` and its quote: the name up to the matching quote, then
+    the end of the tag (``>``, nothing but whitespace before it). ``None`` if malformed."""
+    text, term = yield from cur.read_until(_QUOTE_END[quote], limit=256)
+    if term is None or not text.strip():
+        return None
+    rest, term = yield from cur.read_until(_TAG_END, limit=64)
+    if term is None or rest.strip():
+        return None
+    return text.strip()
+
+
+def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+    name = yield from _tag_rest(cur, marker[-1])
+    if name is None:
+        return False
+    out.calls.header(name)
+    tool = detector.tools_by_name.get(name)
+    args = ArgsObject(out.calls)
+    while True:
+        yield from cur.skip_ws()
+        opened = yield from cur.match((*PARAM_STARTS, FUNCTION_END))
+        if opened is None:
+            return False
+        if opened == FUNCTION_END:
+            break
+        key = yield from _tag_rest(cur, opened[-1])
+        if key is None:
+            return False
+        kind = schema_type(tool.param_schema(key) if tool is not None else None)
+        args.key(key)
+        if kind == "string":
+            args.raw('"')
+            stripped = _Stripped(lambda text: args.raw(escape(text)))
+            if not (yield from _value(cur, stripped.write)):
+                return False
+            args.raw('"')
+        else:
+            parts: list[str] = []
+            if not (yield from _value(cur, parts.append)):
+                return False
+            args.raw(convert_value("".join(parts), kind))
+    args.close()
+    return True
+
+
+class MiniCpm5(ToolCallDetector):
+    start_markers = FUNCTION_STARTS
+    markers = (*FUNCTION_STARTS, FUNCTION_END, *PARAM_STARTS, PARAM_END)
+    body = marker_calls(FUNCTION_STARTS, _parse)

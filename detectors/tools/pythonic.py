@@ -1,0 +1,62 @@
+"""Pythonic tool calls (Llama 3.2 / Llama 4 pythonic mode, Olmo 3): a Python list of calls.
+
+    [get_weather(city="San Francisco", days=3), get_time()]
+    <|python_start|>[get_weather(city='LA', metric='C')]<|python_end|>      (Llama 4)
+    <function_calls>get_weather(city="Paris")
+    get_time()</function_calls>                                             (Olmo 3)
+
+Arguments are keyword arguments whose values are Python literals (JSON spellings ``true``/``false``/
+``null`` too); they are converted to JSON as they stream (see ``parsers.core.pythonic``). Text before
+or after the list is content; a bracket that does not open ``[NAME(`` + ``)`` or ``KEY=`` is prose.
+Inside a wrapper the brackets are optional (Olmo 3 writes one call per line). A wrapper's closing
+marker without its opener is markup.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.pythonic import call_head, python_call_lines, python_call_list
+from parsers.function_call import ToolCallDetector
+
+WRAPPERS = {"<|python_start|>": "<|python_end|>", "<function_calls>": "</function_calls>"}
+_OUTER = MarkerSet(("[", *WRAPPERS, *WRAPPERS.values()))
+_BARE_LIST = re.compile(r"\[\s*[^\W\d][\w.]*\s*\(")
+
+
+def wrapped_calls(cur: Cursor, out: Out, marker: str, end: str) -> Generator[None, None, bool]:
+    """After a wrapper's opening ``marker``: a call list or calls one per line, then ``end``."""
+    out.calls.begin(marker)
+    yield from cur.skip_ws()
+    if (yield from cur.expect("[")):
+        return (yield from python_call_list(cur, out)) and (yield from cur.closing(end))
+    return (yield from python_call_lines(cur, out, end))
+
+
+class Pythonic(ToolCallDetector):
+    start_markers = tuple(WRAPPERS)
+    markers = (*WRAPPERS, *WRAPPERS.values())
+
+    def has_tool_call(self, text: str) -> bool:
+        return any(m in text for m in WRAPPERS) or _BARE_LIST.search(text) is not None
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+        while True:
+            marker = yield from cur.until(_OUTER, out.content.write)
+            if marker is None:
+                return
+            if marker == "[":
+                if (yield from call_head(cur)):
+                    out.calls.begin(marker)
+                    yield from python_call_list(cur, out)
+                else:
+                    out.content.write(marker)
+            elif marker in WRAPPERS:
+                yield from wrapped_calls(cur, out, marker, WRAPPERS[marker])
+            else:  # a closer without its opener
+                out.content.boundary()

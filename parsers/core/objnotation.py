@@ -1,0 +1,206 @@
+"""Tool calls in Google's object notation (Gemma 4, FunctionGemma), converted to JSON as they stream.
+
+    <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3,opts:{metric:true},tags:[<|"|>a<|"|>]}<tool_call|>
+    <start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>
+
+After ``call:`` comes the name (up to ``{``), then an object whose keys are bare text up to ``:``
+(they may contain spaces: ``Basic LLM Chain:{…}``; a key written between string delimiters is
+accepted too) and whose values are:
+
+* strings between a delimiter token (``<|"|>``, ``<escape>``) — raw text, no escapes; markers inside
+  are literal text. Streamed as ``"`` + the JSON-escaped text as it arrives + ``"``;
+* objects ``{…}`` and arrays ``[…]`` (elements separated by ``,``, whitespace allowed) — their
+  structure streams as it is read;
+* bare scalars up to ``,`` ``}`` ``]`` — ``true``/``false``/``null`` (and Python's spellings),
+  numbers written by Python's ``str()`` (``1e-05``) — converted once complete. Other bare text
+  becomes a JSON string (models sometimes drop the delimiters; SGLang and vLLM read it so too).
+
+One call block may hold several ``call:`` entries. ``drop`` lists markup removed wherever it
+appears outside calls (the stop token after a call, ``<|tool_response>``); ``alt_call_ends`` are
+accepted in place of the call's end marker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from parsers.core.cursor import Cursor
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out
+from parsers.core.pythonic import SCALAR_LIMIT, read_run, scalar_json
+from parsers.core.sections import Body
+from parsers.core.xmlcall import escape
+
+Write = Callable[[str], None]
+
+_BARE_VALUE = re.compile(r"[^,{}\[\]<]*")
+_BARE_KEY = re.compile(r"[^:,{}\[\]<]*")
+MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class ObjNotationShape:
+    call_start: str  # "<|tool_call>"
+    call_end: str  # "<tool_call|>"
+    string_delim: str  # '<|"|>'
+    call_prefix: str = "call:"
+    drop: tuple[str, ...] = ()  # markup dropped outside calls
+    alt_call_ends: tuple[str, ...] = ()  # also end a call block
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        return (self.call_start, self.call_end, self.string_delim, *self.drop, *self.alt_call_ends)
+
+
+def obj_string(cur: Cursor, write: Write, delim: str) -> Generator[None, None, bool]:
+    """After an opening delimiter: stream the text up to the closing one as a JSON string."""
+    write('"')
+    if (yield from cur.until(MarkerSet((delim,)), lambda text: write(escape(text)))) is None:
+        return False
+    write('"')
+    return True
+
+
+def _key(cur: Cursor, delim: str) -> Generator[None, None, str | None]:
+    """An object key and its ``:`` (consumed); ``None`` if there is none here."""
+    yield from cur.skip_ws()
+    if (yield from cur.expect(delim)):
+        key, term = yield from cur.read_until(MarkerSet((delim,)), limit=256)
+        if term is None:
+            return None
+    else:
+        key = yield from read_run(cur, _BARE_KEY, 256)
+        if key is None:
+            return None
+        key = key.strip()
+    yield from cur.skip_ws()
+    if not key or not (yield from cur.expect(":")):
+        return None
+    return key
+
+
+def obj_value(cur: Cursor, write: Write, delim: str, depth: int = 0) -> Generator[None, None, bool]:
+    """Stream one value (after optional whitespace) to ``write`` as JSON."""
+    if depth > MAX_DEPTH:
+        return False
+    yield from cur.skip_ws()
+    if (yield from cur.expect(delim)):
+        return (yield from obj_string(cur, write, delim))
+    if (yield from cur.expect("{")):
+        return (yield from obj_object(cur, write, delim, depth))
+    if (yield from cur.expect("[")):
+        return (yield from _array(cur, write, delim, depth))
+    text = yield from read_run(cur, _BARE_VALUE, SCALAR_LIMIT)
+    text = text.strip() if text is not None else ""
+    if not text:
+        return False
+    write(scalar_json(text) or json.dumps(text, ensure_ascii=False))
+    return True
+
+
+def _separator(cur: Cursor, close: str) -> Generator[None, None, str | None]:
+    """``,`` (a trailing one before ``close`` counts as ``close``) or ``close``, else ``None``."""
+    yield from cur.skip_ws()
+    sep = yield from cur.match((",", close))
+    if sep == ",":
+        yield from cur.skip_ws()
+        if (yield from cur.expect(close)):
+            return close
+    return sep
+
+
+def obj_object(cur: Cursor, write: Write, delim: str, depth: int = 0) -> Generator[None, None, bool]:
+    """After ``{``: the members up to ``}`` as a JSON object."""
+    write("{")
+    yield from cur.skip_ws()
+    if (yield from cur.expect("}")):
+        write("}")
+        return True
+    while True:
+        key = yield from _key(cur, delim)
+        if key is None:
+            return False
+        write(json.dumps(key, ensure_ascii=False) + ": ")
+        if not (yield from obj_value(cur, write, delim, depth + 1)):
+            return False
+        sep = yield from _separator(cur, "}")
+        if sep is None:
+            return False
+        if sep == "}":
+            write("}")
+            return True
+        write(", ")
+
+
+def _array(cur: Cursor, write: Write, delim: str, depth: int) -> Generator[None, None, bool]:
+    """After ``[``: the elements up to ``]`` as a JSON array."""
+    write("[")
+    yield from cur.skip_ws()
+    if (yield from cur.expect("]")):
+        write("]")
+        return True
+    while True:
+        if not (yield from obj_value(cur, write, delim, depth + 1)):
+            return False
+        sep = yield from _separator(cur, "]")
+        if sep is None:
+            return False
+        if sep == "]":
+            write("]")
+            return True
+        write(", ")
+
+
+def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet,
+             prefixed: bool = False) -> Generator[None, None, bool]:
+    """One ``call:NAME{…}`` (``prefixed``: its ``call:`` is already consumed). The call must have
+    been begun; its header goes out at ``{``, then the arguments stream. Returns ``True`` once the
+    arguments object has closed."""
+    if not prefixed:
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(shape.call_prefix)):
+            return False
+    name, term = yield from cur.read_until(name_end, limit=256)
+    name = name.strip()
+    if term != "{" or not name or any(c.isspace() for c in name):
+        return False
+    out.calls.header(name)
+    return (yield from obj_object(cur, out.calls.args, shape.string_delim))
+
+
+def objnotation_calls(shape: ObjNotationShape) -> Body:
+    """A detector body: content, and call blocks ``START call:…{…} [call:…{…}] END``."""
+    outer = MarkerSet((shape.call_start, *shape.drop))
+    name_end = MarkerSet(("{", shape.call_start, shape.call_end, shape.string_delim))
+    block_ends = (shape.call_end, *shape.alt_call_ends)
+
+    def body(detector: Any, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        while True:
+            marker = yield from cur.until(outer, out.content.write)
+            if marker is None:
+                return
+            if marker != shape.call_start:  # dropped markup
+                out.content.boundary()
+                continue
+            out.calls.begin(marker)
+            prefixed = False
+            while True:
+                if not (yield from obj_call(shape, cur, out, name_end, prefixed)):
+                    out.calls.end(False)
+                    break
+                yield from cur.skip_ws()
+                after = yield from cur.match((*block_ends, shape.call_prefix))
+                if after == shape.call_prefix:
+                    out.calls.end(True)
+                    out.calls.begin(after)
+                    prefixed = True
+                    continue
+                # no end marker: fine only where the model itself stopped (engines drop stop tokens)
+                out.calls.end(after is not None or (cur.eof and cur.available == 0 and not cur.truncated))
+                break
+
+    return body
