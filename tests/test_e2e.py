@@ -1,0 +1,169 @@
+"""End-to-end tier: a real llama-server (built from llama.cpp's source, cached) on a real GGUF model
+(SmolLM2-135M-Instruct from PyPI), started through the managed-backend code, with the proxy in
+front and the ``openai`` SDK as client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.backends import GenerationRequest, LlamaCppBackend, Sampling, TextDelta
+from app.local.artifacts import ensure_llama_server, ensure_model
+from app.local.llama_server import LlamaServerProcess
+from tests.conftest import client_for
+from tests.proxy_server import ProxyServer, free_port
+
+pytestmark = pytest.mark.e2e
+
+GREETING = [{"role": "user", "content": "Say hello to Ada in one short sentence."}]
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServerProcess]:
+    server = LlamaServerProcess(ensure_llama_server(), ensure_model(), ctx=2048, threads=2)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(llama: LlamaServerProcess) -> Iterator[ProxyServer]:
+    server = ProxyServer(backend=llama.url).start()
+    yield server
+    server.stop()
+
+
+def test_backend_is_detected_with_its_own_template(proxy: ProxyServer) -> None:
+    health = httpx.get(proxy.url + "/health", timeout=30).json()
+    assert health["status"] == "ok" and health["backend_type"] == "llamacpp"
+    assert health["template"] == "backend /props"
+    assert "<|im_start|>" in proxy.runtime.template.source
+
+
+def test_non_streaming_chat(proxy: ProxyServer) -> None:
+    result = client_for(proxy).chat.completions.create(model="smollm2", messages=GREETING, max_tokens=24,
+                                                       temperature=0, seed=1)
+    choice = result.choices[0]
+    assert choice.message.role == "assistant"
+    assert choice.message.content and choice.message.content.strip()
+    assert "<|im_end|>" not in choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    assert 0 < result.usage.completion_tokens <= 24
+
+
+def test_streaming_chat_matches_non_streaming(proxy: ProxyServer) -> None:
+    client = client_for(proxy)
+    kwargs = dict(model="smollm2", messages=GREETING, max_tokens=24, temperature=0, seed=1)
+    whole = client.chat.completions.create(**kwargs).choices[0].message.content
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+
+
+def test_max_tokens_gives_length(proxy: ProxyServer) -> None:
+    result = client_for(proxy).chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Write a long story about the sea."}],
+        max_tokens=5, temperature=0)
+    assert result.choices[0].finish_reason == "length"
+    assert result.usage.completion_tokens == 5
+
+
+def test_stop_strings(proxy: ProxyServer) -> None:
+    client = client_for(proxy)
+    messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
+    free = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=40, temperature=0)
+    text = free.choices[0].message.content
+    assert "3" in text, text
+    stopped = client.chat.completions.create(model="smollm2", messages=messages, max_tokens=40, temperature=0,
+                                             stop=["3"])
+    assert stopped.choices[0].finish_reason == "stop"
+    assert "3" not in stopped.choices[0].message.content
+    assert text.startswith(stopped.choices[0].message.content)
+
+
+def test_usage_matches_llama_server(proxy: ProxyServer, llama: LlamaServerProcess) -> None:
+    result = client_for(proxy).chat.completions.create(model="smollm2", messages=GREETING, max_tokens=8,
+                                                       temperature=0)
+    prompt = proxy.runtime.template.render(GREETING)
+    tokens = httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True}, timeout=30).json()
+    assert result.usage.prompt_tokens == len(tokens["tokens"])
+    assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
+
+
+def test_preserved_tokens_reach_the_parser(llama: LlamaServerProcess) -> None:
+    """A special token (``<file_sep>`` in SmolLM2's vocabulary), forced by a token-level grammar,
+    arrives as text only when it is listed in ``preserved_tokens`` — which our backend client sets
+    from the active detectors' markers."""
+
+    async def generate(preserved: tuple[str, ...]) -> str:
+        async with httpx.AsyncClient(timeout=60) as client:
+            backend = LlamaCppBackend(llama.url, client)
+            request = GenerationRequest("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
+                                        Sampling(max_tokens=4, temperature=0), preserved,
+                                        {"grammar": "root ::= <file_sep> [a-z]+"})
+            return "".join([item.text async for item in backend.generate(request) if isinstance(item, TextDelta)])
+
+    assert asyncio.run(generate(("<file_sep>",))).startswith("<file_sep>")
+    assert not asyncio.run(generate(())).startswith("<")
+
+
+def _wait_health(url: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+def _llama_children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state not in ("Z", "X")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_serve_local_model_leaves_no_orphans(how: str) -> None:
+    """``toolwire serve --local-model`` owns its llama-server: it stops with the proxy, even when
+    the proxy is killed outright."""
+    ensure_llama_server()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--local-model", "embedded", "--port",
+                             str(port), "--local-ctx", "1024", "--local-threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_health(f"http://127.0.0.1:{port}")
+        children = _llama_children(proc.pid)
+        assert children, "llama-server child not found"
+        proc.send_signal(getattr(signal, how))
+        proc.wait(30)
+        deadline = time.monotonic() + 15
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(c) for c in children), "llama-server outlived toolwire"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
