@@ -67,6 +67,19 @@ class CallHolder:
         return out
 
 
+class CallLimit:
+    """Drops every tool call after the first ``limit`` (``parallel_tool_calls: false`` on a backend
+    that could not be constrained)."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, events: Iterable[Event]) -> list[Event]:
+        return [e for e in events if not (isinstance(e, (CallStart, CallArgs, CallEnd)) and e.index >= self.limit)]
+
+
 def fold(events: Iterable[Event]) -> FoldedMessage:
     """The message a list of events describes, unfinished calls replaced by their raw text."""
     holder = CallHolder()

@@ -26,6 +26,7 @@ from parsers.events import CallArgs, CallStart, Content, Event
 from parsers.fold import fold
 from parsers.registry import tool_detector_class
 from parsers.tools import ToolSpec, to_specs
+from parsers.wire import WireFormat
 
 
 class ToolCallDetector:
@@ -39,6 +40,8 @@ class ToolCallDetector:
     trim_around_calls: ClassVar[bool] = True
     #: the format also carries reasoning (the program writes it); no reasoning parser runs before it
     handles_reasoning: ClassVar[bool] = False
+    #: how the format writes calls, for constrained decoding (None: cannot be constrained)
+    wire: ClassVar[WireFormat | None] = None
 
     def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         self.tools = tuple(tools)
@@ -48,7 +51,7 @@ class ToolCallDetector:
         raise NotImplementedError
 
     def prepare(self, prompt: str | None) -> None:
-        """Formats with ``handles_reasoning`` learn their start state from the rendered prompt here."""
+        """Learn the start state from the rendered prompt (Harmony, Functionary v3.2 …)."""
 
     def has_tool_call(self, text: str) -> bool:
         return any(m in text for m in self.start_markers)

@@ -45,14 +45,16 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | None, 
     """The parser chain for one response.
 
     ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
-    parsed). A tool format that also carries reasoning (``handles_reasoning``, e.g. Harmony) gets
-    the raw output itself, with the prompt, and the reasoning parser is not chained before it.
+    parsed); its detector sees the rendered prompt first (``prepare``). A tool format that also
+    carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
+    reasoning parser is not chained before it.
     Otherwise the reasoning parser ends reasoning at any of the tool format's start markers.
     """
     calls = FunctionCallParser(tools, tool_parser) if tool_parser else None
-    if calls is not None and calls.detector.handles_reasoning:
+    if calls is not None:
         calls.detector.prepare(prompt)
-        return ResponseParser(None, calls)
+        if calls.detector.handles_reasoning:
+            return ResponseParser(None, calls)
     reasoning = None
     if reasoning_parser:
         stops = calls.detector.start_markers if calls is not None else ()

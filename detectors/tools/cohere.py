@@ -11,9 +11,9 @@ within one turn, not an id: it is dropped and the server assigns unique ids (the
 renumber calls by position, so reusing "0" across turns would pair results with the wrong call).
 
 Answers are wrapped in ``<|START_RESPONSE|>…<|END_RESPONSE|>`` (Command R7B) or
-``<|START_TEXT|>…<|END_TEXT|>`` (Command A): those markers are dropped from the content, the text
-between them is content. ``<|START_THINKING|>…<|END_THINKING|>`` belongs to the ``cohere``
-reasoning parser, which runs before this one.
+``<|START_TEXT|>…<|END_TEXT|>`` (Command A): those markers and the whitespace next to them are
+dropped from the content, the text between them is content. ``<|START_THINKING|>…<|END_THINKING|>``
+belongs to the ``cohere`` reasoning parser, which runs before this one.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class Cohere(ToolCallDetector):
             if marker is None:
                 return
             if marker != START_ACTION:
-                continue  # an answer wrapper: markup only
+                out.content.boundary()  # an answer wrapper: markup, with the whitespace next to it
+                continue
             out.calls.begin(marker)
             if (yield from json_call_list(cur, out, SHAPE, _STOP)):
                 yield from cur.closing(END_ACTION)

@@ -21,6 +21,7 @@ from parsers.core.programs import named_json_calls, xml_calls
 from parsers.core.sections import marker_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
 from parsers.function_call import ToolCallDetector
+from parsers.wire import WireFormat
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -30,6 +31,8 @@ SPECIAL = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
 class DeepSeekV3(ToolCallDetector):
     start_markers = (CALLS_BEGIN, CALL_BEGIN)
     markers = SPECIAL
+    wire = WireFormat(f"{CALL_BEGIN}function{SEP}$$name\n```json\n$$args\n```{CALL_END}".replace("$$", "$"),
+                      section=(CALLS_BEGIN, CALLS_END), separator="\n")
     body = named_json_calls(CALL_BEGIN, NamedJsonShape(name_end="\n", call_end=CALL_END, type_sep=SEP, fence=True),
                             section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
 
@@ -37,6 +40,7 @@ class DeepSeekV3(ToolCallDetector):
 class DeepSeekV31(ToolCallDetector):
     start_markers = (CALLS_BEGIN, CALL_BEGIN)
     markers = SPECIAL
+    wire = WireFormat(f"{CALL_BEGIN}$$name{SEP}$$args{CALL_END}".replace("$$", "$"), section=(CALLS_BEGIN, CALLS_END))
     body = named_json_calls(CALL_BEGIN, NamedJsonShape(name_end=SEP, call_end=CALL_END),
                             section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
 
@@ -52,6 +56,10 @@ DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "
 
 
 class DeepSeekV32(ToolCallDetector):
+    wire = WireFormat(f'<{DSML}invoke name="$$name">\n$$args</{DSML}invoke>\n'.replace("$$", "$"),
+                      section=(f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
+                      params=f'<{DSML}parameter name="$$key" string="$$is_string">$$value</{DSML}parameter>\n'
+                      .replace("$$", "$"), string_value_end=f"</{DSML}parameter>")
     start_markers = (f"<{DSML}function_calls>",)
     markers = (f"<{DSML}function_calls>", f"</{DSML}function_calls>", f"<{DSML}invoke", f"</{DSML}invoke>",
                f"<{DSML}parameter", f"</{DSML}parameter>", "｜DSML｜")

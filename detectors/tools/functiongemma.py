@@ -2,7 +2,7 @@
 ``<escape>`` string delimiters.
 
     <start_function_call>call:get_current_weather{location:<escape>Tokyo, Japan<escape>}<end_function_call>
-    <start_function_call>call:set_alarm{hour:7,repeat:true,days:[<escape>mon<escape>,<escape>tue<escape>]}<end_function_call>
+    <start_function_call>call:set_alarm{hour:7,repeat:true,days:[<escape>mon<escape>]}<end_function_call>
 
 Parallel calls are one block each. ``<start_function_response>`` is the engine's stop sequence after
 calls; if it is passed through, it is markup.

@@ -1,7 +1,7 @@
 """Gemma 4 tool calls: Google's object notation between ``<|tool_call>`` and ``<tool_call|>``.
 
     <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>c<|"|>}<tool_call|>
-    <|tool_call>call:create_event{attendees:[{email:<|"|>ana@example.com<|"|>,optional:false}],when:{tz:<|"|>UTC<|"|>}}<tool_call|>
+    <|tool_call>call:create_event{attendees:[{email:<|"|>ana@x.com<|"|>,optional:false}],tz:null}<tool_call|>
 
 Keys are bare; strings sit between ``<|"|>`` tokens, unescaped (see ``parsers.core.objnotation``).
 Generation stops on ``<|tool_response>`` (or ``<turn|>``, which some checkpoints write in place of

@@ -8,7 +8,9 @@ followed by one JSON object; GigaChat 3.5's GCML invokes are accepted too.
 
     Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Moscow"}}   (GigaChat3.1)
 
-    <｜GCML｜tool_calls><｜GCML｜invoke name="get_weather"><｜GCML｜parameter name="city" string="true">Moscow</｜GCML｜parameter></｜GCML｜invoke></｜GCML｜tool_calls>   (GigaChat 3.5)
+    <｜GCML｜tool_calls><｜GCML｜invoke name="get_weather">
+    <｜GCML｜parameter name="city" string="true">Moscow</｜GCML｜parameter>
+    </｜GCML｜invoke></｜GCML｜tool_calls>                                              (GigaChat 3.5)
 
 The templates render one call per assistant message. ``<|message_sep|>`` ends the assistant's
 text and is markup (so are a ``<|message_sep|>`` or ``</s>`` right after a call). The call object

@@ -16,6 +16,7 @@ from __future__ import annotations
 from parsers.core.programs import xml_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape
 from parsers.function_call import ToolCallDetector
+from parsers.wire import WireFormat
 
 SHAPE = XmlCallShape(
     name_end=("\n", "<arg_key>", "</tool_call>"),
@@ -28,6 +29,8 @@ SHAPE = XmlCallShape(
 class Glm45(ToolCallDetector):
     start_markers = ("<tool_call>",)
     markers = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+    wire = WireFormat("<tool_call>$name\n$args</tool_call>", separator="\n",
+                      params="<arg_key>$key</arg_key>\n<arg_value>$value</arg_value>\n", string_value_end="</arg_value>")
     body = xml_calls("<tool_call>", SHAPE)
 
 

@@ -20,7 +20,7 @@ inside a section is markup.
 from __future__ import annotations
 
 from collections.abc import Generator
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from parsers.core.cursor import Cursor, discard
@@ -42,16 +42,15 @@ def _tags(suffix: str) -> tuple[str, ...]:
     return tuple(f"<{n}{suffix}>" for n in names) + tuple(f"</{n}{suffix}>" for n in names if n != "tool_sep")
 
 
-@cache
-def _section(suffix: str) -> tuple[str, str, MarkerSet, MarkerSet, XmlCallShape]:
-    """For one token suffix: (section end, call start, markers inside the section, JSON stop
-    markers, call shape)."""
+@lru_cache(maxsize=8)  # the suffix comes from the output: keep the cache bounded
+def _section(suffix: str) -> tuple[str, MarkerSet, MarkerSet, XmlCallShape]:
+    """For one token suffix: (section end, markers inside the section, JSON stop markers, call shape)."""
     end, call = f"</tool_calls{suffix}>", f"<tool_call{suffix}>"
     shape = XmlCallShape(
         name_end=(f"<tool_sep{suffix}>",), call_end=f"</tool_call{suffix}>",
         args=XmlArgs(f"<arg_key{suffix}>", f"</arg_key{suffix}>", f"</arg_value{suffix}>",
                      value_start=f"<arg_value{suffix}>", value_breaks=(f"</tool_call{suffix}>",)))
-    return end, call, MarkerSet((call, end)), MarkerSet((f"<tool_calls{suffix}>", end)), shape
+    return end, MarkerSet((call, end)), MarkerSet((f"<tool_calls{suffix}>", end)), shape
 
 
 def _valid_suffix(text: str) -> bool:
@@ -75,7 +74,7 @@ class Hunyuan(ToolCallDetector):
             if term is None or not _valid_suffix(suffix):
                 out.calls.end(False)  # "<tool_calls" in plain text
                 continue
-            end, call, inside, stop, shape = _section(suffix)
+            end, inside, stop, shape = _section(suffix)
             yield from cur.skip_ws()
             if (yield from cur.peek()) == "[":
                 if (yield from json_call_list(cur, out, JSON_SHAPE, stop)):

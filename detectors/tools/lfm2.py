@@ -54,8 +54,7 @@ class Lfm2(ToolCallDetector):
             marker = yield from cur.until(_OUTER, out.content.write)
             if marker is None:
                 return
-            if marker == END:  # orphan end token
-                out.content.boundary()
+            if marker == END:  # an orphan end token: dropped
                 continue
             out.calls.begin(marker)
             yield from _block(cur, out)

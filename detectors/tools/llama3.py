@@ -19,6 +19,7 @@ from parsers.core.jsoncall import JsonCallShape, json_call
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.function_call import ToolCallDetector
+from parsers.wire import WireFormat
 
 PYTHON_TAG = "<|python_tag|>"
 SHAPE = JsonCallShape(name_keys=("name",), args_keys=("parameters", "arguments"))
@@ -44,6 +45,7 @@ def _call_sequence(cur: Cursor, out: Out, marker: str, checked: bool) -> Generat
 class Llama3(ToolCallDetector):
     start_markers = (PYTHON_TAG,)
     markers = (PYTHON_TAG,)
+    wire = WireFormat('{"name": "$name", "parameters": $args}', separator="; ")
     trim_around_calls = False
 
     def has_tool_call(self, text: str) -> bool:

@@ -38,13 +38,15 @@ _STOP = MarkerSet((TOOL_CALL, TOOL_CALL_END))
 
 
 def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+    """The call in one ``<tool_call>`` block, JSON or XML, through ``</tool_call>``."""
     yield from cur.skip_ws()
     if (yield from cur.peek()) == "{":
-        if not (yield from json_call(cur, out, JSON_SHAPE, _STOP)):
-            return False
-    elif not ((yield from cur.expect(FUNCTION)) and (yield from xml_call(XML_SHAPE, detector.tools_by_name, cur, out))):
-        return False
-    return (yield from cur.closing(TOOL_CALL_END))
+        ok = yield from json_call(cur, out, JSON_SHAPE, _STOP)
+    elif (yield from cur.expect(FUNCTION)):
+        ok = yield from xml_call(XML_SHAPE, detector.tools_by_name, cur, out)
+    else:
+        ok = False
+    return ok and (yield from cur.closing(TOOL_CALL_END))
 
 
 class Mimo(ToolCallDetector):

@@ -8,7 +8,8 @@ A value holding ``<``, ``&`` or a newline is wrapped in ``<![CDATA[…]]>`` (tak
 ``</param>`` inside it is text); elsewhere the XML entities (``&lt;`` ``&amp;`` ``&#38;`` …) are
 decoded. Values are stripped of surrounding whitespace (the reference parsers read the element
 text and ``strip()`` it) and typed by the tool's JSON schema — the template renders non-string
-values with Jinja's default formatting, so Python literals (``True``, ``{'a': 1}``) are accepted.
+values with Jinja's default formatting, so Python literals (``True``, ``{'a': 1}``) are accepted
+(``None`` is null where the schema allows null).
 Attributes may be quoted with ``"`` or ``'``. Text between calls is content.
 """
 
@@ -23,7 +24,7 @@ from parsers.core.cursor import Cursor
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import ArgsObject, convert_value, escape, schema_type
+from parsers.core.xmlcall import ArgsObject, convert_value, escape, param_kind
 from parsers.function_call import ToolCallDetector
 
 FUNCTION_STARTS = ('<function name="', "<function name='")
@@ -32,6 +33,7 @@ PARAM_STARTS = ('<param name="', "<param name='")
 PARAM_END = "</param>"
 CDATA_START, CDATA_END = "<![CDATA[", "]]>"
 _WS = " \t\r\n"
+_NULLS = ("null", "None")
 _TAG_END = MarkerSet((">",))
 _CDATA_END = MarkerSet((CDATA_END,))
 _QUOTE_END = {q: MarkerSet((q,)) for q in "\"'"}
@@ -42,16 +44,20 @@ _REFERENCE_PREFIX = re.compile(r"#[0-9]{0,7}|#[xX][0-9a-fA-F]{0,6}|" + "|".join(
     sorted({n[:k] for n in _NAMED for k in range(len(n) + 1)}, key=len, reverse=True)))
 
 
-class _Stripped:
-    """Passes text on without its leading and trailing whitespace (trailing whitespace is held
-    until more text shows it is inner)."""
+class _StringArg:
+    """Writes one string value as JSON text as it streams: without its surrounding whitespace
+    (trailing whitespace is held until more text shows it is inner). For a parameter that may be
+    null, a value that is exactly ``None`` (the template's rendering) or ``null`` becomes JSON
+    null; the first characters are held while they could still spell one (at most four)."""
 
-    __slots__ = ("_emit", "_started", "_held")
+    __slots__ = ("_emit", "_started", "_held", "_maybe_null", "_opened")
 
-    def __init__(self, emit: Callable[[str], None]) -> None:
+    def __init__(self, emit: Callable[[str], None], nullable: bool) -> None:
         self._emit = emit
         self._started = False
         self._held = ""
+        self._maybe_null: str | None = "" if nullable else None
+        self._opened = False
 
     def write(self, text: str) -> None:
         if not self._started:
@@ -63,8 +69,31 @@ class _Stripped:
         if not body:
             self._held += text
             return
-        self._emit(self._held + body)
+        self._out(self._held + body)
         self._held = text[len(body):]
+
+    def _out(self, text: str) -> None:
+        if self._maybe_null is not None:
+            candidate = self._maybe_null + text
+            if any(word.startswith(candidate) for word in _NULLS):
+                self._maybe_null = candidate
+                return
+            self._maybe_null, text = None, candidate
+        if not self._opened:
+            self._emit('"')
+            self._opened = True
+        self._emit(escape(text))
+
+    def close(self) -> None:
+        if self._maybe_null in _NULLS:
+            self._emit("null")
+            return
+        if self._maybe_null:
+            pending, self._maybe_null = self._maybe_null, None
+            self._out(pending)
+        if not self._opened:
+            self._emit('"')
+        self._emit('"')
 
 
 class _Entities:
@@ -153,14 +182,13 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
         key = yield from _tag_rest(cur, opened[-1])
         if key is None:
             return False
-        kind = schema_type(tool.param_schema(key) if tool is not None else None)
+        kind, nullable = param_kind(tool.param_schema(key) if tool is not None else None)
         args.key(key)
         if kind == "string":
-            args.raw('"')
-            stripped = _Stripped(lambda text: args.raw(escape(text)))
-            if not (yield from _value(cur, stripped.write)):
+            value = _StringArg(args.raw, nullable)
+            if not (yield from _value(cur, value.write)):
                 return False
-            args.raw('"')
+            value.close()
         else:
             parts: list[str] = []
             if not (yield from _value(cur, parts.append)):

@@ -15,6 +15,7 @@ from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, js
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.function_call import ToolCallDetector
+from parsers.wire import WireFormat
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -29,6 +30,7 @@ _ID_END = MarkerSet((ARGS,))
 class Mistral(ToolCallDetector):
     start_markers = (TOOL_CALLS,)
     markers = (TOOL_CALLS, ARGS, CALL_ID)
+    wire = WireFormat("[TOOL_CALLS]$name[ARGS]$args")
 
     def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
         while True:

@@ -7,7 +7,8 @@
 
 Arguments are keyword arguments whose values are Python literals (JSON spellings ``true``/``false``/
 ``null`` too); they are converted to JSON as they stream (see ``parsers.core.pythonic``). Text before
-or after the list is content; a bracket that does not open ``[NAME(`` + ``)`` or ``KEY=`` is prose.
+or after the list is content, whitespace included; a bracket that does not open ``[NAME(`` followed
+by ``)`` or ``KEY=`` is prose, and so is a list whose calls are not followed by ``,`` or ``]``.
 Inside a wrapper the brackets are optional (Olmo 3 writes one call per line). A wrapper's closing
 marker without its opener is markup.
 """
@@ -41,6 +42,9 @@ def wrapped_calls(cur: Cursor, out: Out, marker: str, end: str) -> Generator[Non
 class Pythonic(ToolCallDetector):
     start_markers = tuple(WRAPPERS)
     markers = (*WRAPPERS, *WRAPPERS.values())
+    # a bare list is only known to be calls after its header went out; text next to a list that
+    # turns out to be prose must come back unchanged, so whitespace around calls is content
+    trim_around_calls = False
 
     def has_tool_call(self, text: str) -> bool:
         return any(m in text for m in WRAPPERS) or _BARE_LIST.search(text) is not None
@@ -58,5 +62,4 @@ class Pythonic(ToolCallDetector):
                     out.content.write(marker)
             elif marker in WRAPPERS:
                 yield from wrapped_calls(cur, out, marker, WRAPPERS[marker])
-            else:  # a closer without its opener
-                out.content.boundary()
+            # else: a closer without its opener, dropped

@@ -25,6 +25,7 @@ from parsers.core.program import Out
 from parsers.core.sections import marker_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
 from parsers.function_call import ToolCallDetector
+from parsers.wire import WireFormat
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
 SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
@@ -49,4 +50,6 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
 class Qwen3Coder(ToolCallDetector):
     start_markers = (TOOL_CALL, FUNCTION)
     markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
+    wire = WireFormat("<tool_call>\n<function=$name>\n$args</function>\n</tool_call>", separator="\n",
+                      params="<parameter=$key>\n$value\n</parameter>\n", string_value_end="\n</parameter>")
     body = marker_calls((TOOL_CALL, FUNCTION), _parse)

@@ -50,13 +50,19 @@ class TextChannel:
         self._held = text[len(body) :]
         self._emit(released)
 
-    def boundary(self) -> None:
-        """A marker sits here: trim whitespace on the sides the channel is configured to trim."""
-        if self._held and not self.trim_before_boundary:
-            self._emit(self._held)
+    def boundary(self) -> str:
+        """A marker sits here: trim whitespace on the sides the channel is configured to trim.
+        Returns the whitespace dropped before the marker (a caller may need to give it back)."""
+        dropped = ""
+        if self._held:
+            if self.trim_before_boundary:
+                dropped = self._held
+            else:
+                self._emit(self._held)
         self._held = ""
         if self.trim_after_boundary:
             self._strip_leading = True
+        return dropped
 
     def strip_next(self) -> None:
         """Drop the whitespace that the next text starts with."""

@@ -32,13 +32,18 @@ class NamedJsonShape:
 
 def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
                     stop: MarkerSet | None = None) -> Generator[None, None, bool]:
-    """Read one call after its opening marker, up to and including ``call_end``."""
+    """Read one call after its opening marker, up to and including ``call_end``. A name that
+    runs into another marker of the format fails there (the marker is left for the next call)."""
     if shape.type_sep:
         _, term = yield from cur.read_until(MarkerSet((shape.type_sep,)), limit=64)
         if term is None:
             return False
-    text, term = yield from cur.read_until(MarkerSet((shape.name_end,)), limit=shape.name_limit)
+    ends = MarkerSet((shape.name_end, *(m for m in (stop.markers if stop else ()) if m != shape.name_end)))
+    text, term = yield from cur.read_until(ends, limit=shape.name_limit)
     if term is None:
+        return False
+    if term != shape.name_end:
+        cur.unread(len(term))
         return False
     name, call_id = shape.split_id(text.strip()) if shape.split_id else (text.strip(), None)
     if not name:

@@ -163,8 +163,13 @@ def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet
     if not prefixed:
         yield from cur.skip_ws()
         if not (yield from cur.expect(shape.call_prefix)):
+            if cur.eof and shape.call_prefix.startswith(cur.buf[cur.pos:]):
+                cur.pos = len(cur.buf)  # cut off inside the prefix: an unfinished call
             return False
     name, term = yield from cur.read_until(name_end, limit=256)
+    if term is None and cur.eof:
+        cur.pos = len(cur.buf)  # cut off inside the name: an unfinished call
+        return False
     name = name.strip()
     if term != "{" or not name or any(c.isspace() for c in name):
         return False
@@ -184,7 +189,6 @@ def objnotation_calls(shape: ObjNotationShape) -> Body:
             if marker is None:
                 return
             if marker != shape.call_start:  # dropped markup
-                out.content.boundary()
                 continue
             out.calls.begin(marker)
             prefixed = False

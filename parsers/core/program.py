@@ -46,7 +46,8 @@ class CallWriter:
     text simply becomes content.
     """
 
-    __slots__ = ("_out", "_cursor", "next_index", "open", "header_sent", "_args", "unknown_names", "known_names")
+    __slots__ = ("_out", "_cursor", "next_index", "open", "header_sent", "_args", "unknown_names", "known_names",
+                 "_trimmed")
 
     def __init__(self, out: "Out", cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
         self._out = out
@@ -57,6 +58,7 @@ class CallWriter:
         self._args: list[str] = []
         self.known_names = known_names
         self.unknown_names = 0
+        self._trimmed = ""  # whitespace trimmed before the current call (given back if it fails)
 
     def begin(self, consumed_marker: str = "") -> None:
         self.open = True
@@ -74,7 +76,7 @@ class CallWriter:
         if self.known_names is not None and name not in self.known_names:
             self.unknown_names += 1
         self.header_sent = True
-        self._out.content.boundary()
+        self._trimmed = self._out.content.boundary()
         self._out.events.append(CallStart(self.next_index, name, call_id))
 
     def args(self, text: str) -> None:
@@ -95,14 +97,17 @@ class CallWriter:
     def end(self, ok: bool) -> bool:
         """Close the current call; returns whether it counted as a complete call.
 
-        A call that fails is passed through as content when the model went on writing after it
-        (malformed markup), and dropped when the output simply ended inside it (cut off: its text
-        is an unfinished call, not an answer).
+        A call that fails is passed through as content (with the whitespace trimmed before it),
+        except when the output was cut off inside it, or ended before the call even had a name:
+        then its text is an unfinished call, not an answer, and is dropped.
         """
         cursor = self._cursor
+        if not ok and cursor.eof and cursor.truncated:
+            cursor.pos = len(cursor.buf)  # cut off inside the call: the rest is the unfinished call
         raw = cursor.recorded()
         self.open = False
-        if not ok and cursor.eof and cursor.available == 0:
+        at_end = cursor.eof and cursor.available == 0
+        if not ok and at_end and (cursor.truncated or not self.header_sent):
             raw = ""
         if not self.header_sent:
             if raw:
@@ -114,11 +119,14 @@ class CallWriter:
             if not self._args:
                 self.args("{}")
             ok = is_json_object("".join(self._args))
-        self._out.events.append(CallEnd(self.next_index, ok, "" if ok else raw))
-        self._out.content.boundary()
+        passthrough = "" if ok or not raw else self._trimmed + raw
+        self._out.events.append(CallEnd(self.next_index, ok, passthrough))
+        if not passthrough:
+            self._out.content.boundary()
         self.next_index += 1
         self._args = []
         self.header_sent = False
+        self._trimmed = ""
         return ok
 
 

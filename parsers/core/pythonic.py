@@ -389,6 +389,8 @@ def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
     must have been begun (``out.calls.begin``); this sends its header once ``NAME(`` is confirmed
     and streams its arguments. Returns ``True`` when the call closed with ``)``."""
     if not (yield from call_head(cur)):
+        if cur.eof and _HEAD_PREFIX.match(cur.buf, cur.pos).end() == len(cur.buf):
+            cur.pos = len(cur.buf)  # cut off inside the head: an unfinished call
         return False
     head = _HEAD.match(cur.buf, cur.pos)
     assert head is not None
@@ -420,20 +422,21 @@ def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
 
 def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None, None, bool]:
     """``call, call, … ]`` after the list's ``[`` (consumed). The caller has begun the first call
-    (so the list's opening markup is recorded with it); each call is ended here, and the next one
-    begun at its separator. An empty list is markup, not a call. Returns ``True`` if the list
-    closed properly."""
+    (so the list's opening markup is recorded with it). A call ends once the separator after it
+    (``,`` or ``close``) is seen — so ``[f(a=1) for a in xs]`` in prose is not a call — and the
+    next one is begun at its separator. An empty list is markup, not a call. Returns ``True`` if
+    the list closed properly."""
     yield from cur.skip_ws()
     if (yield from cur.expect(close)):
         out.calls.cancel()
         return True
     while True:
         ok = yield from python_call(cur, out)
-        out.calls.end(ok)
-        if not ok:
-            return False
-        yield from cur.skip_ws()
-        sep = yield from cur.match((",", close))
+        sep = None
+        if ok:
+            yield from cur.skip_ws()
+            sep = yield from cur.match((",", close))
+        out.calls.end(sep is not None)
         if sep != ",":
             return sep is not None
         out.calls.begin(sep)
@@ -445,20 +448,26 @@ def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None,
 
 def python_call_lines(cur: Cursor, out: Out, end: str) -> Generator[None, None, bool]:
     """Calls separated by whitespace (newlines), ``,`` or ``;``, up to and including ``end``
-    (Olmo 3's ``<function_calls>`` body). The caller has begun the first call. Returns ``True``
-    when ``end`` closed the run (or the output ended there without being cut off)."""
+    (Olmo 3's ``<function_calls>`` body). The caller has begun the first call. A call ends once
+    what follows it is ``end``, a separator, another call or the end of the output. Returns
+    ``True`` when ``end`` closed the run (or the output ended there without being cut off)."""
     while True:
-        ok = yield from python_call(cur, out)
-        out.calls.end(ok)
-        if not ok:
+        if not (yield from python_call(cur, out)):
+            out.calls.end(False)
             return False
         lead: list[str] = []
         yield from cur.skip_ws(lead.append)
         sep = yield from cur.match((end, ",", ";"))
         if sep == end:
+            out.calls.end(True)
             return True
         if sep is None and cur.eof and cur.available == 0:
+            out.calls.end(True)
             return not cur.truncated
+        if sep is None and not (yield from call_head(cur)):
+            out.calls.end(False)
+            return False
+        out.calls.end(True)
         if sep is not None:
             lead.append(sep)
             yield from cur.skip_ws(lead.append)

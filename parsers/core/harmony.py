@@ -1,0 +1,436 @@
+"""Harmony (gpt-oss) and Harmony-like envelopes: the output is a sequence of messages.
+
+After the generation prompt ``<|start|>assistant`` the model writes messages of the form
+``{header}<|message|>{body}{terminator}``; every message after the first opens with ``<|start|>``::
+
+    <|channel|>analysis<|message|>Need the weather.<|end|>
+    <|start|>assistant<|channel|>commentary<|message|>Checking…<|end|>
+    <|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}<|call|>
+    <|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>
+
+(the newlines are for reading only). The header holds the role (``assistant``; already in the
+prompt for the first message), the channel (``<|channel|>analysis|commentary|final``), an optional
+recipient ``to=…`` (in the role part or after the channel), and an optional content type
+(``<|constrain|>json``, `` <|constrain|>json`` or a bare `` json``). What each message becomes:
+
+* ``analysis`` → reasoning; several reasoning messages are joined with ``"\\n"``;
+* ``final``, a channel-less message, an unknown channel, and ``commentary`` without a recipient
+  (a user-visible *preamble*) → content; several content messages are joined with ``"\\n\\n"``;
+* recipient ``functions.NAME`` (or a bare offered tool name), any channel → a tool call whose JSON
+  arguments stream through as written. ``<|call|>`` usually never reaches us (it is a stop token),
+  so the end of stream closes a call unless the output was cut at the token limit. A call body
+  that is not a JSON object is passed through as content;
+* any other recipient (built-in tools: ``python``, ``browser.search``, ``container.exec`` …) →
+  dropped, as vLLM and llama.cpp do: the client offered no such function and we run none;
+  ``to=assistant`` is not a recipient (it is how tool replies are addressed);
+* a message whose role is not the assistant's (``user``, ``system``, ``tool``, ``functions.x`` …:
+  a hallucinated turn) → dropped.
+
+Text, not tokens: marker strings inside a JSON string are never markers. In a text body a
+terminator (``<|end|>``, ``<|call|>``, ``<|return|>``) ends the message only when what follows it
+is the start of another message (``<|start|>``, ``<|channel|>``, another terminator) or the end of
+the output; otherwise it was written as text (``I must not write <|call|> myself``) and stays text.
+
+Malformed output never raises: a header that runs into a terminator or ``<|start|>`` without
+``<|message|>`` is dropped when it parses as a header and is content otherwise (``<|channel|>??<|end|>``
+→ ``??``); a header cut by the end of the output is dropped when it has header structure and is
+content when it is plain text (the model ignored the format); a "header" longer than
+``HEADER_LIMIT`` characters is text: it is streamed as content, header markers removed, up to the
+next message boundary (``<|start|>`` or a terminator followed by one).
+
+A ``Dialect`` declares the variations. ``HARMONY`` is gpt-oss; ``OPENCHATML`` is the OpenChatML 2.2
+envelope (QuixiAI/OpenChatML README.md): ``call_id=`` is the call id, ``commentary`` is hidden
+(reasoning) unless ``intent=preamble``, ``<|literal|>…<|endliteral|>`` is opaque text, ``<<|start|>``
+(a doubled ``<`` before any control token) is the literal token text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from functools import cache
+
+from parsers.core.cursor import Cursor, Write, discard
+from parsers.core.markers import MarkerSet
+from parsers.core.program import Out, ProgramBody
+
+START = "<|start|>"
+END = "<|end|>"
+MESSAGE = "<|message|>"
+CHANNEL = "<|channel|>"
+CONSTRAIN = "<|constrain|>"
+CALL = "<|call|>"
+RETURN = "<|return|>"
+LITERAL = "<|literal|>"
+END_LITERAL = "<|endliteral|>"
+
+TERMINATORS = (END, CALL, RETURN)
+#: what may follow a terminator that really ends a message
+FOLLOWERS = (START, CHANNEL, *TERMINATORS)
+#: a header is at most this long; longer "headers" are text
+HEADER_LIMIT = 512
+#: roles (or tool authors) whose messages are not the assistant's
+OTHER_ROLES = frozenset({"system", "developer", "user", "tool", "python"})
+
+_WS = " \t\r\n"
+_SEGMENT = re.compile("(" + re.escape(CHANNEL) + "|" + re.escape(CONSTRAIN) + ")")
+_ATTR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z", re.S)
+_RECIPIENT = re.compile(r"\s*to=\S")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What distinguishes one Harmony-like envelope from another (data only)."""
+
+    channels: frozenset[str] = frozenset({"analysis", "commentary", "final"})
+    #: commentary without a recipient is hidden (reasoning) unless ``intent=preamble``
+    hidden_commentary: bool = False
+    #: ``(open, close)`` of an opaque literal block inside text bodies
+    literal: tuple[str, str] | None = None
+    #: ``<`` + a control token is that token's text (``<<|end|>`` → ``<|end|>``)
+    escapes: bool = False
+    #: header attribute carrying the tool-call id
+    call_id_key: str | None = None
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        base = (START, END, MESSAGE, CHANNEL, CONSTRAIN, CALL, RETURN)
+        return base + (self.literal or ())
+
+
+HARMONY = Dialect()
+OPENCHATML = Dialect(hidden_commentary=True, literal=(LITERAL, END_LITERAL), escapes=True, call_id_key="call_id")
+
+
+@dataclass(frozen=True)
+class _Sets:
+    header: MarkerSet  # where a header ends
+    body: MarkerSet  # what a text body reacts to
+    garbled: MarkerSet  # body markers, <|start|> and header markers (dropped): text that is not a message
+    stop: MarkerSet  # any marker outside a JSON string breaks the value
+    escapes: frozenset[str]
+    literal_end: MarkerSet | None
+
+
+@cache
+def _sets(dialect: Dialect) -> _Sets:
+    escapes = frozenset("<" + m for m in dialect.markers) if dialect.escapes else frozenset()
+    body = (*TERMINATORS, *escapes, *(dialect.literal or ()))
+    return _Sets(
+        header=MarkerSet((MESSAGE, START, *TERMINATORS)),
+        body=MarkerSet(body),
+        garbled=MarkerSet((*body, START, MESSAGE, CHANNEL, CONSTRAIN)),
+        stop=MarkerSet(dialect.markers),
+        escapes=escapes,
+        literal_end=MarkerSet((dialect.literal[1],)) if dialect.literal else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------- headers
+
+
+@dataclass
+class Header:
+    """A parsed message header. ``garbage``: words that fit no header field (or an unknown channel)."""
+
+    role: str | None = None
+    channel: str | None = None
+    recipient: str | None = None
+    content_type: str | None = None
+    attrs: dict[str, str] = field(default_factory=dict)
+    garbage: bool = False
+
+
+def parse_header(text: str, opened: bool, dialect: Dialect) -> Header:
+    """Parse header text (``<|channel|>`` / ``<|constrain|>`` included, ``<|message|>`` not).
+    ``opened``: the message began with ``<|start|>``, so its first word is the role."""
+    header = Header()
+    parts = _SEGMENT.split(text)
+    words = parts[0].split()
+    if opened and words and "=" not in words[0]:
+        header.role = words.pop(0)
+    for word in words:
+        if not _attribute(header, word):
+            header.garbage = True
+    for marker, segment in zip(parts[1::2], parts[2::2]):
+        words = segment.split()
+        if marker == CHANNEL:
+            if not words or "=" in words[0]:
+                header.garbage = True
+            else:
+                header.channel = words.pop(0)
+                if header.channel not in dialect.channels:
+                    header.garbage = True
+        for word in words:
+            if not _attribute(header, word):
+                header.content_type = word
+    return header
+
+
+def _attribute(header: Header, word: str) -> bool:
+    match = _ATTR.match(word)
+    if match is None:
+        return False
+    key, value = match.groups()
+    header.attrs[key] = value
+    if key == "to":
+        header.recipient = value or None
+    elif key == "content_type":
+        header.content_type = value
+    return True
+
+
+def _structured(header_text: str, output_text: str, opened_in_output: bool) -> bool:
+    """Whether cut-off header text was markup (dropped) rather than plain text (content): the
+    output opened the message, a header marker is in it, or the output began with ``to=…``."""
+    return (opened_in_output or CHANNEL in header_text or CONSTRAIN in header_text
+            or _RECIPIENT.match(output_text) is not None)
+
+
+# ---------------------------------------------------------------------------------------- start state
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where the output begins, judged from the rendered prompt.
+
+    ``prefix`` is header text the prompt already holds (after its last ``<|start|>``); ``opened``
+    says a message is open (its role comes first); ``in_body`` says the prompt ended right after
+    ``<|message|>``, so the output begins inside that message's body.
+    """
+
+    prefix: str = "assistant"
+    opened: bool = True
+    in_body: bool = False
+
+
+GENERATION_PROMPT = Start()  # the prompt ends with ``<|start|>assistant`` (gpt-oss's template)
+ANALYSIS_BODY = Start(prefix="assistant" + CHANNEL + "analysis", in_body=True)
+
+
+def start_from_prompt(prompt: str | None) -> Start:
+    """The start state for a rendered prompt; without one, assume ``<|start|>assistant``."""
+    if not prompt:
+        return GENERATION_PROMPT
+    at = prompt.rfind(START)
+    if at < 0:
+        return GENERATION_PROMPT
+    tail = prompt[at + len(START):]
+    if any(t in tail for t in TERMINATORS):  # the prompt closed its last message
+        return Start(prefix="", opened=False)
+    body_at = tail.find(MESSAGE)
+    if body_at >= 0:
+        return Start(prefix=tail[:body_at], in_body=True)
+    return Start(prefix=tail)
+
+
+# ---------------------------------------------------------------------------------------- the program
+
+
+class _Joined:
+    """The messages of one kind written to one channel, separated by ``sep``. With ``strip`` the
+    whitespace a message begins with is dropped (reasoning)."""
+
+    __slots__ = ("_emit", "_sep", "_strip", "_any", "_fresh")
+
+    def __init__(self, emit: Write, sep: str, strip: bool) -> None:
+        self._emit = emit
+        self._sep = sep
+        self._strip = strip
+        self._any = False
+        self._fresh = True
+
+    def open(self) -> Write:
+        """A new message begins; returns its writer."""
+        self._fresh = True
+        return self.write
+
+    def resume(self) -> Write:
+        """The current message goes on (after text that reached the channel another way)."""
+        self._any = True
+        self._fresh = False
+        return self.write
+
+    def write(self, text: str) -> None:
+        if self._fresh:
+            if self._strip:
+                text = text.lstrip(_WS)
+            if not text:
+                return
+            if self._any:
+                text = self._sep + text
+            self._any = True
+            self._fresh = False
+        self._emit(text)
+
+
+# how a body ended: the marker that opens the next message (START, CHANNEL), "" for a message
+# that simply ended, or None for the end of the output
+Next = str | None
+
+
+class HarmonyRun:
+    """One response: the message loop and the body readers (see the module docstring)."""
+
+    def __init__(self, cur: Cursor, out: Out, dialect: Dialect, start: Start,
+                 tool_names: frozenset[str], calls: bool) -> None:
+        self.cur = cur
+        self.out = out
+        self.dialect = dialect
+        self.sets = _sets(dialect)
+        self.start = start
+        self.tool_names = tool_names
+        self.calls = calls
+        self.content = _Joined(out.content.write, "\n\n", strip=False)
+        self.reasoning = _Joined(out.reasoning.write, "\n", strip=True)
+
+    # ---------------------------------------------------------------- messages
+
+    def run(self) -> Generator[None, None, None]:
+        cur, start = self.cur, self.start
+        prefix, opened, in_output = start.prefix, start.opened, False
+        if start.in_body:
+            nxt = yield from self.body(parse_header(prefix, opened, self.dialect))
+            if nxt is None:
+                return
+            prefix, opened, in_output = self._next(nxt)
+        while True:
+            text, marker = yield from cur.read_until(self.sets.header, HEADER_LIMIT)
+            # the prompt's part of the header is complete: the output cannot extend its last word
+            header_text = prefix + " " + text if prefix else text
+            if marker == MESSAGE:
+                nxt = yield from self.body(parse_header(header_text, opened, self.dialect))
+            elif marker is not None:  # a terminator or <|start|> before any <|message|>
+                if parse_header(header_text, opened, self.dialect).garbage:
+                    self._garbage(text)
+                nxt = marker if marker == START else ""
+            elif len(text) <= HEADER_LIMIT:  # end of output inside the header
+                if _structured(header_text, text, in_output):
+                    yield from cur.rest(discard)
+                else:
+                    yield from cur.rest(self.content.open())
+                return
+            else:  # no header end in sight: this is text, not a header
+                nxt = yield from self.text_body(self.content.open(), garbled=True)
+            if nxt is None:
+                return
+            prefix, opened, in_output = self._next(nxt)
+
+    @staticmethod
+    def _next(nxt: str) -> tuple[str, bool, bool]:
+        """Header prefix, opened, opened-in-output for the message after ``nxt``."""
+        if nxt == START:
+            return "", True, True
+        if nxt == CHANNEL:
+            return CHANNEL, False, False
+        return "", False, False
+
+    def _garbage(self, header_text: str) -> None:
+        text = header_text.replace(CHANNEL, "").replace(CONSTRAIN, "")
+        if text.strip(_WS):
+            self.content.open()(text)
+
+    def body(self, header: Header) -> Generator[None, None, Next]:
+        """Read one message body (``<|message|>`` consumed) according to its header."""
+        if header.role is not None and (header.role in OTHER_ROLES or "." in header.role):
+            return (yield from self.skipped_body())
+        recipient = header.recipient if header.recipient != "assistant" else None
+        if recipient is not None:
+            name = self._function_name(recipient)
+            if name is None:
+                return (yield from self.skipped_body())
+            if self.calls:
+                call_id = header.attrs.get(self.dialect.call_id_key) if self.dialect.call_id_key else None
+                return (yield from self.call_body(name, call_id or None))
+            return (yield from self.json_text_body(self.content.open()))
+        channel = header.channel
+        hidden = channel == "commentary" and self.dialect.hidden_commentary and header.attrs.get("intent") != "preamble"
+        if channel == "analysis" or hidden:
+            nxt = yield from self.text_body(self.reasoning.open())
+            self.out.reasoning.drop_held()
+            return nxt
+        return (yield from self.text_body(self.content.open()))
+
+    def _function_name(self, recipient: str) -> str | None:
+        if recipient.startswith("functions."):
+            return recipient[len("functions."):] or None
+        return recipient if recipient in self.tool_names else None
+
+    # ---------------------------------------------------------------- bodies
+
+    def text_body(self, write: Write, garbled: bool = False) -> Generator[None, None, Next]:
+        """Text up to the terminator that ends the message (see the module docstring)."""
+        cur, sets = self.cur, self.sets
+        stops = sets.garbled if garbled else sets.body
+        while True:
+            marker = yield from cur.until(stops, write)
+            if marker is None:
+                return None
+            if marker in TERMINATORS:
+                space: list[str] = []
+                if not (yield from cur.skip_ws(space.append)):
+                    return None
+                follower = yield from cur.match(FOLLOWERS)
+                if follower is not None:
+                    return follower if follower in (START, CHANNEL) else ""
+                write(marker + "".join(space))  # a terminator written as text
+            elif marker == START:  # only in garbled text: a real message begins
+                return START
+            elif marker in sets.escapes:
+                write(marker[1:])
+            elif sets.literal_end is not None and marker == self.dialect.literal[0]:  # type: ignore[index]
+                if (yield from cur.until(sets.literal_end, write)) is None:
+                    return None
+            # other markers (header markers in garbled text, a stray literal end) are dropped
+
+    def json_text_body(self, write: Write) -> Generator[None, None, Next]:
+        """A body that may be JSON, as text: a leading JSON value is read as a unit (markers in
+        its strings are text), the rest as a text body."""
+        cur = self.cur
+        yield from cur.skip_ws()
+        if (yield from cur.peek()) == "{":
+            yield from cur.json_value(write, self.sets.stop)
+        return (yield from self.text_body(write))
+
+    def skipped_body(self) -> Generator[None, None, Next]:
+        """A body nobody receives (built-in tool call, another role's message): consumed, dropped."""
+        return (yield from self.json_text_body(discard))
+
+    def call_body(self, name: str, call_id: str | None) -> Generator[None, None, Next]:
+        """A tool call: the JSON arguments stream to the call; anything else is content."""
+        cur, calls = self.cur, self.out.calls
+        yield from cur.skip_ws()
+        if (yield from cur.peek()) != "{":
+            return (yield from self.text_body(self.content.open()))
+        calls.begin()
+        calls.header(name, call_id)
+        ok = yield from cur.json_value(calls.args, self.sets.stop)
+        ended: str | None = None
+        if ok:
+            yield from cur.skip_ws()
+            ended = yield from cur.match(TERMINATORS)
+            if ended is None:  # the stop token <|call|> is usually not in the text
+                ok = cur.eof and cur.available == 0 and not cur.truncated
+        calls.end(ok)
+        if ended is not None:
+            return ""
+        # a failed call's text became content (its ``raw``); the rest of the body follows it
+        return (yield from self.text_body(self.content.resume()))
+
+
+def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
+                     tool_names: frozenset[str] = frozenset(), calls: bool = True) -> Generator[None, None, None]:
+    """The program body for a Harmony-like envelope. With ``calls=False`` (reasoning parser only)
+    a call message's body is passed through as content, as written."""
+    yield from HarmonyRun(cur, out, dialect, start, tool_names, calls).run()
+
+
+def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
+                    tool_names: frozenset[str] = frozenset()) -> ProgramBody:
+    """``harmony_messages`` bound to its settings, as a ``ProgramBody``."""
+
+    def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
+        yield from harmony_messages(cur, out, dialect, start, tool_names, calls)
+
+    return program
