@@ -26,9 +26,12 @@ from app.errors import APIError, BackendError, bad_request
 from app.openai_stream import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
 from app.protocol import ChatCompletionRequest, NamedToolChoice
 from app.runtime import Runtime, render_error
-from parsers import ResponseParser, build_response_parser, fold
+from app.constraints.tools import Constraint, ReasoningGate, build_constraint
+from detectors.tools.constrained import JsonCallArray, NamedArguments
+from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold, to_specs
 from parsers.events import Event
-from parsers.fold import CallHolder
+from parsers.fold import CallHolder, CallLimit
+from parsers.registry import reasoning_detector_class, tool_detector_class
 
 log = logging.getLogger("toolwire")
 
@@ -86,6 +89,7 @@ class ChatPlan:
     tools: list[dict[str, Any]]  # offered to the model (rendered) and to the parser
     parse_tools: bool
     named_tool: str | None
+    constraint: Constraint
 
 
 def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
@@ -120,12 +124,46 @@ def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
     if backend is not None and getattr(backend, "adds_bos", False) and template.bos_token \
             and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
-    return ChatPlan(request, prompt, tools, bool(tools) and runtime.parsers.tools is not None, named)
+    constraint = plan_constraint(request, runtime, prompt, tools, named)
+    parse_tools = bool(tools) and (runtime.parsers.tools is not None or constraint.output != "wire")
+    return ChatPlan(request, prompt, tools, parse_tools, named, constraint)
+
+
+def plan_constraint(request: ChatCompletionRequest, runtime: Runtime, prompt: str, tools: list[dict[str, Any]],
+                    named: str | None) -> Constraint:
+    """What the backend is told to constrain (see ``app.constraints.tools``)."""
+    specs = to_specs(tools)
+    wire = tool_detector_class(runtime.parsers.tools).wire if runtime.parsers.tools else None
+    gate = None
+    if runtime.parsers.reasoning:
+        detector = reasoning_detector_class(runtime.parsers.reasoning)()
+        inside = detector.initial_state(prompt)
+        gate = ReasoningGate.of(detector, detector.force_reasoning if inside is None else inside)
+    choice = request.tool_choice if isinstance(request.tool_choice, str) else None
+    response_format = request.response_format.model_dump(exclude_none=True) if request.response_format else None
+    kind = runtime.backend.kind if runtime.backend is not None else "openai"
+    return build_constraint(kind, choice, named, specs, wire, request.parallel_tool_calls is not False, gate,
+                            response_format, runtime.settings.vllm_legacy_guided)
 
 
 def build_parser(plan: ChatPlan, runtime: Runtime) -> ResponseParser:
+    output = plan.constraint.output
+    if plan.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
+        specs = to_specs(plan.tools)
+        detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, plan.named_tool or "")
+        return ResponseParser(None, FunctionCallParser(specs, detector=detector))
     tool_parser = runtime.parsers.tools if plan.parse_tools else None
     return build_response_parser(plan.tools, tool_parser, runtime.parsers.reasoning, plan.prompt)
+
+
+def event_filters(plan: ChatPlan, hold: bool) -> list[Any]:
+    """Post-parse filters: at most ``max_calls`` calls; calls held until complete."""
+    filters: list[Any] = []
+    if plan.constraint.max_calls is not None:
+        filters.append(CallLimit(plan.constraint.max_calls))
+    if hold:
+        filters.append(CallHolder())
+    return filters
 
 
 def generation_request(plan: ChatPlan, runtime: Runtime) -> GenerationRequest:
@@ -135,7 +173,7 @@ def generation_request(plan: ChatPlan, runtime: Runtime) -> GenerationRequest:
         stop=list(r.stop or []), seed=r.seed, presence_penalty=r.presence_penalty,
         frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
     )
-    return GenerationRequest(plan.prompt, sampling, runtime.marker_tokens(plan.parse_tools))
+    return GenerationRequest(plan.prompt, sampling, runtime.marker_tokens(plan.parse_tools), plan.constraint.fields)
 
 
 async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
@@ -176,10 +214,12 @@ async def chat_completions(body: Any, runtime: Runtime) -> Response:
 
 async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, writer: ChunkWriter,
                         plan: ChatPlan, hold: bool) -> AsyncIterator[bytes]:
-    holder = CallHolder() if hold else None
+    filters = event_filters(plan, hold)
 
     def encode(events: list[Event]) -> bytes:
-        return b"".join(writer.events(holder(events) if holder is not None else events))
+        for apply in filters:
+            events = apply(events)
+        return b"".join(writer.events(events))
 
     item = first
     try:
@@ -219,6 +259,8 @@ async def complete(first: Any, stream: Generation, parser: ResponseParser, plan:
         await stream.aclose()
     assert isinstance(item, Finish)
     events += parser.end(truncated=item.reason == "length")
+    for apply in event_filters(plan, hold=False):
+        events = apply(events)
     message = fold(events)
     reason = finish_reason(item.reason, len(message.calls), 0, plan.named_tool is not None)
     body = completion_object(new_completion_id(), runtime.model_name, message, reason, item.usage,

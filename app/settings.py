@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), or auto")
     reasoning_field: ReasoningField = Field(
         "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
+    vllm_legacy_guided: bool = Field(
+        False, description="send vLLM constraints as guided_json (vLLM < 0.12) instead of structured_outputs")
     hold_tool_calls: bool = Field(
         False, description="deliver each streamed tool call whole, once complete (never a partial call)")
 

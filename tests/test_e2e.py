@@ -5,6 +5,7 @@ front and the ``openai`` SDK as client."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -167,3 +168,69 @@ def test_serve_local_model_leaves_no_orphans(how: str) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# ---------------------------------------------------------------------- constrained decoding
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather forecast for a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Tokyo", "Lima"]},
+        "days": {"type": "integer"}},
+        "required": ["city", "days"]}}}
+
+
+@pytest.fixture(scope="module")
+def tool_proxy(llama: LlamaServerProcess) -> Iterator[ProxyServer]:
+    server = ProxyServer(backend=llama.url, tool_call_parser="hermes").start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_tool_call_from_the_real_model_validates(tool_proxy: ProxyServer, stream: bool) -> None:
+    import jsonschema
+
+    client = client_for(tool_proxy)
+    kwargs = dict(model="smollm2", messages=[{"role": "user", "content": "What is the weather in Paris for 3 days?"}],
+                  tools=[WEATHER_TOOL], tool_choice="required", max_tokens=120, temperature=0)
+    if stream:
+        with client.chat.completions.stream(**kwargs) as events:
+            final = events.get_final_completion()
+    else:
+        final = client.chat.completions.create(**kwargs)
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.tool_calls, choice.message
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def _wire_names() -> list[str]:
+    from parsers.registry import TOOL_PARSERS, tool_detector_class
+
+    return sorted(n for n in TOOL_PARSERS if tool_detector_class(n).wire is not None)
+
+
+@pytest.mark.parametrize("name", _wire_names())
+def test_generation_under_each_wire_grammar_parses(llama: LlamaServerProcess, name: str) -> None:
+    """The grammar generated for a detector's own wire format drives the real model into output
+    the detector parses as one call with schema-valid arguments."""
+    import jsonschema
+
+    from app.constraints.tools import calls_grammar
+    from parsers import FunctionCallParser
+    from parsers.registry import tool_detector_class
+    from parsers.tools import to_specs
+
+    grammar = calls_grammar(tool_detector_class(name).wire, to_specs([WEATHER_TOOL]), 1)
+    response = httpx.post(llama.url + "/completion", timeout=120, json={
+        "prompt": "<|im_start|>user\nWeather in Paris for 3 days?<|im_end|>\n<|im_start|>assistant\n",
+        "n_predict": 400, "grammar": grammar, "temperature": 0})
+    assert response.status_code == 200, response.text
+    text = response.json()["content"]
+    content, calls = FunctionCallParser([WEATHER_TOOL], name).parse_non_stream(text)
+    assert len(calls) == 1 and calls[0].name == "get_weather", text
+    jsonschema.validate(json.loads(calls[0].parameters), WEATHER_TOOL["function"]["parameters"])
+    assert not content.strip()

@@ -1,0 +1,247 @@
+"""Constrained decoding for tool calls and structured answers, in each backend's dialect.
+
+``build_constraint`` turns the request's ``tool_choice`` / ``parallel_tool_calls`` /
+``response_format`` and the active detector's wire format into:
+
+* ``fields`` — merged into the backend request body:
+  - llama.cpp: a GBNF ``grammar`` in the detector's own wire format generated from the tools' JSON
+    schemas (``required``/named: the whole output, after an optional reasoning block; ``auto``:
+    ``grammar_lazy`` with a WORD ``grammar_triggers`` entry on the format's start marker), or
+    ``json_schema`` for ``response_format``;
+  - vLLM: ``structured_outputs`` — ``json`` (an array of calls for ``required``, the named tool's
+    arguments for a named choice), ``structural_tag`` (begin/schema/end per tool, triggered by the
+    start marker) for ``auto`` with strict tools, ``json``/``json_object`` for ``response_format``;
+    the legacy ``guided_json`` / ``guided_grammar`` fields when ``legacy_vllm`` is set;
+  - generic OpenAI completions: nothing (``required`` is then best effort).
+* ``output`` — what the constrained output looks like, so the right parser reads it: the
+  detector's own format (``"wire"``), a JSON array of calls (``"json_array"``), or one arguments
+  object for the named tool (``"named_args"``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from string import Template
+from typing import Any
+
+from app.constraints.gbnf import Grammar, literal
+from parsers.core.xmlcall import param_kind
+from parsers.reasoning import ReasoningDetector
+from parsers.tools import ToolSpec
+from parsers.wire import WireFormat
+
+WORD_TRIGGER = 1  # llama.cpp COMMON_GRAMMAR_TRIGGER_TYPE_WORD
+INDEX_GBNF = "[0-9]{1,3}"
+
+
+@dataclass
+class Constraint:
+    fields: dict[str, Any] = field(default_factory=dict)
+    output: str = "wire"  # "wire" | "json_array" | "named_args"
+    max_calls: int | None = None  # enforced on the parsed output too (parallel_tool_calls: false)
+
+
+@dataclass(frozen=True)
+class ReasoningGate:
+    """A reasoning block the grammar must leave free: ``inside`` when the prompt already opened it."""
+
+    start: str
+    end: str
+    inside: bool
+
+    @classmethod
+    def of(cls, detector: ReasoningDetector | None, inside: bool) -> "ReasoningGate | None":
+        if detector is None or not detector.start:
+            return None
+        return cls(detector.start[0], detector.ends()[0], inside)
+
+
+def _object_schema(tool: ToolSpec) -> Mapping[str, Any]:
+    params = tool.parameters
+    if not params:
+        return {"type": "object", "properties": {}}
+    return params
+
+
+# ---------------------------------------------------------------------------------------- GBNF
+
+
+def _template_gbnf(text: str) -> str:
+    """A literal template fragment (``$name`` already filled) as GBNF, ``$index`` as digits."""
+    pieces = text.split("$index")
+    out: list[str] = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            out.append(literal(piece))
+        if i < len(pieces) - 1:
+            out.append(INDEX_GBNF)
+    return " ".join(out) if out else '""'
+
+
+def _xml_args(g: Grammar, wire: WireFormat, tool: ToolSpec, name: str) -> str:
+    assert wire.params is not None
+    schema = _object_schema(tool)
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(props, Mapping) or not props:
+        return '""'
+    required = set(schema.get("required", [])) if isinstance(schema, Mapping) else set()
+    before_t, _, after_t = wire.params.partition("$value")
+    parts = []
+    for key, prop in props.items():
+        kind, _ = param_kind(prop if isinstance(prop, Mapping) else None)
+        is_string = kind == "string"
+        values = {"key": key, "is_string": str(is_string).lower()}
+        before = Template(before_t).safe_substitute(values)
+        after = Template(after_t).safe_substitute(values)
+        enum = prop.get("enum") if isinstance(prop, Mapping) else None
+        if is_string and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+            value = g.add(f"{name}-{key}-enum", " | ".join(literal(v) for v in enum))
+        elif is_string:
+            value = g.text_until(wire.string_value_end, f"{name}-{key}-text")
+        else:
+            value = g.schema(prop, f"{name}-{key}")
+        param = g.add(f"{name}-{key}-param", f"{literal(before)} {value} {literal(after)}")
+        parts.append(param if key in required else f"{param}?")
+    return " ".join(parts)
+
+
+def call_rule(g: Grammar, wire: WireFormat, tools: Sequence[ToolSpec]) -> str:
+    """A rule for one call of any of ``tools`` in the wire format."""
+    alternatives = []
+    for i, tool in enumerate(tools):
+        name = f"call-{i}-{tool.name}"
+        before, after = (Template(s).safe_substitute(name=tool.name) for s in wire.call.split("$args", 1))
+        if wire.params is None:
+            args = g.schema(_object_schema(tool), f"{name}-args")
+        else:
+            args = _xml_args(g, wire, tool, name)
+        alternatives.append(g.add(name, f"{_template_gbnf(before)} {args} {_template_gbnf(after)}"))
+    return g.add("call", " | ".join(alternatives))
+
+
+def calls_grammar(wire: WireFormat, tools: Sequence[ToolSpec], max_calls: int | None,
+                  reasoning: ReasoningGate | None = None, lazy: bool = False) -> str:
+    """GBNF for one or more calls in the wire format. ``lazy`` grammars start at the trigger word
+    (llama.cpp applies them from there), so they carry no reasoning prefix."""
+    g = Grammar()
+    call = call_rule(g, wire, tools)
+    sep = literal(wire.separator) + " " if wire.separator else ""
+    if max_calls == 1:
+        calls = call
+    else:
+        more = f"{{0,{max_calls - 1}}}" if max_calls else "*"
+        calls = f"{call} ( {sep}{call} ){more}"
+    body = " ".join(p for p in (literal(wire.section[0]) if wire.section[0] else "", calls,
+                                literal(wire.section[1]) if wire.section[1] else "") if p)
+    if reasoning is not None and not lazy:
+        thought = g.text_until(reasoning.end, "reasoning-text")
+        ws = g.primitive("ws-lines")
+        block = f"{thought} {literal(reasoning.end)} {ws}"
+        if not reasoning.inside:
+            block = f"( {literal(reasoning.start)} {block} )?"
+        body = f"{block} {body}"
+    return g.render(g.add("tool-calls", body))
+
+
+# ------------------------------------------------------------------------------- JSON schemas
+
+
+def calls_array_schema(tools: Sequence[ToolSpec], max_calls: int | None) -> dict[str, Any]:
+    """``[{"name": …, "arguments": {…}}, …]`` — the JSON form of one or more calls."""
+    items = [{
+        "type": "object",
+        "properties": {"name": {"type": "string", "const": t.name}, "arguments": _object_schema(t)},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    } for t in tools]
+    schema: dict[str, Any] = {"type": "array", "items": {"anyOf": items} if len(items) > 1 else items[0],
+                              "minItems": 1}
+    if max_calls:
+        schema["maxItems"] = max_calls
+    return schema
+
+
+def structural_tag(wire: WireFormat, tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """vLLM/xgrammar structural tag: each call's begin/schema/end, applied once the trigger appears."""
+    structures = []
+    for tool in tools:
+        before, after = wire.split_call(tool.name, 0)
+        structures.append({"begin": before, "schema": _object_schema(tool), "end": after})
+    return {"type": "structural_tag", "structures": structures, "triggers": [wire.trigger]}
+
+
+# ------------------------------------------------------------------------------------ planner
+
+
+def build_constraint(
+    backend_kind: str,
+    tool_choice: str | None,
+    named_tool: str | None,
+    tools: Sequence[ToolSpec],
+    wire: WireFormat | None,
+    parallel: bool,
+    reasoning: ReasoningGate | None = None,
+    response_format: Mapping[str, Any] | None = None,
+    legacy_vllm: bool = False,
+) -> Constraint:
+    """The backend fields and output shape for one request (see the module docstring)."""
+    max_calls = None if parallel else 1
+    constraint = Constraint(max_calls=max_calls)
+    mode = "named" if named_tool else (tool_choice or ("auto" if tools else "none"))
+    if named_tool:
+        tools = [t for t in tools if t.name == named_tool]
+        constraint.max_calls = 1
+    if backend_kind == "openai" or mode == "none" or not tools:
+        return _response_format(constraint, backend_kind, response_format, legacy_vllm)
+    if backend_kind == "llamacpp":
+        if wire is None:
+            return _response_format(constraint, backend_kind, response_format, legacy_vllm)
+        if mode in ("required", "named"):
+            constraint.fields = {"grammar": calls_grammar(wire, tools, constraint.max_calls, reasoning),
+                                 "grammar_lazy": False}
+        elif response_format and response_format.get("type") != "text":
+            return _response_format(constraint, backend_kind, response_format, legacy_vllm)
+        else:
+            constraint.fields = {
+                "grammar": calls_grammar(wire, tools, max_calls, lazy=True), "grammar_lazy": True,
+                "grammar_triggers": [{"type": WORD_TRIGGER, "value": wire.trigger}],
+            }
+        return constraint
+    # vLLM
+    if mode == "required":
+        constraint.output = "json_array"
+        schema = calls_array_schema(tools, max_calls)
+        constraint.fields = {"guided_json": schema} if legacy_vllm else {"structured_outputs": {"json": schema}}
+        return constraint
+    if mode == "named":
+        constraint.output = "named_args"
+        schema = dict(_object_schema(tools[0]))
+        constraint.fields = {"guided_json": schema} if legacy_vllm else {"structured_outputs": {"json": schema}}
+        return constraint
+    if response_format and response_format.get("type") != "text":
+        return _response_format(constraint, backend_kind, response_format, legacy_vllm)
+    if any(t.strict for t in tools) and wire is not None and wire.params is None and not legacy_vllm:
+        tag = structural_tag(wire, [t for t in tools if t.strict] or tools)
+        constraint.fields = {"structured_outputs": {"structural_tag": json.dumps(tag, ensure_ascii=False)}}
+    return constraint
+
+
+def _response_format(constraint: Constraint, backend_kind: str, response_format: Mapping[str, Any] | None,
+                     legacy_vllm: bool) -> Constraint:
+    if not response_format or response_format.get("type") in (None, "text") or backend_kind == "openai":
+        return constraint
+    schema: Any = {"type": "object"}
+    if response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        schema = spec.get("schema") or {"type": "object"}
+    if backend_kind == "llamacpp":
+        constraint.fields = {"json_schema": schema}
+    elif legacy_vllm:
+        constraint.fields = {"guided_json": schema}
+    elif response_format.get("type") == "json_object":
+        constraint.fields = {"structured_outputs": {"json_object": True}}
+    else:
+        constraint.fields = {"structured_outputs": {"json": schema}}
+    return constraint
