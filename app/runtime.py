@@ -26,10 +26,11 @@ log = logging.getLogger("toolwire")
 
 @dataclass
 class ParserChoice:
-    """Canonical parser names (``None``: not parsed), resolved from flags or from the template."""
+    """The parsers in use (``None``: not parsed): canonical registry names, or detector classes
+    that ``auto`` built from the chat template; ``why`` says how each was chosen."""
 
-    reasoning: str | None = None
-    tools: str | None = None
+    reasoning: str | type | None = None
+    tools: str | type | None = None
     why: dict[str, str] = field(default_factory=dict)
 
 
@@ -163,12 +164,15 @@ class Runtime:
         return tuple(dict.fromkeys(m for m in markers if m))
 
     def describe(self) -> dict[str, Any]:
+        def label(parser: str | type | None) -> str | None:
+            return parser if parser is None or isinstance(parser, str) else getattr(parser, "label", parser.__name__)
+
         return {
             "backend": self.settings.backend,
             "backend_type": self.backend.kind if self.backend else None,
             "model": self.model_name,
-            "reasoning_parser": self.parsers.reasoning,
-            "tool_call_parser": self.parsers.tools,
+            "reasoning_parser": label(self.parsers.reasoning),
+            "tool_call_parser": label(self.parsers.tools),
             "template": self.template.name if self.template else None,
         }
 

@@ -69,7 +69,7 @@ class ToolCallItem:
 class FunctionCallParser:
     """Streaming tool-call parser over one detector (see the module docstring)."""
 
-    def __init__(self, tools: Iterable[Any] | None, tool_call_parser: str | None = None, *,
+    def __init__(self, tools: Iterable[Any] | None, tool_call_parser: str | type | None = None, *,
                  detector: ToolCallDetector | None = None) -> None:
         self.tools = to_specs(tools)
         if detector is None:

@@ -103,7 +103,7 @@ class ReasoningParser:
 
     def __init__(
         self,
-        model_type: str,
+        model_type: str | type,
         stream_reasoning: bool = True,
         force_reasoning: bool | None = None,
         *,

@@ -173,9 +173,15 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def tool_detector_class(name: str) -> Any:
+def tool_detector_class(name: str | type) -> Any:
+    """The detector class for a registered name (a class — e.g. one built by ``auto`` from a
+    chat template — is returned as is)."""
+    if isinstance(name, type):
+        return name
     return _load(TOOL_PARSERS[canonical_tool_parser(name)])
 
 
-def reasoning_detector_class(name: str) -> Any:
+def reasoning_detector_class(name: str | type) -> Any:
+    if isinstance(name, type):
+        return name
     return _load(REASONING_PARSERS[canonical_reasoning_parser(name)])

@@ -40,11 +40,11 @@ class ResponseParser:
         return out
 
 
-def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | None, reasoning_parser: str | None,
-                          prompt: str | None = None) -> ResponseParser:
+def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type | None,
+                          reasoning_parser: str | type | None, prompt: str | None = None) -> ResponseParser:
     """The parser chain for one response.
 
-    ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
+    Parsers are registry names or detector classes. ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
     parsed); its detector sees the rendered prompt first (``prepare``). A tool format that also
     carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
     reasoning parser is not chained before it.
