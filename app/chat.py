@@ -7,15 +7,18 @@ of the same events), so the two cannot disagree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from sse_starlette.sse import EventSourceResponse
 
@@ -29,7 +32,7 @@ from app.runtime import Runtime, render_error
 from app.constraints.tools import Constraint, ReasoningGate, build_constraint
 from detectors.tools.constrained import JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold, to_specs
-from parsers.events import Event
+from parsers.events import CallEnd, Event
 from parsers.fold import CallHolder, CallLimit
 from parsers.registry import reasoning_detector_class, tool_detector_class
 
@@ -197,24 +200,124 @@ async def start_generation(backend: Backend, request: GenerationRequest, retries
     raise AssertionError("unreachable")
 
 
-async def chat_completions(body: Any, runtime: Runtime) -> Response:
-    request = parse_request(body, runtime)
-    backend = await runtime.ready_backend()
-    plan = plan_chat(request, runtime)
-    parser = build_parser(plan, runtime)
-    first, stream = await start_generation(backend, generation_request(plan, runtime), runtime.settings.retries)
+@dataclass
+class RequestScope:
+    """What the HTTP layer hands a request: the Starlette request (to watch for disconnects),
+    when it started, and how to give back its concurrency slot (exactly once, when the response
+    is over — for a stream, when the stream ends)."""
+
+    request: Request | None = None
+    started: float = field(default_factory=time.monotonic)
+    release: Callable[[], None] = lambda: None
+
+
+class ParseTally:
+    """Counts parse outcomes for the metrics (a pass-through event filter)."""
+
+    __slots__ = ("calls", "unfinished")
+
+    def __init__(self) -> None:
+        self.calls = self.unfinished = 0
+
+    def __call__(self, events: list[Event]) -> list[Event]:
+        for event in events:
+            if isinstance(event, CallEnd):
+                if event.ok:
+                    self.calls += 1
+                elif not event.raw:
+                    self.unfinished += 1
+        return events
+
+    def record(self, runtime: Runtime, plan: ChatPlan, parser: ResponseParser) -> None:
+        detector = detector_label(runtime, plan)
+        events = runtime.metrics.parse_events
+        tools = parser.tools
+        for name, count in (("tool_call", self.calls), ("unfinished_call", self.unfinished),
+                            ("malformed_passthrough", tools.malformed_calls if tools else 0),
+                            ("unknown_tool", tools.unknown_tool_names if tools else 0)):
+            if count:
+                events.labels(detector, name).inc(count)
+
+
+def detector_label(runtime: Runtime, plan: ChatPlan) -> str:
+    if plan.constraint.output != "wire" and plan.parse_tools:
+        return plan.constraint.output
+    parser = runtime.parsers.tools if plan.parse_tools else None
+    if parser is None:
+        return "none"
+    return parser if isinstance(parser, str) else str(getattr(parser, "label", parser.__name__))
+
+
+async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | None = None) -> Response:
+    scope = scope or RequestScope()
+    try:
+        request = parse_request(body, runtime)
+        backend = await runtime.ready_backend()
+        plan = plan_chat(request, runtime)
+        parser = build_parser(plan, runtime)
+        if runtime.settings.log_content:
+            log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
+        try:
+            first, stream = await start_generation(backend, generation_request(plan, runtime),
+                                                   runtime.settings.retries)
+        except BackendError as exc:
+            runtime.metrics.backend_errors.labels(exc.kind).inc()
+            raise
+        runtime.metrics.ttft.observe(time.monotonic() - scope.started)
+    except BaseException:
+        scope.release()
+        raise
     hold = request.hold_tool_calls if request.hold_tool_calls is not None else runtime.settings.hold_tool_calls
     if request.stream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         writer = ChunkWriter(new_completion_id(), runtime.model_name, runtime.settings.reasoning_field, include_usage)
-        body_iter = stream_chunks(first, stream, parser, writer, plan, hold)
-        return EventSourceResponse(body_iter, sep="\n", headers={"Cache-Control": "no-cache"})
-    return await complete(first, stream, parser, plan, runtime)
+        body_iter = stream_chunks(first, stream, parser, writer, plan, hold, runtime, scope)
+        return EventSourceResponse(body_iter, sep="\n", headers={"Cache-Control": "no-cache"},
+                                   shutdown_grace_period=runtime.settings.shutdown_grace)
+    try:
+        return await until_disconnected(scope, complete(first, stream, parser, plan, runtime))
+    finally:
+        scope.release()
+
+
+async def until_disconnected(scope: RequestScope, work: Awaitable[Response]) -> Response:
+    """Run ``work``; if the client goes away first, cancel it (which closes the upstream request,
+    so the backend stops generating for nobody)."""
+    task = asyncio.ensure_future(work)
+    if scope.request is None:
+        return await task
+    watcher = asyncio.ensure_future(_disconnected(scope.request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("client disconnected before the answer was complete; upstream request closed")
+        return Response(status_code=499)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
 
 
 async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, writer: ChunkWriter,
-                        plan: ChatPlan, hold: bool) -> AsyncIterator[bytes]:
-    filters = event_filters(plan, hold)
+                        plan: ChatPlan, hold: bool, runtime: Runtime, scope: RequestScope) -> AsyncIterator[bytes]:
+    """The SSE body. Ends with finish + usage + ``[DONE]``, or — if the backend fails after the
+    first byte — with one ``data: {"error": …}`` event. When the client goes away the generator is
+    cancelled and the ``finally`` closes the upstream request at once."""
+    tally = ParseTally()
+    filters = [tally, *event_filters(plan, hold)]
+    metrics = runtime.metrics
+    content: list[str] = []
 
     def encode(events: list[Event]) -> bytes:
         for apply in filters:
@@ -222,10 +325,13 @@ async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, 
         return b"".join(writer.events(events))
 
     item = first
+    metrics.active_streams.inc()
     try:
         yield writer.role()
         while True:
             if isinstance(item, TextDelta):
+                if runtime.settings.log_content:
+                    content.append(item.text)
                 data = encode(parser.feed(item.text))
                 if data:
                     yield data
@@ -237,14 +343,27 @@ async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, 
                 tail += writer.finish(reason)
                 if writer.include_usage:
                     tail += writer.usage(item.usage)
+                record_usage(runtime, item)
+                tally.record(runtime, plan, parser)
                 yield tail + SSE_DONE
                 return
             item = await stream.__anext__()
     except BackendError as exc:
+        metrics.backend_errors.labels(exc.kind).inc()
         log.warning("backend failed mid-stream: %s", exc.message)
         yield sse(exc.body())
     finally:
+        metrics.active_streams.dec()
+        if content:
+            log.debug("completion", extra={"fields": {"completion": "".join(content)}})
         await stream.aclose()
+        scope.release()
+
+
+def record_usage(runtime: Runtime, finish: Finish) -> None:
+    if finish.usage is not None:
+        runtime.metrics.tokens.labels("prompt").inc(finish.usage.prompt_tokens)
+        runtime.metrics.tokens.labels("completion").inc(finish.usage.completion_tokens)
 
 
 async def complete(first: Any, stream: Generation, parser: ResponseParser, plan: ChatPlan,
@@ -255,13 +374,21 @@ async def complete(first: Any, stream: Generation, parser: ResponseParser, plan:
         while isinstance(item, TextDelta):
             events += parser.feed(item.text)
             item = await stream.__anext__()
+    except BackendError as exc:
+        runtime.metrics.backend_errors.labels(exc.kind).inc()
+        raise
     finally:
         await stream.aclose()
     assert isinstance(item, Finish)
     events += parser.end(truncated=item.reason == "length")
-    for apply in event_filters(plan, hold=False):
+    tally = ParseTally()
+    for apply in [tally, *event_filters(plan, hold=False)]:
         events = apply(events)
     message = fold(events)
+    record_usage(runtime, item)
+    tally.record(runtime, plan, parser)
+    if runtime.settings.log_content:
+        log.debug("completion", extra={"fields": {"content": message.content, "reasoning": message.reasoning}})
     reason = finish_reason(item.reason, len(message.calls), 0, plan.named_tool is not None)
     body = completion_object(new_completion_id(), runtime.model_name, message, reason, item.usage,
                              runtime.settings.reasoning_field)

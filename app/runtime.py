@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ import httpx
 from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
 from app.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
+from app.metrics import Metrics
 from app.settings import Settings
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser, reasoning_detector_class, \
     tool_detector_class
@@ -42,6 +44,29 @@ def validate_parser_names(settings: Settings) -> None:
         canonical_tool_parser(settings.tool_call_parser)
 
 
+class Slots:
+    """A bounded number of concurrent requests (``--max-concurrency``); unbounded when ``None``."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def try_acquire(self) -> Callable[[], None] | None:
+        """A release function (safe to call more than once), or ``None`` when all slots are taken."""
+        if self.limit is not None and self.used >= self.limit:
+            return None
+        self.used += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.used -= 1
+
+        return release
+
+
 class Runtime:
     def __init__(self, settings: Settings) -> None:
         validate_parser_names(settings)
@@ -51,6 +76,8 @@ class Runtime:
         self.template: ChatTemplate | None = None
         self.model_name: str = settings.model or "default"
         self.parsers = ParserChoice()
+        self.metrics = Metrics()
+        self.slots = Slots(settings.max_concurrency)
         self._prepared = False
         self._lock = asyncio.Lock()
 
@@ -89,10 +116,10 @@ class Runtime:
             assert self.client is not None
             api_key = s.backend_api_key.get_secret_value() if s.backend_api_key else None
             kind = s.backend_type or await detect_backend_type(s.backend, self.client, api_key)
+            if kind is None:
+                raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
             backend = BACKEND_TYPES[kind](s.backend, self.client, api_key)
             upstream_model = await backend.served_model()
-            if upstream_model is None and kind != "llamacpp" and not await backend.health():
-                raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
             backend.model = upstream_model or s.model
             if self.template is None:
                 published = await backend.chat_template()

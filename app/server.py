@@ -1,4 +1,5 @@
-"""The FastAPI application: routes, auth, and errors as OpenAI error objects.
+"""The FastAPI application: routes, the edge middleware (request ids, auth, metrics, access log),
+concurrency limits, and errors as OpenAI error objects.
 
 ``create_app(settings)`` builds an app; ``app_from_env()`` is the factory uvicorn workers use
 (settings from ``TOOLWIRE_*``).
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,14 +21,22 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.chat import chat_completions, error_response
+from app.chat import RequestScope, chat_completions, error_response
 from app.errors import APIError, BackendError, bad_request, error_body
+from app.logs import request_id
+from app.metrics import Metrics
 from app.runtime import Runtime
 from app.settings import Settings
 
 log = logging.getLogger("toolwire")
+access = logging.getLogger("toolwire.access")
+
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 async def read_json(request: Request, limit: int) -> Any:
@@ -53,9 +64,70 @@ async def read_json(request: Request, limit: int) -> Any:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
 
 
+class EdgeMiddleware:
+    """Pure ASGI middleware: request id (``X-Request-ID`` honoured and returned), bearer auth on
+    ``/v1/*`` (and ``/metrics`` unless open), request counts and latency, one access-log line per
+    request (method, path, status, duration — never content)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        self.keys = [k.encode() for k in settings.accepted_keys()]
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        if not self.keys:
+            return True
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() != b"bearer" or not token.strip():
+            return False
+        given = token.strip()
+        matched = False
+        for key in self.keys:  # compare with every key: the time taken does not depend on which matched
+            matched |= hmac.compare_digest(given, key)
+        return matched
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        token = request_id.set(rid)
+        started = time.monotonic()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
+            await send(message)
+
+        try:
+            protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
+            if protected and not self._authorized(headers):
+                self.metrics.rejected.labels("auth").inc()
+                response = JSONResponse(error_body("invalid or missing API key", "invalid_request_error", None,
+                                                   "invalid_api_key"), status_code=401,
+                                        headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send_with_id)
+                return
+            await self.app(scope, receive, send_with_id)
+        finally:
+            endpoint = path if path in ENDPOINTS else "other"
+            elapsed = time.monotonic() - started
+            self.metrics.requests.labels(endpoint, str(status)).inc()
+            self.metrics.latency.labels(endpoint).observe(elapsed)
+            access.info("request", extra={"fields": {
+                "method": scope.get("method"), "path": path, "status": status, "duration_ms": round(elapsed * 1000, 1)}})
+            request_id.reset(token)
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     runtime = runtime or Runtime(settings)
-    keys = [k.encode() for k in settings.accepted_keys()]
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -67,28 +139,18 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
     app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.runtime = runtime
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["X-Request-ID"])
+    app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.metrics)
 
-    def authorized(request: Request) -> bool:
-        if not keys:
-            return True
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return False
-        given = token.strip().encode()
-        matched = False
-        for key in keys:  # compare against every key: time does not depend on which one matched
-            matched |= hmac.compare_digest(given, key)
-        return matched
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Response:
-        path = request.url.path
-        if (path.startswith("/v1/") or (path == "/metrics" and not settings.metrics_open)) and not authorized(request):
-            return JSONResponse(error_body("invalid or missing API key", "invalid_request_error", None,
-                                           "invalid_api_key"), status_code=401,
-                                headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    def take_slot() -> Any:
+        release = runtime.slots.try_acquire()
+        if release is None:
+            runtime.metrics.rejected.labels("concurrency").inc()
+            raise APIError(429, f"too many concurrent requests (limit {settings.max_concurrency}); retry shortly",
+                           "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"})
+        return release
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
@@ -121,6 +183,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             return JSONResponse({"status": "unavailable", "detail": "backend is not answering"}, status_code=503)
         return JSONResponse({"status": "ok", **runtime.describe()})
 
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(runtime.metrics.render(), media_type=runtime.metrics.content_type)
+
     @app.get("/v1/models")
     async def models() -> JSONResponse:
         try:
@@ -133,7 +199,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         body = await read_json(request, settings.max_body_bytes)
-        return await chat_completions(body, runtime)
+        release = take_slot()
+        return await chat_completions(body, runtime, RequestScope(request=request, release=release))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -141,15 +208,21 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         body = await read_json(request, settings.max_body_bytes)
         if not isinstance(body, dict):
             raise bad_request("request body must be a JSON object")
-        backend = await runtime.ready_backend()
-        if backend.model:
-            body["model"] = backend.model
-        upstream = await backend.open_stream("/v1/completions", body)
+        release = take_slot()
+        try:
+            backend = await runtime.ready_backend()
+            if backend.model:
+                body["model"] = backend.model
+            upstream = await backend.open_stream("/v1/completions", body)
+        except BaseException:
+            release()
+            raise
         if not body.get("stream"):
             try:
                 raw = await upstream.aread()
             finally:
                 await upstream.aclose()
+                release()
             return Response(raw, media_type="application/json")
 
         async def relay() -> AsyncIterator[bytes]:
@@ -160,6 +233,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
                 yield b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
             finally:
                 await upstream.aclose()
+                release()
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
@@ -168,4 +242,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: settings come from ``TOOLWIRE_*``."""
-    return create_app(Settings())
+    from app.logs import configure
+
+    settings = Settings()
+    configure(settings.log_level)
+    return create_app(settings)

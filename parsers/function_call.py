@@ -85,6 +85,11 @@ class FunctionCallParser:
         return Program(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known)
 
     @property
+    def malformed_calls(self) -> int:
+        """Calls so far that were malformed and passed through as content."""
+        return self._program.out.calls.passed_through
+
+    @property
     def unknown_tool_names(self) -> int:
         """Calls so far whose name is not among the offered tools (they are passed through)."""
         return self._program.out.calls.unknown_names

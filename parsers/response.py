@@ -18,6 +18,11 @@ class ResponseParser:
         self.reasoning = reasoning
         self.tools = tools
 
+    @property
+    def failed(self) -> bool:
+        """A detector program raised (a bug, contained: its rest went through as content)."""
+        return bool((self.reasoning and self.reasoning._program.failed) or (self.tools and self.tools._program.failed))
+
     def feed(self, text: str) -> list[Event]:
         events = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
         return self._through_tools(events, final=False)

@@ -73,6 +73,11 @@ class Finish:
 Generation = AsyncIterator[TextDelta | Finish]
 
 
+def probe_timeout(client: httpx.AsyncClient) -> httpx.Timeout:
+    """Timeouts for short probes: the configured connect timeout, 10 s to answer."""
+    return httpx.Timeout(10.0, connect=client.timeout.connect)
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
@@ -102,7 +107,7 @@ class Backend:
 
     async def health(self) -> bool:
         try:
-            response = await self.client.get(self.url("/health"), headers=self.headers, timeout=5)
+            response = await self.client.get(self.url("/health"), headers=self.headers, timeout=probe_timeout(self.client))
         except httpx.HTTPError:
             return False
         return response.status_code == 200
@@ -110,7 +115,7 @@ class Backend:
     async def served_model(self) -> str | None:
         """The backend's first model id from ``/v1/models`` (``None`` if it does not say)."""
         try:
-            response = await self.client.get(self.url("/v1/models"), headers=self.headers, timeout=10)
+            response = await self.client.get(self.url("/v1/models"), headers=self.headers, timeout=probe_timeout(self.client))
             data = response.json().get("data") or []
             return str(data[0]["id"]) if data else None
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, IndexError):

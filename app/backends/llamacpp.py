@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none
+from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none, probe_timeout
 from app.errors import BackendError
 
 
@@ -60,7 +60,7 @@ class LlamaCppBackend(Backend):
 
     async def chat_template(self) -> dict[str, str] | None:
         try:
-            response = await self.client.get(self.url("/props"), headers=self.headers, timeout=10)
+            response = await self.client.get(self.url("/props"), headers=self.headers, timeout=probe_timeout(self.client))
             props = response.json()
         except (httpx.HTTPError, ValueError):
             return None
@@ -73,7 +73,7 @@ class LlamaCppBackend(Backend):
         BOS text must not be sent as well)."""
         try:
             response = await self.client.post(self.url("/tokenize"), json={"content": "", "add_special": True},
-                                              headers=self.headers, timeout=10)
+                                              headers=self.headers, timeout=probe_timeout(self.client))
             self.adds_bos = bool(response.json().get("tokens"))
         except (httpx.HTTPError, ValueError, AttributeError):
             self.adds_bos = False

@@ -47,7 +47,7 @@ class CallWriter:
     """
 
     __slots__ = ("_out", "_cursor", "next_index", "open", "header_sent", "_args", "unknown_names", "known_names",
-                 "_trimmed")
+                 "_trimmed", "passed_through")
 
     def __init__(self, out: "Out", cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
         self._out = out
@@ -59,6 +59,7 @@ class CallWriter:
         self.known_names = known_names
         self.unknown_names = 0
         self._trimmed = ""  # whitespace trimmed before the current call (given back if it fails)
+        self.passed_through = 0  # malformed calls whose text went back to the content
 
     def begin(self, consumed_marker: str = "") -> None:
         self.open = True
@@ -111,6 +112,7 @@ class CallWriter:
             raw = ""
         if not self.header_sent:
             if raw:
+                self.passed_through += 1
                 self._out.content.write(raw)
             else:  # cut off before it had a name: the markup it began with is not content either
                 self._out.content.boundary()
@@ -120,6 +122,8 @@ class CallWriter:
                 self.args("{}")
             ok = is_json_object("".join(self._args))
         passthrough = "" if ok or not raw else self._trimmed + raw
+        if passthrough:
+            self.passed_through += 1
         self._out.events.append(CallEnd(self.next_index, ok, passthrough))
         if not passthrough:
             self._out.content.boundary()
@@ -168,7 +172,7 @@ class Out:
 class Program:
     """Drives one program over one response."""
 
-    __slots__ = ("cursor", "out", "_gen", "_done")
+    __slots__ = ("cursor", "out", "_gen", "_done", "failed")
 
     def __init__(self, body: ProgramBody, *, trim_around_calls: bool = False,
                  known_names: frozenset[str] | None = None) -> None:
@@ -176,6 +180,7 @@ class Program:
         self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names)
         self._gen = body(self.cursor, self.out)
         self._done = False
+        self.failed = False  # the program raised (a detector bug); the rest went through as content
 
     def feed(self, text: str) -> list[Event]:
         if text:
@@ -194,6 +199,7 @@ class Program:
             self._run()
         if not self._done:
             log.error("detector program did not finish at end of stream; passing the rest through")
+            self.failed = True
             self._abandon()
         self.out.content.close()
         self.out.reasoning.close()
@@ -210,6 +216,7 @@ class Program:
             self._flush_unplaced()
         except Exception:  # a detector bug must never reach the client
             log.exception("detector program failed; passing the rest of the output through as content")
+            self.failed = True
             self._abandon()
 
     def _abandon(self) -> None:
