@@ -128,7 +128,7 @@ class Runtime:
                                                  published["eos_token"], name="backend /props")
             if isinstance(backend, LlamaCppBackend):
                 await backend.detect_bos()
-            self.model_name = s.model or upstream_model or "default"
+            self.model_name = s.model or served_name(upstream_model) or "default"
             self.parsers = self._choose_parsers()
             self.backend = backend
             self._prepared = True
@@ -202,6 +202,14 @@ class Runtime:
             "tool_call_parser": label(self.parsers.tools),
             "template": self.template.name if self.template else None,
         }
+
+
+def served_name(upstream: str | None) -> str | None:
+    """The name to serve for a backend's model id: llama-server reports the GGUF path, which
+    becomes its file name (``/models/SmolLM2-135M-Instruct.Q4_1.gguf`` → ``SmolLM2-135M-Instruct.Q4_1``)."""
+    if upstream and upstream.endswith(".gguf") and "/" in upstream:
+        return upstream.rsplit("/", 1)[1][: -len(".gguf")]
+    return upstream
 
 
 def render_error(exc: TemplateError) -> APIError:
