@@ -17,13 +17,9 @@ the ``<tool_call>`` wrapper is accepted (its stray ``</tool_call>`` is markup).
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.core.programs import wrapped_xml_calls
+from parsers.core.xmlcall import XmlArgs, XmlCallShape
 from parsers.function_call import ToolCallDetector
 from parsers.wire import WireFormat
 
@@ -33,23 +29,9 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
     value_breaks=("\n<parameter=", "\n</function>")))
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
-    if marker == TOOL_CALL:
-        yield from cur.skip_ws()
-        if not (yield from cur.expect(FUNCTION)):
-            return False
-    if not (yield from xml_call(SHAPE, detector.tools_by_name, cur, out)):
-        return False
-    if marker == TOOL_CALL:
-        return (yield from cur.closing(TOOL_CALL_END))
-    yield from cur.skip_ws()
-    yield from cur.match((TOOL_CALL_END,))  # a bare function may still be closed by the wrapper
-    return True
-
-
 class Qwen3Coder(ToolCallDetector):
     start_markers = (TOOL_CALL, FUNCTION)
     markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
     wire = WireFormat("<tool_call>\n<function=$name>\n$args</function>\n</tool_call>", separator="\n",
                       params="<parameter=$key>\n$value\n</parameter>\n", string_value_end="\n</parameter>")
-    body = marker_calls((TOOL_CALL, FUNCTION), _parse)
+    body = wrapped_xml_calls((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

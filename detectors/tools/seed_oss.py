@@ -16,13 +16,9 @@ A bare ``<function=…>`` without the wrapper is accepted, as vLLM's parser does
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
+from parsers.core.programs import wrapped_xml_calls
+from parsers.core.xmlcall import XmlArgs, XmlCallShape
 from parsers.function_call import ToolCallDetector
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<seed:tool_call>", "</seed:tool_call>", "<function="
@@ -31,17 +27,7 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
                                   value_breaks=("\n<parameter=", "\n</function>")))
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
-    if marker == TOOL_CALL:
-        yield from cur.skip_ws()
-        if not (yield from cur.expect(FUNCTION)):
-            return False
-    if not (yield from xml_call(SHAPE, detector.tools_by_name, cur, out)):
-        return False
-    return marker != TOOL_CALL or (yield from cur.closing(TOOL_CALL_END))
-
-
 class SeedOss(ToolCallDetector):
     start_markers = (TOOL_CALL, FUNCTION)
     markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
-    body = marker_calls((TOOL_CALL, FUNCTION), _parse)
+    body = wrapped_xml_calls((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

@@ -63,3 +63,25 @@ def xml_calls(call_start: str | tuple[str, ...], shape: XmlCallShape, section: S
         return True
 
     return marker_calls(call_start, parse, section, bare_calls)
+
+
+def wrapped_xml_calls(wrapper: tuple[str, str], call_start: str, shape: XmlCallShape) -> Body:
+    """One call per wrapper — ``WRAPPER_OPEN CALL_START … CALL_END WRAPPER_CLOSE`` (Qwen3-Coder's
+    ``<tool_call><function=…>``, Seed-OSS's ``<seed:tool_call><function=…>``). A bare call without
+    the wrapper is accepted too; a stray closing wrapper after it is markup."""
+    opener, closer = wrapper
+
+    def parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+        if marker == opener:
+            yield from cur.skip_ws()
+            if not (yield from cur.expect(call_start)):
+                return False
+        if not (yield from xml_call(shape, detector.tools_by_name, cur, out)):
+            return False
+        if marker == opener:
+            return (yield from cur.closing(closer))
+        yield from cur.skip_ws()
+        yield from cur.match((closer,))
+        return True
+
+    return marker_calls((opener, call_start), parse)
