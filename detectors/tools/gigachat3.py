@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from parsers.core.cursor import Cursor, discard
+from parsers.core.cursor import Cursor
 from parsers.core.jsoncall import JsonCallShape, json_call
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
+from parsers.core.sections import section_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
 from parsers.function_call import ToolCallDetector
 
@@ -67,18 +68,8 @@ class GigaChat3(ToolCallDetector):
 
     def _gcml_section(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
         """GCML invokes up to the section end; after a malformed call the rest is content again."""
-        opened = False
-        while True:
-            marker = yield from cur.until(_GCML_INSIDE, discard)
-            if marker is None:
-                if not opened:
-                    out.content.boundary()
-                return
-            if marker == GCML_CLOSE:
-                out.content.boundary()
-                return
-            opened = True
-            out.calls.begin(marker)
-            ok = yield from xml_call(GCML_SHAPE, self.tools_by_name, cur, out)
-            if not out.calls.end(ok):
-                return
+
+        def invoke(_: str) -> Generator[None, None, bool]:
+            return (yield from xml_call(GCML_SHAPE, self.tools_by_name, cur, out))
+
+        yield from section_calls(cur, out, _GCML_INSIDE, GCML_CLOSE, invoke)

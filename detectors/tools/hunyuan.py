@@ -23,10 +23,11 @@ from collections.abc import Generator
 from functools import lru_cache
 from typing import Any
 
-from parsers.core.cursor import Cursor, discard
+from parsers.core.cursor import Cursor
 from parsers.core.jsoncall import JsonCallShape, json_call_list
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
+from parsers.core.sections import section_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
 from parsers.function_call import ToolCallDetector
 
@@ -86,18 +87,8 @@ class Hunyuan(ToolCallDetector):
     def _xml_section(self, cur: Cursor, out: Out, end: str, inside: MarkerSet,
                      shape: XmlCallShape) -> Generator[None, None, None]:
         """Hy3 calls up to the section end; after a malformed call the rest is content again."""
-        opened = False
-        while True:
-            marker = yield from cur.until(inside, discard)
-            if marker is None:
-                if not opened:
-                    out.content.boundary()
-                return
-            if marker == end:
-                out.content.boundary()
-                return
-            opened = True
-            out.calls.begin(marker)
-            ok = yield from xml_call(shape, self.tools_by_name, cur, out)
-            if not out.calls.end(ok):
-                return
+
+        def call(_: str) -> Generator[None, None, bool]:
+            return (yield from xml_call(shape, self.tools_by_name, cur, out))
+
+        yield from section_calls(cur, out, inside, end, call)

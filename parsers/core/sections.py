@@ -27,6 +27,28 @@ Body = Callable[[Any, Cursor, Out], Generator[None, None, None]]
 
 
 Section = tuple[str, str]
+ParseOne = Callable[[str], Generator[None, None, bool]]
+
+
+def section_calls(cur: Cursor, out: Out, inside: MarkerSet, end: str, parse_one: ParseOne) -> Generator[None, None, bool]:
+    """The calls inside one section, up to its ``end`` marker (consumed). ``inside`` holds the
+    call openers and ``end``; text between calls is markup. ``parse_one(marker)`` reads one call
+    after its opener (begun and ended here). After a malformed call this returns, so the rest is
+    read as content again. Returns ``False`` when the output ended inside the section."""
+    opened = False
+    while True:
+        marker = yield from cur.until(inside, discard)
+        if marker is None:
+            if not opened:  # a section that ends before any call: its opener is markup
+                out.content.boundary()
+            return False
+        if marker == end:
+            out.content.boundary()
+            return True
+        opened = True
+        out.calls.begin(marker)
+        if not out.calls.end((yield from parse_one(marker))):
+            return True
 
 
 def marker_calls(call_starts: str | tuple[str, ...], parse_call: ParseCall,
@@ -52,19 +74,10 @@ def marker_calls(call_starts: str | tuple[str, ...], parse_call: ParseCall,
             if marker not in sections:
                 yield from one_call(detector, cur, out, marker)
                 continue
-            end = sections[marker]
-            opened = False
-            while True:
-                inside = yield from cur.until(inner[marker], discard)
-                if inside is None:
-                    if not opened:  # a section that ends before any call: its opener is markup
-                        out.content.boundary()
-                    return
-                if inside == end:
-                    out.content.boundary()
-                    break
-                opened = True
-                if not (yield from one_call(detector, cur, out, inside)):
-                    break
+            def parse_one(opener: str) -> Generator[None, None, bool]:
+                return (yield from parse_call(detector, cur, out, opener))
+
+            if not (yield from section_calls(cur, out, inner[marker], sections[marker], parse_one)):
+                return
 
     return body
