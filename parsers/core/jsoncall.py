@@ -159,29 +159,41 @@ def json_call(cur: Cursor, out: Out, shape: JsonCallShape, stop: MarkerSet | Non
 
 def json_call_list(cur: Cursor, out: Out, shape: JsonCallShape,
                    stop: MarkerSet | None = None) -> Generator[None, None, bool]:
-    """Parse ``[call, call, …]`` at the cursor, one call per element. The caller has begun the
-    first call (so the list's opening markup is recorded with it); each call is ended here.
-    Returns ``True`` if the list closed properly."""
+    """Parse ``[call, call, …]`` at the cursor (after optional whitespace), one call per element.
+    The caller has begun the first call (so the list's opening markup is recorded with it)."""
     yield from cur.skip_ws()
     if not (yield from cur.expect("[")):
         out.calls.end(False)
         return False
+    return (yield from json_call_elements(cur, out, shape, stop))
+
+
+def json_call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: MarkerSet | None = None,
+                       first_key_checked: bool = True) -> Generator[None, None, bool]:
+    """The elements of a call list whose ``[`` is consumed, up to and including ``]``.
+
+    The caller has begun the first call; each call is ended here and the next one begun with its
+    separator. With ``first_key_checked=False`` a first element whose first key cannot belong to a
+    call is rejected at once. Returns ``True`` if the list closed properly (an empty list cancels
+    the begun call: it is markup only)."""
     yield from cur.skip_ws()
     if (yield from cur.expect("]")):
-        out.calls.cancel()  # an empty list: no call, only markup
+        out.calls.cancel()
         return True
+    checked = first_key_checked
     while True:
-        ok = yield from json_call(cur, out, shape, stop)
+        ok = yield from json_call(cur, out, shape, stop, first_key_checked=checked)
         out.calls.end(ok)
         if not ok:
             return False
+        checked = True
         yield from cur.skip_ws()
         sep = yield from cur.match((",", "]"))
         if sep is None:
             return False
         if sep == "]":
             return True
-        out.calls.begin()
+        out.calls.begin(sep)
 
 
 def json_args_object(cur: Cursor, out: Out, stop: MarkerSet | None = None) -> Generator[None, None, bool]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
+from parsers.core.jsoncall import JsonCallShape, json_call, json_call_elements
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.sections import Body
@@ -48,34 +48,6 @@ class Opener:
 def starts_with_list(text: str) -> bool:
     """Whether ``text`` (an output's beginning) opens with a bare JSON list."""
     return text.lstrip().startswith("[")
-
-
-def call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: MarkerSet | None,
-                  first_key_checked: bool = True) -> Generator[None, None, bool]:
-    """The elements of a call list whose ``[`` is consumed, up to and including ``]``.
-
-    The caller has begun the first call (so the list's opening markup is recorded with it); each
-    call is ended here and the next one begun with its separator. With ``first_key_checked=False``
-    a first element whose first key cannot belong to a call is rejected at once. Returns ``True``
-    if the list closed properly (an empty list cancels the begun call: it is markup only)."""
-    yield from cur.skip_ws()
-    if (yield from cur.expect("]")):
-        out.calls.cancel()
-        return True
-    checked = first_key_checked
-    while True:
-        ok = yield from json_call(cur, out, shape, stop, first_key_checked=checked)
-        out.calls.end(ok)
-        if not ok:
-            return False
-        checked = True
-        yield from cur.skip_ws()
-        sep = yield from cur.match((",", "]"))
-        if sep is None:
-            return False
-        if sep == "]":
-            return True
-        out.calls.begin(sep)
 
 
 def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = JsonCallShape(), *,
@@ -97,7 +69,7 @@ def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = JsonCallSha
             return marker
         out.calls.begin("".join(lead))
         yield from cur.expect("[")
-        yield from call_elements(cur, out, shape, stop, first_key_checked=False)
+        yield from json_call_elements(cur, out, shape, stop, first_key_checked=False)
         return None
 
     def after_marker(cur: Cursor, out: Out, marker: str) -> Generator[None, None, None]:
@@ -105,7 +77,7 @@ def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = JsonCallSha
         checked = not opener.literal
         if opener.opens_list:
             out.calls.begin(marker)
-            ok = yield from call_elements(cur, out, shape, stop, first_key_checked=checked)
+            ok = yield from json_call_elements(cur, out, shape, stop, first_key_checked=checked)
         else:
             lead: list[str] = [marker]
             yield from cur.skip_ws(lead.append)
@@ -113,7 +85,7 @@ def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = JsonCallSha
             if first == "[":
                 out.calls.begin("".join(lead))
                 yield from cur.expect("[")
-                ok = yield from call_elements(cur, out, shape, stop, first_key_checked=checked)
+                ok = yield from json_call_elements(cur, out, shape, stop, first_key_checked=checked)
             elif first == "{" and opener.lone_object:
                 out.calls.begin("".join(lead))
                 ok = yield from json_call(cur, out, shape, stop)
