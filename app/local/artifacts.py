@@ -162,6 +162,18 @@ def _run_logged(command: list[str], cwd: Path | None = None) -> None:
         raise SystemExit(f"build step failed ({process.returncode}): {' '.join(command)}")
 
 
+def _cmake() -> str:
+    """cmake from PATH, or PyPI's ``cmake`` wheel installed beside this interpreter if there is none."""
+    found = shutil.which("cmake")
+    if found:
+        return found
+    local = Path(sys.executable).parent / "cmake"
+    if not local.exists():
+        log("cmake not found on PATH; installing PyPI's cmake wheel into this environment")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "cmake"], check=True)
+    return str(local)
+
+
 def ensure_llama_server() -> Path:
     """Return a runnable llama-server: the cached build, building it first if needed."""
     target = llama_server_cached()
@@ -170,9 +182,9 @@ def ensure_llama_server() -> Path:
     with _locked("llama-server"):
         if target.exists():
             return target
-        for tool in ("cmake", "c++"):
-            if shutil.which(tool) is None:
-                raise SystemExit(f"building llama-server needs `{tool}` on PATH")
+        if shutil.which("c++") is None and shutil.which("g++") is None:
+            raise SystemExit("building llama-server needs a C++ compiler (c++ or g++) on PATH")
+        cmake = _cmake()
         started = time.monotonic()
         log(f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}'s vendored llama.cpp "
             "(once per machine; ~6 min on 2 cores)")
@@ -182,9 +194,9 @@ def ensure_llama_server() -> Path:
             source = _extract_vendor(sdist, work / "src")
             sdist.unlink()
             build = work / "build"
-            _run_logged(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS])
+            _run_logged([cmake, "-S", str(source), "-B", str(build), *CMAKE_FLAGS])
             jobs = str(os.cpu_count() or 2)
-            _run_logged(["cmake", "--build", str(build), "--target", "llama-server", "-j", jobs])
+            _run_logged([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs])
             built = build / "bin" / "llama-server"
             staging = target.parent.with_name(target.parent.name + ".tmp")
             shutil.rmtree(staging, ignore_errors=True)
