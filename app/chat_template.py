@@ -96,8 +96,9 @@ def _as_arguments(arguments: Any) -> Any:
 
 
 def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Messages as templates expect them: tool-call arguments as ``JsonArguments``, ``reasoning``
-    also available as ``reasoning_content`` (and vice versa)."""
+    """Messages as templates expect them: tool-call arguments as ``JsonArguments``; reasoning
+    (``reasoning_content``, ``thinking`` or ``reasoning``) also as ``reasoning_content`` and
+    ``thinking``."""
     prepared = []
     for message in messages:
         msg = dict(message)
@@ -114,10 +115,11 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
                 call.setdefault("arguments", function.get("arguments"))
                 calls.append(call)
             msg["tool_calls"] = calls
-        if msg.get("reasoning") and not msg.get("reasoning_content"):
-            msg["reasoning_content"] = msg["reasoning"]
-        elif msg.get("reasoning_content") and not msg.get("reasoning"):
-            msg["reasoning"] = msg["reasoning_content"]
+        reasoning = next((msg[k] for k in ("reasoning_content", "thinking", "reasoning") if msg.get(k) is not None),
+                         None)
+        if reasoning is not None:  # as transformers does: gpt-oss templates read ``thinking``
+            msg.setdefault("thinking", reasoning)
+            msg["reasoning_content"] = reasoning
         prepared.append(msg)
     return prepared
 

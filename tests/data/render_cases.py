@@ -34,4 +34,9 @@ def render_cases(dict_arguments: bool) -> dict[str, dict[str, Any]]:
         "tools": {"messages": _tool_conversation(arguments), "tools": TOOLS},
         "thinking_off": {"messages": [{"role": "user", "content": "Hi"}], "enable_thinking": False},
         "thinking_on": {"messages": [{"role": "user", "content": "Hi"}], "enable_thinking": True},
+        "history_reasoning": {"messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4", "reasoning_content": "Add them."},
+            {"role": "user", "content": "And 3+3?"},
+        ]},
     }
