@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -42,6 +44,12 @@ def proxy_factory() -> Iterator[Callable[..., ProxyServer]]:
     yield make
     for proxy in started:
         proxy.stop()
+
+
+def sse_events(response: httpx.Response) -> list[Any]:
+    """The ``data:`` payloads of an SSE response: decoded JSON objects, and ``"[DONE]"``."""
+    return [line[6:] if line[6:] == "[DONE]" else json.loads(line[6:])
+            for line in response.text.splitlines() if line.startswith("data: ")]
 
 
 def client_for(proxy: ProxyServer, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from app.chat_template import ChatTemplate
-from tests.conftest import QWEN3_TEMPLATE, client_for
+from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.scripted_backend import Script
 
 TOOLS: list[dict[str, Any]] = [
@@ -33,15 +33,6 @@ TWO_CALLS = [
     "Checking both.\n", "<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n', "</tool_call>",
     "\n", "<tool_call>", '\n{"name": "search", "arguments": {"query": "café"}}\n', "</tool_call>",
 ]
-
-
-def sse_events(response: httpx.Response) -> list[Any]:
-    events = []
-    for line in response.text.splitlines():
-        if line.startswith("data: "):
-            payload = line[6:]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import QWEN3_TEMPLATE, client_for
+from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.proxy_server import free_port
 from tests.scripted_backend import Script
 
@@ -41,11 +41,6 @@ def setup(backend_factory, proxy_factory):
 
 def post(proxy, body: dict, **kwargs) -> httpx.Response:
     return httpx.post(proxy.url + "/v1/chat/completions", json={"messages": MESSAGES, **body}, timeout=30, **kwargs)
-
-
-def sse_events(response: httpx.Response) -> list:
-    return [line[6:] if line[6:] == "[DONE]" else json.loads(line[6:])
-            for line in response.text.splitlines() if line.startswith("data: ")]
 
 
 # ------------------------------------------------------------------------------ backend faults
