@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -47,6 +48,17 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     return (f"{loc}: {msg}" if loc else msg), (loc or None)
 
 
+@lru_cache(maxsize=4096)
+def schema_problem(encoded: bytes) -> str | None:
+    """Why a tool's JSON schema (canonical JSON text) is invalid, or ``None``. Cached: agents send
+    the same tools with every request, and checking a schema costs far more than hashing it."""
+    try:
+        Draft202012Validator.check_schema(orjson.loads(encoded))
+    except SchemaError as exc:
+        return exc.message
+    return None
+
+
 def parse_request(body: Any, runtime: Runtime) -> ChatCompletionRequest:
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
@@ -65,14 +77,14 @@ def parse_request(body: Any, runtime: Runtime) -> ChatCompletionRequest:
             schema = tool.function.parameters
             if schema is None:
                 continue
-            if len(orjson.dumps(schema)) > s.max_tool_schema_bytes:
+            encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+            if len(encoded) > s.max_tool_schema_bytes:
                 raise bad_request(f"tools[{i}].function.parameters is larger than {s.max_tool_schema_bytes} bytes",
                                   f"tools.{i}.function.parameters")
-            try:
-                Draft202012Validator.check_schema(schema)
-            except SchemaError as exc:
-                raise bad_request(f"tools[{i}].function.parameters is not a valid JSON schema: {exc.message}",
-                                  f"tools.{i}.function.parameters") from None
+            problem = schema_problem(encoded)
+            if problem is not None:
+                raise bad_request(f"tools[{i}].function.parameters is not a valid JSON schema: {problem}",
+                                  f"tools.{i}.function.parameters")
     choice = request.tool_choice
     if choice == "required" and not request.tools:
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
