@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from app.errors import BackendError
 
@@ -148,34 +149,56 @@ class Backend:
             raise _status_error(response.status_code, raw)
         return response
 
-    async def sse_data(self, response: httpx.Response) -> AsyncIterator[dict[str, Any] | None]:
-        """JSON payloads of ``data:`` lines (``None`` for ``[DONE]``); transport failures and
-        garbage become ``BackendError``."""
+    async def sse_batches(self, response: httpx.Response) -> AsyncIterator[list[dict[str, Any] | None]]:
+        """The JSON payloads of ``data:`` lines, a list per network read (``None`` for ``[DONE]``).
+
+        Everything the backend sent in one read is handed on together, so when the proxy falls
+        behind a fast backend it parses and writes fewer, larger pieces (adaptive batching); a
+        lone event still goes out as soon as it arrives. Transport failures and garbage become
+        ``BackendError``."""
+        pending = b""
         try:
-            async for line in response.aiter_lines():
-                if not line or line.startswith(":"):
-                    continue
-                if line.startswith("error:"):
-                    raise BackendError(502, f"backend error: {line[6:].strip()[:500]}", kind="stream_error")
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    yield None
-                    continue
-                try:
-                    data = json.loads(payload)
-                except ValueError as exc:
-                    raise BackendError(502, "backend sent invalid JSON in its stream", kind="bad_json") from exc
-                if not isinstance(data, dict):
-                    raise BackendError(502, "backend sent an unexpected stream event", kind="bad_json")
-                if "error" in data:
-                    raise BackendError(502, f"backend error: {_message(data['error'])}", kind="stream_error")
-                yield data
+            async for raw in response.aiter_bytes():
+                lines = (pending + raw).split(b"\n")
+                pending = lines.pop()
+                batch = [event for event in map(_event, lines) if event is not _SKIP]
+                if batch:
+                    yield batch
+            if pending.strip():
+                event = _event(pending)
+                if event is not _SKIP:
+                    yield [event]
         except httpx.TimeoutException as exc:
             raise BackendError(504, "backend stopped sending (read timeout)", kind="read_timeout") from exc
         except httpx.HTTPError as exc:
             raise BackendError(502, f"backend stream broke: {type(exc).__name__}", kind="dropped") from exc
+
+
+_SKIP: Any = object()
+
+
+def _event(line: bytes) -> Any:
+    """One SSE line: its JSON payload, ``None`` for ``[DONE]``, or ``_SKIP`` (blank, comment, other field)."""
+    line = line.strip()
+    if not line or line.startswith(b":"):
+        return _SKIP
+    if line.startswith(b"error:"):
+        raise BackendError(502, f"backend error: {line[6:].strip()[:500].decode('utf-8', 'replace')}",
+                           kind="stream_error")
+    if not line.startswith(b"data:"):
+        return _SKIP
+    payload = line[5:].strip()
+    if payload == b"[DONE]":
+        return None
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise BackendError(502, "backend sent invalid JSON in its stream", kind="bad_json") from exc
+    if not isinstance(data, dict):
+        raise BackendError(502, "backend sent an unexpected stream event", kind="bad_json")
+    if "error" in data:
+        raise BackendError(502, f"backend error: {_message(data['error'])}", kind="stream_error")
+    return data
 
 
 def _message(error: Any) -> str:

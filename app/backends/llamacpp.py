@@ -40,17 +40,23 @@ class LlamaCppBackend(Backend):
         response = await self.open_stream("/completion", self.body(request))
         finish: Finish | None = None
         try:
-            async for data in self.sse_data(response):
-                if data is None:
-                    break
-                text = data.get("content") or ""
-                if text:
-                    yield TextDelta(text)
-                if data.get("stop"):
-                    timings = data.get("timings") or {}
-                    usage = Usage(int(data.get("tokens_evaluated") or 0), int(data.get("tokens_predicted") or 0),
-                                  timings.get("cache_n"))
-                    finish = Finish("length" if data.get("stop_type") == "limit" else "stop", usage)
+            async for batch in self.sse_batches(response):
+                texts: list[str] = []
+                for data in batch:
+                    if data is None:
+                        break
+                    text = data.get("content")
+                    if text:
+                        texts.append(text)
+                    if data.get("stop"):
+                        timings = data.get("timings") or {}
+                        usage = Usage(int(data.get("tokens_evaluated") or 0), int(data.get("tokens_predicted") or 0),
+                                      timings.get("cache_n"))
+                        finish = Finish("length" if data.get("stop_type") == "limit" else "stop", usage)
+                        break
+                if texts:
+                    yield TextDelta("".join(texts))
+                if finish is not None or (batch and batch[-1] is None):
                     break
         finally:
             await response.aclose()

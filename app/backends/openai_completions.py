@@ -34,21 +34,29 @@ class OpenAICompletionsBackend(Backend):
         response = await self.open_stream("/v1/completions", self.body(request))
         reason: str | None = None
         usage: Usage | None = None
+        done = False
         try:
-            async for data in self.sse_data(response):
-                if data is None:
+            async for batch in self.sse_batches(response):
+                texts: list[str] = []
+                for data in batch:
+                    if data is None:
+                        done = True
+                        break
+                    if data.get("usage"):
+                        u = data["usage"]
+                        details = u.get("prompt_tokens_details") or {}
+                        usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+                                      details.get("cached_tokens"))
+                    for choice in data.get("choices") or ():
+                        text = choice.get("text")
+                        if text:
+                            texts.append(text)
+                        if choice.get("finish_reason"):
+                            reason = choice["finish_reason"]
+                if texts:
+                    yield TextDelta("".join(texts))
+                if done:
                     break
-                if data.get("usage"):
-                    u = data["usage"]
-                    details = u.get("prompt_tokens_details") or {}
-                    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-                                  details.get("cached_tokens"))
-                for choice in data.get("choices") or []:
-                    text = choice.get("text") or ""
-                    if text:
-                        yield TextDelta(text)
-                    if choice.get("finish_reason"):
-                        reason = choice["finish_reason"]
         finally:
             await response.aclose()
         if reason is None:
