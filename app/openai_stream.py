@@ -60,19 +60,27 @@ class ChunkWriter:
     calls_completed: int = 0
     unfinished_calls: int = 0  # calls shown in part that never completed
     _ids: dict[int, str] = field(default_factory=dict)
+    _head: bytes = b""
+    _tail: bytes = b""
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        chunk: dict[str, Any] = {
-            "id": self.completion_id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    def __post_init__(self) -> None:
+        # every chunk of a stream shares its envelope: encode it once, around a placeholder delta
+        envelope: dict[str, Any] = {
+            "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": None,
+            "choices": [{"index": 0, "delta": 0, "logprobs": None, "finish_reason": None}],
         }
         if self.include_usage:
-            chunk["usage"] = None
-        return sse(chunk)
+            envelope["usage"] = None
+        head, _, tail = orjson.dumps(envelope).partition(b'"delta":0')
+        self._head = b"data: " + head + b'"delta":'
+        self._tail = tail + b"\n\n"
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        if finish_reason is None:
+            return self._head + orjson.dumps(delta) + self._tail
+        tail = self._tail.replace(b'"finish_reason":null', b'"finish_reason":' + orjson.dumps(finish_reason), 1)
+        return self._head + orjson.dumps(delta) + tail
 
     def role(self) -> bytes:
         return self._chunk({"role": "assistant", "content": None})
