@@ -91,11 +91,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"toolwire: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    from app.runtime import validate_parser_names
+    from app.runtime import ParserConfigError, validate_parser_names
 
     try:
         validate_parser_names(settings)
-    except UnknownParserError as exc:
+    except (UnknownParserError, ParserConfigError) as exc:
         print(f"toolwire: {exc}", file=sys.stderr)
         return 2
     if not settings.backend and settings.local_model is None:

@@ -36,12 +36,35 @@ class ParserChoice:
     why: dict[str, str] = field(default_factory=dict)
 
 
+class ParserConfigError(ValueError):
+    """A parser that cannot be set up as configured (``response-schema`` without a schema)."""
+
+
 def validate_parser_names(settings: Settings) -> None:
-    """Raise ``UnknownParserError`` (listing the known names) for a name that is not registered."""
+    """Raise ``UnknownParserError`` (listing the known names) for a name that is not registered,
+    and ``ParserConfigError`` when ``response-schema`` has no schema to use."""
     if settings.reasoning_parser and settings.reasoning_parser != "auto":
         canonical_reasoning_parser(settings.reasoning_parser)
-    if settings.tool_call_parser and settings.tool_call_parser not in ("auto", "response-schema"):
+    if settings.tool_call_parser == "response-schema":
+        response_schema_parser(settings)
+    elif settings.tool_call_parser and settings.tool_call_parser != "auto":
         canonical_tool_parser(settings.tool_call_parser)
+
+
+def response_schema_parser(settings: Settings) -> type:
+    """The ``response-schema`` detector class for the configured schema: ``--response-schema``
+    (a schema or a ``tokenizer_config.json``), else the chat template's ``tokenizer_config.json``."""
+    from detectors.tools.response_schema import ResponseSchema, load_response_schema
+
+    source = settings.response_schema or settings.chat_template
+    if source is None:
+        raise ParserConfigError("--tool-call-parser response-schema needs --response-schema FILE, or a "
+                                "--chat-template tokenizer_config.json (or model directory) with a response_schema")
+    try:
+        schema = load_response_schema(source)
+    except (OSError, ValueError) as exc:
+        raise ParserConfigError(f"--tool-call-parser response-schema: {exc}") from exc
+    return ResponseSchema.with_schema(schema, label=f"response-schema({source.name})")
 
 
 class Slots:
@@ -149,19 +172,29 @@ class Runtime:
         if s.tool_call_parser == "auto":
             choice.tools = auto.tools if auto else None
             choice.why["tools"] = auto.why.get("tools", "") if auto else ""
+        elif s.tool_call_parser == "response-schema":
+            choice.tools = response_schema_parser(s)
+            choice.why["tools"] = f"--tool-call-parser response-schema ({s.response_schema or s.chat_template})"
         elif s.tool_call_parser:
             choice.tools = canonical_tool_parser(s.tool_call_parser)
             choice.why["tools"] = "--tool-call-parser"
         return choice
 
     def _auto_parsers(self) -> ParserChoice | None:
+        """What ``auto`` learns from the chat template (``app.autodetect``); ``None`` without one."""
         if self.template is None:
+            log.warning("parser auto: no chat template to learn from; not parsing")
             return None
+        from app.autodetect import choose_parsers
+
         try:
-            from app.autodetect import choose_parsers
-        except ImportError:  # auto-detection not available
-            return None
-        return choose_parsers(self.template.source)
+            choice = choose_parsers(self.template.source)
+        except Exception:  # the analysis must never keep the server from starting
+            log.exception("parser auto: template analysis failed; not parsing")
+            return ParserChoice(why={"reasoning": "template analysis failed", "tools": "template analysis failed"})
+        for kind in ("reasoning", "tools"):
+            log.info("parser auto (%s): %s", kind, choice.why.get(kind, ""))
+        return choice
 
     # ------------------------------------------------------------------ per request helpers
 

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
         None, description="a .jinja file, tokenizer_config.json or model directory (llama.cpp default: GET /props)")
     reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), or auto")
     tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), or auto")
+    response_schema: Path | None = Field(
+        None, description="JSON file with a transformers response_schema (for --tool-call-parser response-schema)")
     reasoning_field: ReasoningField = Field(
         "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
     vllm_legacy_guided: bool = Field(
