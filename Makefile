@@ -33,7 +33,9 @@ else
 	$(VENV)/bin/toolwire serve --local-model embedded --port $(PORT) --tool-call-parser hermes $(ARGS)
 endif
 
-bench: $(STAMP) artifacts
+# benchmarks (parsers, SGLang side by side in its own venv under bench/out, proxy overhead): report in
+# bench/out/report.md and bench/out/summary.json. Needs no model: the backend is scripted.
+bench: $(STAMP)
 	$(PY) -m bench.run
 
 clean:

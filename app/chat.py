@@ -21,7 +21,6 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from sse_starlette.sse import EventSourceResponse
 
 from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
 from app.backends.base import Generation
@@ -29,6 +28,7 @@ from app.chat_template import TemplateError
 from app.errors import APIError, BackendError, bad_request
 from app.openai_stream import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
 from app.protocol import ChatCompletionRequest, NamedToolChoice
+from app.sse import SSEResponse
 from app.runtime import Runtime, render_error
 from app.constraints.tools import Constraint, ReasoningGate, build_constraint
 from detectors.tools.constrained import JsonCallArray, NamedArguments
@@ -284,8 +284,7 @@ async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | No
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         writer = ChunkWriter(new_completion_id(), runtime.model_name, runtime.settings.reasoning_field, include_usage)
         body_iter = stream_chunks(first, stream, parser, writer, plan, hold, runtime, scope)
-        return EventSourceResponse(body_iter, sep="\n", headers={"Cache-Control": "no-cache"},
-                                   shutdown_grace_period=runtime.settings.shutdown_grace)
+        return SSEResponse(body_iter)  # type: ignore[return-value]
     try:
         return await until_disconnected(scope, complete(first, stream, parser, plan, runtime))
     finally:
@@ -338,18 +337,20 @@ async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, 
 
     item = first
     metrics.active_streams.inc()
+    role = writer.role()  # sent with the first text (one write instead of two)
     try:
-        yield writer.role()
         while True:
             if isinstance(item, TextDelta):
                 if runtime.settings.log_content:
                     content.append(item.text)
                 data = encode(parser.feed(item.text))
+                if role:
+                    data, role = role + data, b""
                 if data:
                     yield data
             else:
                 assert isinstance(item, Finish)
-                tail = encode(parser.end(truncated=item.reason == "length"))
+                tail = role + encode(parser.end(truncated=item.reason == "length"))
                 reason = finish_reason(item.reason, writer.calls_completed, writer.unfinished_calls,
                                        plan.named_tool is not None)
                 tail += writer.finish(reason)
@@ -363,7 +364,7 @@ async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, 
     except BackendError as exc:
         metrics.backend_errors.labels(exc.kind).inc()
         log.warning("backend failed mid-stream: %s", exc.message)
-        yield sse(exc.body())
+        yield role + sse(exc.body())
     finally:
         metrics.active_streams.dec()
         if content:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
+from app.backends.streamhttp import StreamingClient
 from app.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
 from app.metrics import Metrics
@@ -95,6 +96,7 @@ class Runtime:
         validate_parser_names(settings)
         self.settings = settings
         self.client: httpx.AsyncClient | None = None
+        self.streaming: StreamingClient | None = None
         self.backend: Backend | None = None
         self.template: ChatTemplate | None = None
         self.model_name: str = settings.model or "default"
@@ -111,6 +113,7 @@ class Runtime:
         timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=30.0, pool=s.connect_timeout)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
         if s.chat_template is not None:
             self.template = ChatTemplate.load(s.chat_template)
         try:
@@ -121,6 +124,8 @@ class Runtime:
     async def stop(self) -> None:
         if self.client is not None:
             await self.client.aclose()
+        if self.streaming is not None:
+            await self.streaming.close()
 
     @property
     def prepared(self) -> bool:
@@ -141,7 +146,7 @@ class Runtime:
             kind = s.backend_type or await detect_backend_type(s.backend, self.client, api_key)
             if kind is None:
                 raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
-            backend = BACKEND_TYPES[kind](s.backend, self.client, api_key)
+            backend = BACKEND_TYPES[kind](s.backend, self.client, api_key, streaming=self.streaming)
             upstream_model = await backend.served_model()
             backend.model = upstream_model or s.model
             if self.template is None:

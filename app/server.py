@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +24,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.backends.streamhttp import StreamError
 from app.chat import RequestScope, chat_completions, error_response
 from app.errors import APIError, BackendError, bad_request, error_body
 from app.logs import request_id
@@ -196,13 +196,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         return JSONResponse({"object": "list", "data": [
             {"id": runtime.model_name, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}]})
 
-    @app.post("/v1/chat/completions")
+    # the two generation endpoints are plain Starlette routes: FastAPI's dependency machinery would
+    # add measurable latency before the first token, and they take the raw request anyway
     async def chat(request: Request) -> Response:
         body = await read_json(request, settings.max_body_bytes)
         release = take_slot()
         return await chat_completions(body, runtime, RequestScope(request=request, release=release))
 
-    @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         """Passed through to the backend's OpenAI-style completions endpoint."""
         body = await read_json(request, settings.max_body_bytes)
@@ -220,6 +220,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         if not body.get("stream"):
             try:
                 raw = await upstream.aread()
+            except StreamError as exc:
+                raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
             finally:
                 await upstream.aclose()
                 release()
@@ -227,9 +229,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
         async def relay() -> AsyncIterator[bytes]:
             try:
-                async for chunk in upstream.aiter_raw():
+                async for chunk in upstream.aiter_bytes():
                     yield chunk
-            except httpx.HTTPError:
+            except StreamError:
                 yield b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
             finally:
                 await upstream.aclose()
@@ -237,6 +239,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
         return StreamingResponse(relay(), media_type="text/event-stream")
 
+    app.add_route("/v1/chat/completions", chat, methods=["POST"])
+    app.add_route("/v1/completions", completions, methods=["POST"])
     return app
 
 

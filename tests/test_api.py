@@ -74,7 +74,7 @@ def test_backend_request_body_for_vllm(vllm_setup) -> None:
 
 def test_reasoning_and_incremental_tool_call_chunks(vllm_setup) -> None:
     backend, proxy = vllm_setup
-    backend.script(Script(pieces=REASONING_AND_CALL))
+    backend.script(Script(pieces=REASONING_AND_CALL, delay=0.005))  # pieces arrive one by one
     response = httpx.post(proxy.url + "/v1/chat/completions", timeout=30, json={
         "model": "x", "messages": MESSAGES, "tools": TOOLS, "stream": True,
         "stream_options": {"include_usage": True}})

@@ -43,7 +43,7 @@ def test_required_templates_are_in_the_reference() -> None:
         assert all(isinstance(REFERENCE[name][label], str) for label in ("plain", "tools")), name
 
 
-@pytest.mark.parametrize(("name", "label"), _cases(), ids=[f"{n}:{l}" for n, l in _cases()])
+@pytest.mark.parametrize(("name", "label"), _cases(), ids=[f"{n}:{case}" for n, case in _cases()])
 def test_render_matches_transformers(name: str, label: str) -> None:
     template = ChatTemplate((DATA / "templates" / name).read_text(encoding="utf-8"), "<BOS>", "<EOS>")
     kwargs = render_cases(dict_arguments=False)[label]

@@ -158,7 +158,7 @@ def test_vllm_required_streams_calls_from_the_json_array(vllm) -> None:
     backend, proxy = vllm
     pieces = ['[{"name": "get_weather", "argu', 'ments": {"city": "Pa', 'ris", "unit": "c"}}, ',
               '{"name": "get_time", "arguments": {}}]']
-    backend.script(Script(pieces=pieces), Script(pieces=pieces))
+    backend.script(Script(pieces=pieces, delay=0.005), Script(pieces=pieces))
     client = client_for(proxy)
     chunks = list(client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}],
                                                  tools=TOOLS, tool_choice="required", stream=True))

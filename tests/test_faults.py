@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 
 import httpx
 import openai

@@ -16,6 +16,14 @@ from typing import Any
 import httpx
 import orjson
 
+from app.backends.streamhttp import (
+    ConnectFailed,
+    ConnectTimedOut,
+    ReadTimedOut,
+    StreamedResponse,
+    StreamError,
+    StreamingClient,
+)
 from app.errors import BackendError
 
 
@@ -89,9 +97,10 @@ class Backend:
     kind = "base"
 
     def __init__(self, base_url: str, client: httpx.AsyncClient, api_key: str | None = None,
-                 model: str | None = None) -> None:
+                 model: str | None = None, streaming: StreamingClient | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self.client = client
+        self.client = client  # probes, health, model names
+        self.streaming = streaming or StreamingClient(client.timeout.connect or 10.0, client.timeout.read or 300.0)
         self.api_key = api_key
         self.model = model
 
@@ -126,30 +135,32 @@ class Backend:
         """``{"chat_template", "bos_token", "eos_token"}`` if the backend publishes its template."""
         return None
 
-    async def open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    async def open_stream(self, path: str, body: dict[str, Any]) -> StreamedResponse:
         """POST ``body`` and return the streaming response once its status is known to be OK."""
-        request = self.client.build_request("POST", self.url(path), json=body, headers=self.headers)
         try:
-            response = await self.client.send(request, stream=True)
-        except httpx.ConnectTimeout as exc:
+            response = await self.streaming.post(self.url(path), orjson.dumps(body), self.headers)
+        except ConnectTimedOut as exc:
             raise BackendError(504, f"backend connect timeout: {self.base_url}", retryable=True,
                                code="backend_timeout", kind="connect_timeout") from exc
-        except httpx.ConnectError as exc:
+        except ConnectFailed as exc:
             raise BackendError(503, f"backend unreachable: {self.base_url}", retryable=True,
                                code="backend_unreachable", kind="unreachable") from exc
-        except httpx.TimeoutException as exc:
+        except ReadTimedOut as exc:
             raise BackendError(504, "backend timed out before answering", code="backend_timeout",
                                kind="read_timeout") from exc
-        except httpx.HTTPError as exc:
-            raise BackendError(502, f"backend request failed: {type(exc).__name__}", code="backend_error",
-                               kind="transport") from exc
+        except StreamError as exc:
+            raise BackendError(502, f"backend request failed: {exc}", code="backend_error", kind="transport") from exc
         if response.status_code >= 400:
-            raw = await response.aread()
-            await response.aclose()
+            try:
+                raw = await response.aread()
+            except StreamError:
+                raw = b""
+            finally:
+                await response.aclose()
             raise _status_error(response.status_code, raw)
         return response
 
-    async def sse_batches(self, response: httpx.Response) -> AsyncIterator[list[dict[str, Any] | None]]:
+    async def sse_batches(self, response: StreamedResponse) -> AsyncIterator[list[dict[str, Any] | None]]:
         """The JSON payloads of ``data:`` lines, a list per network read (``None`` for ``[DONE]``).
 
         Everything the backend sent in one read is handed on together, so when the proxy falls
@@ -157,24 +168,40 @@ class Backend:
         lone event still goes out as soon as it arrives. Transport failures and garbage become
         ``BackendError``."""
         pending = b""
+        first = True
         try:
             async for raw in response.aiter_bytes():
                 lines = (pending + raw).split(b"\n")
                 pending = lines.pop()
-                batch = [event for event in map(_event, lines) if event is not _SKIP]
+                batch: list[dict[str, Any] | None] = []
+                try:
+                    for line in lines:
+                        event = _event(line)
+                        if event is _SKIP:
+                            continue
+                        batch.append(event)
+                        if first or len(batch) >= MAX_BATCH:  # the first token goes out alone, at once
+                            first = False
+                            yield batch
+                            batch = []
+                except BackendError:
+                    if batch:  # what arrived before the bad event is still delivered first
+                        yield batch
+                    raise
                 if batch:
                     yield batch
             if pending.strip():
                 event = _event(pending)
                 if event is not _SKIP:
                     yield [event]
-        except httpx.TimeoutException as exc:
+        except ReadTimedOut as exc:
             raise BackendError(504, "backend stopped sending (read timeout)", kind="read_timeout") from exc
-        except httpx.HTTPError as exc:
-            raise BackendError(502, f"backend stream broke: {type(exc).__name__}", kind="dropped") from exc
+        except StreamError as exc:
+            raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
 
 
 _SKIP: Any = object()
+MAX_BATCH = 64  # events handed on together at most (bounds the latency a burst adds)
 
 
 def _event(line: bytes) -> Any:

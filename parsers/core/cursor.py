@@ -91,8 +91,17 @@ class Cursor:
     def until(self, markers: MarkerSet, write: Write) -> Generator[None, None, str | None]:
         """Write text until one of ``markers``; consume the marker and return it.
         At end of stream, write the rest and return ``None``."""
+        first_char_at = markers.first_char_at
         while True:
             buf, pos = self.buf, self.pos
+            if first_char_at(buf, pos) is None:  # fast path: nothing here can begin a marker
+                if pos < len(buf):
+                    write(buf[pos:])
+                    self.pos = len(buf)
+                if self.eof:
+                    return None
+                yield
+                continue
             found = markers.find(buf, pos, self.eof)
             if found is not None:
                 at, marker = found

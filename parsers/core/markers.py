@@ -18,21 +18,42 @@ import re
 from collections.abc import Iterable
 
 
-class MarkerSet:
-    __slots__ = ("markers", "_regex", "_prefixes", "_first", "_longest", "_extensions")
+_CACHE: dict[tuple[type, tuple[str, ...]], "MarkerSet"] = {}
+_CACHE_LIMIT = 1024
 
-    def __init__(self, markers: Iterable[str]):
-        unique = sorted({m for m in markers if m}, key=len, reverse=True)
+
+class MarkerSet:
+    """An immutable set of markers. Construction is cached: building the same set again (many
+    programs build their sets per call) returns the existing instance."""
+
+    __slots__ = ("markers", "_regex", "_prefixes", "_first", "_first_re", "_longest", "_extensions", "first_char_at")
+
+    markers: tuple[str, ...]
+
+    def __new__(cls, markers: Iterable[str]) -> "MarkerSet":
+        # longest first (the regex prefers the longest marker at a place); ties in text order
+        unique = tuple(sorted({m for m in markers if m}, key=lambda m: (-len(m), m)))
+        cached = _CACHE.get((cls, unique))
+        if cached is not None:
+            return cached
         if not unique:
             raise ValueError("a MarkerSet needs at least one non-empty marker")
-        self.markers: tuple[str, ...] = tuple(unique)
+        self = super().__new__(cls)
+        self.markers = unique
         self._regex = re.compile("|".join(re.escape(m) for m in unique))
         self._prefixes = frozenset(m[:k] for m in unique for k in range(1, len(m)))
         self._first = frozenset(m[0] for m in unique)
+        self._first_re = re.compile("[" + re.escape("".join(sorted(self._first))) + "]")
+        #: ``first_char_at(buf, pos)``: a match at the first character that can begin a marker, or None
+        self.first_char_at = self._first_re.search
         self._longest = len(unique[0])
         # markers that strictly extend another marker: finding the shorter one must wait until the
         # longer one is ruled out
         self._extensions = {m: tuple(x for x in unique if x != m and x.startswith(m)) for m in unique}
+        if len(_CACHE) >= _CACHE_LIMIT:  # sets built from model text (e.g. per-key closers) stay bounded
+            _CACHE.clear()
+        _CACHE[(cls, unique)] = self
+        return self
 
     def __contains__(self, text: str) -> bool:
         return text in self.markers
@@ -65,11 +86,14 @@ class MarkerSet:
     def safe_end(self, buf: str, start: int) -> int:
         """Index up to which ``buf[start:]`` cannot contain the beginning of a marker."""
         n = len(buf)
-        first = self._first
+        search = self._first_re.search
+        found = search(buf, max(start, n - self._longest + 1))  # only a tail shorter than a marker can be one
         prefixes = self._prefixes
-        for i in range(max(start, n - self._longest + 1), n):
-            if buf[i] in first and buf[i:] in prefixes:
+        while found is not None:
+            i = found.start()
+            if buf[i:] in prefixes:
                 return i
+            found = search(buf, i + 1)
         return n
 
     def starts_at(self, buf: str, i: int, eof: bool = False) -> str | None | bool:

@@ -21,6 +21,8 @@ import json
 import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]  # json.dumps(s, ensure_ascii=False)
 from typing import Any
 
 from parsers.core.cursor import Cursor
@@ -128,7 +130,7 @@ def convert_value(text: str, kind: str) -> str:
 
 def escape(text: str) -> str:
     """``text`` JSON-escaped, without the surrounding quotes (per-character, so chunk-safe)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    return _quote(text)[1:-1]
 
 
 class ArgsObject:
@@ -181,7 +183,10 @@ class _StringValue:
                 text, self._held = text[:-1], "\n"
         self._started = True
         if text:
-            self._out(text)
+            if self._opened and self._maybe_null is None:  # the common case, inlined
+                self._emit(_quote(text)[1:-1])
+            else:
+                self._out(text)
 
     def _out(self, text: str) -> None:
         if self._maybe_null is not None:
@@ -194,7 +199,7 @@ class _StringValue:
         if not self._opened:
             self._emit('"')
             self._opened = True
-        self._emit(escape(text))
+        self._emit(_quote(text)[1:-1])
 
     def close(self) -> None:
         if self._maybe_null == "null":
@@ -215,16 +220,24 @@ def _attributes(text: str) -> dict[str, str]:
     return {k: html.unescape(v) for k, v in _HEADER_ATTR.findall(text)}
 
 
+@lru_cache(maxsize=256)
+def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet]:
+    """The marker sets one call of ``shape`` scans with (built once per shape, not per call)."""
+    a = shape.args
+    return (MarkerSet((a.key_start, shape.call_end)),
+            MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ()))),
+            MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks)))
+
+
 def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Out,
              name: str | None = None) -> Generator[None, None, bool]:
     """Read one call after its opening marker (the name follows, unless already known),
     up to and including its ``call_end``."""
     a = shape.args
-    params = MarkerSet((a.key_start, shape.call_end))
+    params, name_ends, key_end, attr_end, value_ends = _marker_sets(shape)
     pending_key = False
     ended = False
     if name is None:
-        name_ends = MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ())))
         text, term = yield from cur.read_until(name_ends, limit=512)
         if term is None:
             return False
@@ -240,9 +253,6 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
         else {}
     if not isinstance(properties, Mapping):
         properties = {}
-    key_end = MarkerSet((a.key_end,))
-    attr_end = MarkerSet((">",))
-    value_ends = MarkerSet((a.value_end, *a.value_breaks))
     while not ended:
         if not pending_key:
             yield from cur.skip_ws()
@@ -278,7 +288,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
                 return False
         args.key(key)
         if kind == "string":
-            value = _StringValue(args.raw, a.trim_newline, nullable)
+            value = _StringValue(out.calls.args, a.trim_newline, nullable)
             if not (yield from _read_value(cur, a, value_ends, value.write)):
                 return False
             value.close()

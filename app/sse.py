@@ -1,0 +1,73 @@
+"""A lean Server-Sent Events response for the token stream.
+
+* the body iterator yields ready-encoded SSE bytes; each is one ``send`` (no per-send wrapping);
+* a watcher task reads ``receive()`` for ``http.disconnect`` and cancels the body at once, so the
+  upstream request is closed even while the backend is silent (long prefill);
+* after ``ping_interval`` seconds without data a ``: ping`` comment keeps proxies from timing out
+  the connection (clients ignore comments);
+* on server shutdown uvicorn waits for the response to finish (``--shutdown-grace``), so in-flight
+  streams drain instead of being cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+PING = b": ping\n\n"
+
+
+class SSEResponse(StreamingResponse):
+    def __init__(self, body: AsyncIterator[bytes], headers: Mapping[str, str] | None = None,
+                 ping_interval: float = 15.0) -> None:
+        super().__init__(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
+                         media_type="text/event-stream")
+        self.body = body
+        self.ping_interval = ping_interval
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        loop = asyncio.get_running_loop()
+        last_sent = loop.time()
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        gone = False
+
+        async def watch() -> None:
+            """Disconnects cancel the stream; long silences get a keep-alive comment."""
+            nonlocal gone, last_sent
+            while True:
+                idle = loop.time() - last_sent
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.05, self.ping_interval - idle))
+                except asyncio.TimeoutError:
+                    if loop.time() - last_sent >= self.ping_interval:
+                        await send({"type": "http.response.body", "body": PING, "more_body": True})
+                        last_sent = loop.time()
+                    continue
+                if message["type"] == "http.disconnect":
+                    gone = True
+                    streaming.cancel()
+                    return
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            async for data in self.body:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                last_sent = loop.time()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone:
+                raise  # cancelled by the server (shutdown), not by the client leaving
+        except OSError:
+            pass  # the client went away while we were sending
+        finally:
+            watcher.cancel()
+            aclose = getattr(self.body, "aclose", None)
+            if aclose is not None:  # the client left mid-stream: the body's cleanup closes upstream
+                with contextlib.suppress(Exception):
+                    await aclose()

@@ -1,0 +1,102 @@
+"""What-if changes to the app, applied *in the benchmark's toolwire process only* (monkeypatching;
+no file under ``app/`` is modified), so a proposed app-side change can be measured before anyone
+writes it for real. ``bench.proxy_main --experiment NAME`` applies one; ``bench.proxy`` measures
+toolwire with and without them, side by side.
+
+* ``trace`` — a diagnostic, not a change: records where each chat request's time to the response
+  head goes.
+
+The first what-ifs measured here (a lean streaming HTTP client instead of httpx for the backend
+stream; a plain SSE response instead of sse-starlette's) were adopted into ``app/``.
+
+An experiment that no longer fits the app's code raises ``ExperimentError`` (reported, not hidden).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class ExperimentError(RuntimeError):
+    pass
+
+
+EXPERIMENTS: dict[str, Callable[[], None]] = {}
+
+
+def apply(name: str) -> None:
+    try:
+        EXPERIMENTS[name]()
+    except KeyError:
+        raise ExperimentError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}") from None
+
+
+# ---------------------------------------------------------------------- trace (a diagnostic, not a change)
+
+
+def _apply_trace() -> None:
+    """Record, per chat request, where the time to the response head goes; written as JSON to
+    ``$BENCH_TRACE`` at exit."""
+    import atexit
+    import json
+    import os
+    import time
+
+    from app import chat, server
+
+    marks: list[dict[str, float]] = []
+    current: dict[str, float] = {}
+    clock = time.perf_counter
+    original_call = server.EdgeMiddleware.__call__
+
+    async def edge_call(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http" or scope.get("path") != "/v1/chat/completions":
+            return await original_call(self, scope, receive, send)
+        current.clear()
+        current["entry"] = clock()
+
+        async def traced_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                current["head"] = clock()
+            elif message["type"] == "http.response.body" and "first_body" not in current:
+                current["first_body"] = clock()
+            await send(message)
+
+        await original_call(self, scope, receive, traced_send)
+        current["done"] = clock()
+        marks.append(dict(current))
+
+    server.EdgeMiddleware.__call__ = edge_call  # type: ignore[method-assign]
+    for module, name in ((chat, "parse_request"), (chat, "plan_chat"), (chat, "build_parser")):
+        fn = getattr(module, name)
+
+        def timed(*args: Any, __fn: Any = fn, __name: str = name, **kwargs: Any) -> Any:
+            current[__name + "_start"] = clock()
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                current[__name + "_end"] = clock()
+
+        setattr(module, name, timed)
+    original_start = chat.start_generation
+
+    async def start_generation(*args: Any, **kwargs: Any) -> Any:
+        current["start_generation_start"] = clock()
+        try:
+            return await original_start(*args, **kwargs)
+        finally:
+            current["start_generation_end"] = clock()
+
+    chat.start_generation = start_generation
+
+    def dump() -> None:
+        path = os.environ.get("BENCH_TRACE")
+        if path:
+            with open(path, "w") as f:
+                json.dump(marks, f)
+
+    atexit.register(dump)
+
+
+EXPERIMENTS["trace"] = _apply_trace

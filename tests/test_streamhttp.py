@@ -1,0 +1,176 @@
+"""The lean streaming HTTP client used for generation requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from app.backends.streamhttp import ConnectFailed, ReadTimedOut, StreamBroken, StreamingClient
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]
+
+
+async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, str]:
+    async def wrapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                if await handler(reader, writer) is False:  # type: ignore[misc]
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(wrapped, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
+
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_chunked_body_split_at_every_byte() -> None:
+    body = chunked(b"data: one\n\n", b"data: two\n\n", b"x" * 300)
+
+    async def run() -> None:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            for i in range(len(HEAD + body)):
+                writer.write((HEAD + body)[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(0)
+            return False
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        response = await client.post(url, b"{}", {})
+        assert response.status_code == 200
+        assert await response.aread() == b"data: one\n\ndata: two\n\n" + b"x" * 300
+        await response.aclose()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_keep_alive_reuse_and_stale_connection_retry() -> None:
+    async def run() -> None:
+        connections = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            connections.append(writer)
+            writer.write(HEAD + chunked(b"ok"))
+            await writer.drain()
+            return len(connections) != 2  # the second request's connection is closed afterwards
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        for _ in range(3):
+            response = await client.post(url, b"{}", {})
+            assert await response.aread() == b"ok"
+            await response.aclose()
+            await asyncio.sleep(0.05)
+        assert len({id(w) for w in connections}) == 2, "the first connection is reused, the closed one replaced"
+        await client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_content_length_and_close_delimited_bodies() -> None:
+    async def run() -> None:
+        replies = [b"HTTP/1.1 400 Bad\r\nContent-Length: 5\r\n\r\nhello",
+                   b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"]
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            reply = replies.pop(0)
+            writer.write(reply)
+            await writer.drain()
+            return b"Content-Length" in reply
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        first = await client.post(url, b"{}", {})
+        assert (first.status_code, await first.aread()) == (400, b"hello")
+        await first.aclose()
+        second = await client.post(url, b"{}", {})
+        assert await second.aread() == b"until the end"
+        await second.aclose()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_read_timeout_and_broken_streams() -> None:
+    async def run() -> None:
+        async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            writer.write(HEAD + b"2\r\nab\r\n")
+            await writer.drain()
+            await asyncio.sleep(5)
+            return False
+
+        server, url = await serve(stall)
+        response = await StreamingClient(2, 0.2).post(url, b"{}", {})
+        pieces = []
+        with pytest.raises(ReadTimedOut):
+            async for piece in response.aiter_bytes():
+                pieces.append(piece)
+        assert pieces == [b"ab"]
+        server.close()
+
+        async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            writer.write(HEAD + b"2\r\nab\r\n")
+            await writer.drain()
+            writer.transport.abort()
+            return False
+
+        server, url = await serve(drop)
+        response = await StreamingClient(2, 2).post(url, b"{}", {})
+        with pytest.raises(StreamBroken):
+            await response.aread()
+        server.close()
+
+        server, url = await serve(stall)
+        server.close()
+        await server.wait_closed()
+        with pytest.raises(ConnectFailed):
+            await StreamingClient(0.5, 2).post(url, b"{}", {})
+
+    asyncio.run(run())
+
+
+def test_headers_and_request_line() -> None:
+    async def run() -> None:
+        seen: list[bytes] = []
+
+        async def capture(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            seen.append(head)
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            seen.append(await reader.readexactly(length))
+            writer.write(HEAD + chunked(b"x"))
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(capture, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = StreamingClient(2, 2)
+        response = await client.post(f"http://127.0.0.1:{port}/v1/completions?x=1", b'{"a": 1}',
+                                     {"Authorization": "Bearer k"})
+        await response.aread()
+        await response.aclose()
+        head = seen[0].decode()
+        assert head.startswith("POST /v1/completions?x=1 HTTP/1.1\r\n")
+        assert "Authorization: Bearer k" in head and f"Host: 127.0.0.1:{port}" in head
+        assert seen[1] == b'{"a": 1}'
+        server.close()
+
+    asyncio.run(run())
