@@ -158,7 +158,7 @@ class ChatTemplate:
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
 
     @classmethod
-    def load(cls, path: str | Path) -> "ChatTemplate":
+    def load(cls, path: str | Path) -> ChatTemplate:
         """From a ``.jinja`` file, a ``tokenizer_config.json``, or a model directory holding either
         (``chat_template.jinja`` is preferred, as transformers does)."""
         path = Path(path)

@@ -53,7 +53,7 @@ class ChatMessage(_Lenient):
     reasoning: str | None = None
 
     @model_validator(mode="after")
-    def _check_role_fields(self) -> "ChatMessage":
+    def _check_role_fields(self) -> ChatMessage:
         if self.role == "tool" and self.content is None:
             raise ValueError("a tool message needs content")
         if self.role in ("user", "system", "developer") and self.content is None:

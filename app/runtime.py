@@ -21,8 +21,12 @@ from app.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
 from app.metrics import Metrics
 from app.settings import Settings
-from parsers.registry import canonical_reasoning_parser, canonical_tool_parser, reasoning_detector_class, \
-    tool_detector_class
+from parsers.registry import (
+    canonical_reasoning_parser,
+    canonical_tool_parser,
+    reasoning_detector_class,
+    tool_detector_class,
+)
 
 log = logging.getLogger("toolwire")
 
@@ -118,7 +122,7 @@ class Runtime:
             self.template = ChatTemplate.load(s.chat_template)
         try:
             await asyncio.wait_for(self.prepare(), timeout=max(5.0, s.connect_timeout))
-        except (asyncio.TimeoutError, APIError, httpx.HTTPError) as exc:
+        except (TimeoutError, APIError, httpx.HTTPError) as exc:
             log.warning("backend not ready at start-up (%s); will retry on demand", exc)
 
     async def stop(self) -> None:

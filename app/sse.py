@@ -44,7 +44,7 @@ class SSEResponse(StreamingResponse):
                 idle = loop.time() - last_sent
                 try:
                     message = await asyncio.wait_for(receive(), max(0.05, self.ping_interval - idle))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if loop.time() - last_sent >= self.ping_interval:
                         await send({"type": "http.response.body", "body": PING, "more_body": True})
                         last_sent = loop.time()

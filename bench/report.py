@@ -160,5 +160,18 @@ def summary(sections: Sequence[Section], extra: dict[str, Any]) -> dict[str, Any
 
 Log = Callable[[str], None]
 
-__all__ = ["Figure", "Log", "Section", "Target", "at_least", "at_most", "asdict", "fmt", "median", "percentile",
-           "render_markdown", "summary", "table"]
+__all__ = [
+    "Figure",
+    "Log",
+    "Section",
+    "Target",
+    "asdict",
+    "at_least",
+    "at_most",
+    "fmt",
+    "median",
+    "percentile",
+    "render_markdown",
+    "summary",
+    "table",
+]

@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import sglang_stubs  # noqa: E402
+from bench import sglang_stubs
 
 STOOD_IN = sglang_stubs.install()
 
-from bench.cases import FAMILIES, TOOLS, Case, cases_for  # noqa: E402
-from bench.timing import run_toolwire  # noqa: E402
+from bench.cases import FAMILIES, TOOLS, Case, cases_for
+from bench.timing import run_toolwire
 
 MAX_ROUNDS = 5
 REPEAT_BUDGET_S = 1.5  # more rounds only while SGLang's runs of this case stay under this in total

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 _ESC = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "]": "]", "[": "[", "-": "-", "^": "^", "/": "/"}
 
@@ -175,7 +175,7 @@ def parse_grammar(text: str) -> dict[str, object]:
 def accepts(grammar: str, text: str, start: str = "root") -> bool:
     rules = parse_grammar(grammar)
 
-    @lru_cache(maxsize=None)
+    @cache
     def rule_ends(name: str, pos: int) -> frozenset[int]:
         return frozenset(ends(rules[name], pos))
 

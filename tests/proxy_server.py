@@ -38,7 +38,7 @@ class ProxyServer:
     def runtime(self) -> Any:
         return self.app.state.runtime
 
-    def start(self) -> "ProxyServer":
+    def start(self) -> ProxyServer:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:

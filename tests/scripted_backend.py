@@ -72,7 +72,7 @@ class ScriptedBackend:
     def bodies(self) -> list[dict[str, Any]]:
         return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion")]
 
-    def start(self) -> "ScriptedBackend":
+    def start(self) -> ScriptedBackend:
         ready = threading.Event()
 
         def run() -> None:
@@ -182,7 +182,7 @@ class ScriptedBackend:
                 if script.delay:
                     try:
                         await asyncio.wait_for(asyncio.shield(watcher), script.delay)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                 if closed():
                     return
@@ -202,7 +202,7 @@ class ScriptedBackend:
                 try:
                     await asyncio.wait_for(asyncio.shield(watcher), 0.5)
                     seen.closed = time.monotonic()
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             watcher.cancel()
 

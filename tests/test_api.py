@@ -157,7 +157,7 @@ def test_streaming_and_non_streaming_agree(vllm_setup) -> None:
     with client.chat.completions.stream(model="x", messages=MESSAGES, tools=TOOLS) as stream:
         streamed = stream.get_final_completion().choices[0].message
     assert whole.content == streamed.content
-    assert getattr(whole, "reasoning_content") == "The user wants weather."
+    assert whole.reasoning_content == "The user wants weather."
     assert [(c.function.name, json.loads(c.function.arguments)) for c in whole.tool_calls] == \
         [(c.function.name, json.loads(c.function.arguments)) for c in streamed.tool_calls]
 

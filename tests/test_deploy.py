@@ -23,15 +23,15 @@ def _dockerfile() -> str:
 
 def test_dockerfile_is_multistage_non_root_with_healthcheck() -> None:
     text = _dockerfile()
-    assert len(re.findall(r"^FROM ", text, re.M)) >= 2
-    assert re.search(r"^USER (?!root)\S+", text, re.M)
+    assert len(re.findall(r"^FROM ", text, re.MULTILINE)) >= 2
+    assert re.search(r"^USER (?!root)\S+", text, re.MULTILINE)
     assert "HEALTHCHECK" in text and "/health" in text
     for name in re.findall(r"TOOLWIRE_[A-Z_]+", text):
         assert name in SETTINGS, name
 
 
 def test_dockerfile_entrypoint_runs() -> None:
-    entrypoint = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", _dockerfile(), re.M).group(1))
+    entrypoint = json.loads(re.search(r"^ENTRYPOINT (\[.*\])$", _dockerfile(), re.MULTILINE).group(1))
     assert entrypoint == ["toolwire", "serve"]
     toolwire = Path(sys.executable).parent / "toolwire"
     result = subprocess.run([str(toolwire), *entrypoint[1:], "--help"], capture_output=True, text=True, timeout=60)

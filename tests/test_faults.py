@@ -164,14 +164,13 @@ def test_the_sdk_raises_on_a_mid_stream_error(setup) -> None:
 def test_client_disconnect_closes_the_upstream_request_at_once(setup) -> None:
     backend, proxy = setup()
     backend.script(Script(pieces=[f"tok{i} " for i in range(400)], delay=0.02))
-    with httpx.Client(timeout=30) as client:
-        with client.stream("POST", proxy.url + "/v1/chat/completions",
-                           json={"messages": MESSAGES, "stream": True}) as response:
-            lines = response.iter_lines()
-            for line in lines:
-                if "tok3" in line:
-                    break
-            closed_at = time.monotonic()
+    with httpx.Client(timeout=30) as client, client.stream("POST", proxy.url + "/v1/chat/completions",
+                       json={"messages": MESSAGES, "stream": True}) as response:
+        lines = response.iter_lines()
+        for line in lines:
+            if "tok3" in line:
+                break
+        closed_at = time.monotonic()
     deadline = time.monotonic() + 3
     while backend.seen[-1].closed is None and time.monotonic() < deadline:
         time.sleep(0.01)

@@ -629,7 +629,7 @@ def analyse_tools(result: TemplateAnalysis) -> ToolFormat | None:
         i, j = split_between(between, tail_max, head_min)
         fmt.call_close, fmt.separator, fmt.call_open = between[:i], between[i:j], between[j:]
         fmt.section = (open_[:len(open_) - len(fmt.call_open)] if open_.endswith(fmt.call_open) else open_,
-                       close[len(fmt.call_close):] if close.startswith(fmt.call_close) else close)
+                       close.removeprefix(fmt.call_close))
         if not open_.endswith(fmt.call_open) or not close.startswith(fmt.call_close):
             fmt.notes.append("two calls are not written like one call repeated")
         inner1, inner2 = t2.text[a1:b1], t2.text[a2:b2]

@@ -6,7 +6,16 @@ from typing import Any
 
 import httpx
 
-from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none, probe_timeout
+from app.backends.base import (
+    Backend,
+    Finish,
+    Generation,
+    GenerationRequest,
+    TextDelta,
+    Usage,
+    _drop_none,
+    probe_timeout,
+)
 from app.errors import BackendError
 
 

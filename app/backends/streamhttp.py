@@ -94,7 +94,7 @@ class StreamingClient:
         else:
             conn[1].close()
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> "StreamedResponse":
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> StreamedResponse:
         """Send the request and read the response head; the body is left to stream."""
         parts = urlsplit(url)
         scheme = parts.scheme or "http"

@@ -52,7 +52,7 @@ class ReasoningGate:
     inside: bool
 
     @classmethod
-    def of(cls, detector: ReasoningDetector | None, inside: bool) -> "ReasoningGate | None":
+    def of(cls, detector: ReasoningDetector | None, inside: bool) -> ReasoningGate | None:
         if detector is None or not detector.start:
             return None
         return cls(detector.start[0], detector.ends()[0], inside)

@@ -120,7 +120,7 @@ class LlamaServerProcess:
             process.kill()
             process.wait()
 
-    def __enter__(self) -> "LlamaServerProcess":
+    def __enter__(self) -> LlamaServerProcess:
         self.start()
         return self
 

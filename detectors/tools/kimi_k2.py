@@ -19,7 +19,7 @@ SECTIONS = (("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
 def split_kimi_id(text: str) -> tuple[str, str | None]:
     """``functions.get_weather:0`` → (``get_weather``, ``functions.get_weather:0``)."""
     call_id = text
-    name = text[len("functions."):] if text.startswith("functions.") else text
+    name = text.removeprefix("functions.")
     head, sep, tail = name.rpartition(":")
     if sep and tail.isdigit():
         name = head

@@ -50,7 +50,7 @@ class _StringArg:
     null, a value that is exactly ``None`` (the template's rendering) or ``null`` becomes JSON
     null; the first characters are held while they could still spell one (at most four)."""
 
-    __slots__ = ("_emit", "_started", "_held", "_maybe_null", "_opened")
+    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started")
 
     def __init__(self, emit: Callable[[str], None], nullable: bool) -> None:
         self._emit = emit

@@ -17,7 +17,6 @@ the ``<tool_call>`` wrapper is accepted (its stray ``</tool_call>`` is markup).
 
 from __future__ import annotations
 
-
 from parsers.core.programs import wrapped_xml_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape
 from parsers.function_call import ToolCallDetector

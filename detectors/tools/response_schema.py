@@ -233,7 +233,7 @@ class ResponseSchema(ToolCallDetector):
     label: ClassVar[str] = "response-schema"
 
     @classmethod
-    def with_schema(cls, schema: Mapping[str, Any], label: str = "response-schema") -> type["ResponseSchema"]:
+    def with_schema(cls, schema: Mapping[str, Any], label: str = "response-schema") -> type[ResponseSchema]:
         if not isinstance(schema, Mapping):
             raise ValueError("a response schema is a JSON object")
         return type("ResponseSchemaParser", (cls,), {"schema": dict(schema), "label": label,

@@ -16,7 +16,6 @@ A bare ``<function=…>`` without the wrapper is accepted, as vLLM's parser does
 
 from __future__ import annotations
 
-
 from parsers.core.programs import wrapped_xml_calls
 from parsers.core.xmlcall import XmlArgs, XmlCallShape
 from parsers.function_call import ToolCallDetector

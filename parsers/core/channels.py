@@ -15,7 +15,7 @@ _WS = " \t\r\n"
 
 
 class TextChannel:
-    __slots__ = ("_emit", "trim_before_boundary", "trim_after_boundary", "_strip_leading", "_held")
+    __slots__ = ("_emit", "_held", "_strip_leading", "trim_after_boundary", "trim_before_boundary")
 
     def __init__(
         self,

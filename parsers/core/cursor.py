@@ -41,7 +41,7 @@ def discard(_text: str) -> None:
 
 
 class Cursor:
-    __slots__ = ("buf", "pos", "eof", "truncated", "_rec_from", "_rec_parts")
+    __slots__ = ("_rec_from", "_rec_parts", "buf", "eof", "pos", "truncated")
 
     def __init__(self) -> None:
         self.buf = ""
@@ -265,3 +265,31 @@ class Cursor:
     def expect(self, literal: str) -> Generator[None, None, bool]:
         """Consume ``literal`` if the input continues with it; ``False`` (nothing consumed) if not."""
         return (yield from self.match((literal,))) is not None
+
+    def list_separator(self, close: str) -> Generator[None, None, str | None]:
+        """After a list element (whitespace allowed around): ``","`` or ``close`` (consumed), a
+        trailing ``,`` before ``close`` counting as ``close``; ``None`` for anything else."""
+        yield from self.skip_ws()
+        sep = yield from self.match((",", close))
+        if sep == ",":
+            yield from self.skip_ws()
+            if (yield from self.expect(close)):
+                return close
+        return sep
+
+
+def separated(cur: Cursor, write: Write, close: str, element: Callable[[], Generator[None, None, bool]],
+              end: str) -> Generator[None, None, bool]:
+    """Elements separated by ``,`` up to ``close`` (see ``Cursor.list_separator``): calls
+    ``element()`` for each, writes ``", "`` between them and ``end`` at ``close``. The cursor is
+    at the first element. ``False`` as soon as an element or a separator fails."""
+    while True:
+        if not (yield from element()):
+            return False
+        sep = yield from cur.list_separator(close)
+        if sep is None:
+            return False
+        if sep == close:
+            write(end)
+            return True
+        write(", ")

@@ -39,7 +39,7 @@ from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, js
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.sections import Body
-from parsers.core.xmlcall import ArgsObject, _StringValue, convert_value, param_kind
+from parsers.core.xmlcall import ArgsObject, StringValue, convert_value, param_kind
 
 NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS = "name", "id", "skip", "args", "call", "params"
 SLOT_KINDS = (NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS)
@@ -361,7 +361,7 @@ def params(p: Params, tool: Any, cur: Cursor, out: Out, after: str | None = None
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
         if kind == "string":
-            value = _StringValue(args.raw, p.trim_newline, nullable)
+            value = StringValue(args.raw, p.trim_newline, nullable)
             if (yield from cur.until(ends, value.write)) is None:
                 return False
             value.close()
@@ -371,8 +371,8 @@ def params(p: Params, tool: Any, cur: Cursor, out: Out, after: str | None = None
                 return False
             text = "".join(parts)
             if p.trim_newline:
-                text = text[1:] if text.startswith("\n") else text
-                text = text[:-1] if text.endswith("\n") else text
+                text = text.removeprefix("\n")
+                text = text.removesuffix("\n")
             args.raw(convert_value(text, kind))
     args.close()
     return True

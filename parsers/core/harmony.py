@@ -75,7 +75,7 @@ OTHER_ROLES = frozenset({"system", "developer", "user", "tool", "python"})
 
 _WS = " \t\r\n"
 _SEGMENT = re.compile("(" + re.escape(CHANNEL) + "|" + re.escape(CONSTRAIN) + ")")
-_ATTR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z", re.S)
+_ATTR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)\Z", re.DOTALL)
 _RECIPIENT = re.compile(r"\s*to=\S")
 
 
@@ -232,7 +232,7 @@ class _Joined:
     """The messages of one kind written to one channel, separated by ``sep``. With ``strip`` the
     whitespace a message begins with is dropped (reasoning)."""
 
-    __slots__ = ("_emit", "_sep", "_strip", "_any", "_fresh")
+    __slots__ = ("_any", "_emit", "_fresh", "_sep", "_strip")
 
     def __init__(self, emit: Write, sep: str, strip: bool) -> None:
         self._emit = emit

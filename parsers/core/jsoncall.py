@@ -42,7 +42,7 @@ class JsonCallShape:
 
 
 class _CallState:
-    __slots__ = ("name", "call_id", "held_args", "args_done")
+    __slots__ = ("args_done", "call_id", "held_args", "name")
 
     def __init__(self) -> None:
         self.name: str | None = None

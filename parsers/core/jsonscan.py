@@ -29,7 +29,7 @@ class Scan(IntEnum):
 class JsonValueScan:
     """Incremental end-of-value finder for one JSON value (object, array, string or scalar)."""
 
-    __slots__ = ("depth", "in_string", "escape", "kind", "_structure")
+    __slots__ = ("_structure", "depth", "escape", "in_string", "kind")
 
     def __init__(self, stop_chars: str = "") -> None:
         self.depth = 0

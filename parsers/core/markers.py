@@ -17,8 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-
-_CACHE: dict[tuple[type, tuple[str, ...]], "MarkerSet"] = {}
+_CACHE: dict[tuple[type, tuple[str, ...]], MarkerSet] = {}
 _CACHE_LIMIT = 1024
 
 
@@ -26,11 +25,11 @@ class MarkerSet:
     """An immutable set of markers. Construction is cached: building the same set again (many
     programs build their sets per call) returns the existing instance."""
 
-    __slots__ = ("markers", "_regex", "_prefixes", "_first", "_first_re", "_longest", "_extensions", "first_char_at")
+    __slots__ = ("_extensions", "_first", "_first_re", "_longest", "_prefixes", "_regex", "first_char_at", "markers")
 
     markers: tuple[str, ...]
 
-    def __new__(cls, markers: Iterable[str]) -> "MarkerSet":
+    def __new__(cls, markers: Iterable[str]) -> MarkerSet:
         # longest first (the regex prefers the longest marker at a place); ties in text order
         unique = tuple(sorted({m for m in markers if m}, key=lambda m: (-len(m), m)))
         cached = _CACHE.get((cls, unique))
@@ -58,7 +57,7 @@ class MarkerSet:
     def __contains__(self, text: str) -> bool:
         return text in self.markers
 
-    def __or__(self, other: "MarkerSet | Iterable[str]") -> "MarkerSet":
+    def __or__(self, other: MarkerSet | Iterable[str]) -> MarkerSet:
         extra = other.markers if isinstance(other, MarkerSet) else tuple(other)
         return MarkerSet(self.markers + extra)
 

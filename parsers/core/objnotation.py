@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from parsers.core.cursor import Cursor
+from parsers.core.cursor import Cursor, Write, separated
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.pythonic import SCALAR_LIMIT, read_run, scalar_json
 from parsers.core.sections import Body
 from parsers.core.xmlcall import escape
-
-Write = Callable[[str], None]
 
 _BARE_VALUE = re.compile(r"[^,{}\[\]<]*")
 _BARE_KEY = re.compile(r"[^:,{}\[\]<]*")
@@ -102,17 +100,6 @@ def obj_value(cur: Cursor, write: Write, delim: str, depth: int = 0) -> Generato
     return True
 
 
-def _separator(cur: Cursor, close: str) -> Generator[None, None, str | None]:
-    """``,`` (a trailing one before ``close`` counts as ``close``) or ``close``, else ``None``."""
-    yield from cur.skip_ws()
-    sep = yield from cur.match((",", close))
-    if sep == ",":
-        yield from cur.skip_ws()
-        if (yield from cur.expect(close)):
-            return close
-    return sep
-
-
 def obj_object(cur: Cursor, write: Write, delim: str, depth: int = 0) -> Generator[None, None, bool]:
     """After ``{``: the members up to ``}`` as a JSON object."""
     write("{")
@@ -120,20 +107,15 @@ def obj_object(cur: Cursor, write: Write, delim: str, depth: int = 0) -> Generat
     if (yield from cur.expect("}")):
         write("}")
         return True
-    while True:
+
+    def member() -> Generator[None, None, bool]:
         key = yield from _key(cur, delim)
         if key is None:
             return False
         write(json.dumps(key, ensure_ascii=False) + ": ")
-        if not (yield from obj_value(cur, write, delim, depth + 1)):
-            return False
-        sep = yield from _separator(cur, "}")
-        if sep is None:
-            return False
-        if sep == "}":
-            write("}")
-            return True
-        write(", ")
+        return (yield from obj_value(cur, write, delim, depth + 1))
+
+    return (yield from separated(cur, write, "}", member, "}"))
 
 
 def _array(cur: Cursor, write: Write, delim: str, depth: int) -> Generator[None, None, bool]:
@@ -143,16 +125,7 @@ def _array(cur: Cursor, write: Write, delim: str, depth: int) -> Generator[None,
     if (yield from cur.expect("]")):
         write("]")
         return True
-    while True:
-        if not (yield from obj_value(cur, write, delim, depth + 1)):
-            return False
-        sep = yield from _separator(cur, "]")
-        if sep is None:
-            return False
-        if sep == "]":
-            write("]")
-            return True
-        write(", ")
+    return (yield from separated(cur, write, "]", lambda: obj_value(cur, write, delim, depth + 1), "]"))
 
 
 def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet,

@@ -46,10 +46,20 @@ class CallWriter:
     text simply becomes content.
     """
 
-    __slots__ = ("_out", "_cursor", "next_index", "open", "header_sent", "_args", "unknown_names", "known_names",
-                 "_trimmed", "passed_through")
+    __slots__ = (
+        "_args",
+        "_cursor",
+        "_out",
+        "_trimmed",
+        "header_sent",
+        "known_names",
+        "next_index",
+        "open",
+        "passed_through",
+        "unknown_names",
+    )
 
-    def __init__(self, out: "Out", cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
+    def __init__(self, out: Out, cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
         self._out = out
         self._cursor = cursor
         self.next_index = 0
@@ -137,7 +147,7 @@ class CallWriter:
 class Out:
     """Where a program writes: ordered events through the content/reasoning channels and calls."""
 
-    __slots__ = ("events", "content", "reasoning", "calls")
+    __slots__ = ("calls", "content", "events", "reasoning")
 
     def __init__(self, cursor: Cursor, *, trim_around_calls: bool = False,
                  known_names: frozenset[str] | None = None) -> None:
@@ -172,7 +182,7 @@ class Out:
 class Program:
     """Drives one program over one response."""
 
-    __slots__ = ("cursor", "out", "_gen", "_done", "failed")
+    __slots__ = ("_done", "_gen", "cursor", "failed", "out")
 
     def __init__(self, body: ProgramBody, *, trim_around_calls: bool = False,
                  known_names: frozenset[str] | None = None) -> None:

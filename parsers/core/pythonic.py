@@ -34,13 +34,11 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
-from parsers.core.cursor import Cursor
+from parsers.core.cursor import Cursor, Write, separated
 from parsers.core.program import Out
 from parsers.core.xmlcall import ArgsObject, escape
-
-Write = Callable[[str], None]
 
 _WS = "[ \\t\\r\\n]*"
 _NAME = r"[^\W\d][\w.]*"
@@ -268,18 +266,6 @@ def _element(cur: Cursor, write: Write, depth: int) -> Generator[None, None, boo
     return (yield from py_value(cur, write, depth + 1))
 
 
-def _after_element(cur: Cursor, close: str) -> Generator[None, None, str | None]:
-    """After an element: ``,`` (and a trailing-comma close) or ``close``; returns ``","``,
-    ``close`` or ``None``."""
-    yield from cur.skip_ws()
-    sep = yield from cur.match((",", close))
-    if sep == ",":
-        yield from cur.skip_ws()
-        if (yield from cur.expect(close)):
-            return close
-    return sep
-
-
 def _sequence(cur: Cursor, write: Write, close: str, depth: int, opened: bool = False) -> Generator[None, None, bool]:
     """Elements up to ``close`` (the opener consumed) as a JSON array. With ``opened`` the ``[``
     and first element were already written and a separator is next."""
@@ -291,16 +277,14 @@ def _sequence(cur: Cursor, write: Write, close: str, depth: int, opened: bool = 
             return True
         if not (yield from _element(cur, write, depth)):
             return False
-    while True:
-        sep = yield from _after_element(cur, close)
-        if sep is None:
-            return False
-        if sep == close:
-            write("]")
-            return True
-        write(", ")
-        if not (yield from _element(cur, write, depth)):
-            return False
+    sep = yield from cur.list_separator(close)
+    if sep is None:
+        return False
+    if sep == close:
+        write("]")
+        return True
+    write(", ")
+    return (yield from separated(cur, write, close, lambda: _element(cur, write, depth), "]"))
 
 
 def _tuple(cur: Cursor, write: Write, depth: int) -> Generator[None, None, bool]:
@@ -344,27 +328,28 @@ def _braces(cur: Cursor, write: Write, depth: int) -> Generator[None, None, bool
         write("[" + "".join(first))
         return (yield from _sequence(cur, write, "}", depth, opened=True))
     key = _key("".join(first))
+    if key is None:
+        return False
     write("{")
-    while True:
-        if key is None:
-            return False
-        write(key + ": ")
-        if not (yield from _element(cur, write, depth)):
-            return False
-        sep = yield from _after_element(cur, "}")
-        if sep is None:
-            return False
-        if sep == "}":
-            write("}")
-            return True
-        write(", ")
-        parts: list[str] = []
-        if not (yield from _element(cur, parts.append, depth)):
-            return False
-        yield from cur.skip_ws()
-        if not (yield from cur.expect(":")):
-            return False
-        key = _key("".join(parts))
+    pending: list[str] = [key]
+
+    def member() -> Generator[None, None, bool]:
+        if pending:
+            member_key: str | None = pending.pop()
+        else:
+            parts: list[str] = []
+            if not (yield from _element(cur, parts.append, depth)):
+                return False
+            yield from cur.skip_ws()
+            if not (yield from cur.expect(":")):
+                return False
+            member_key = _key("".join(parts))
+            if member_key is None:
+                return False
+        write(member_key + ": ")
+        return (yield from _element(cur, write, depth))
+
+    return (yield from separated(cur, write, "}", member, "}"))
 
 
 # ---------------------------------------------------------------------------------- calls
@@ -412,7 +397,7 @@ def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
         args.key(key)
         if not (yield from py_value(cur, args.raw)):
             return False
-        sep = yield from _after_element(cur, ")")
+        sep = yield from cur.list_separator(")")
         if sep is None:
             return False
         if sep == ")":

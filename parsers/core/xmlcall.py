@@ -153,14 +153,14 @@ class ArgsObject:
         self._calls.args("}" if self._count else "{}")
 
 
-class _StringValue:
+class StringValue:
     """Streams one string value, JSON-escaped, optionally trimming one newline at each end.
 
     When the parameter may be ``null``, the first characters are held while they could still
     spell ``null`` (at most four), so a literal ``null`` becomes JSON null and anything else a
     string — still streamed as it arrives."""
 
-    __slots__ = ("_emit", "_trim", "_started", "_held", "_maybe_null", "_opened")
+    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started", "_trim")
 
     def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool) -> None:
         self._emit = emit
@@ -288,7 +288,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
                 return False
         args.key(key)
         if kind == "string":
-            value = _StringValue(out.calls.args, a.trim_newline, nullable)
+            value = StringValue(out.calls.args, a.trim_newline, nullable)
             if not (yield from _read_value(cur, a, value_ends, value.write)):
                 return False
             value.close()
@@ -298,8 +298,8 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
                 return False
             text = "".join(parts)
             if a.trim_newline:
-                text = text[1:] if text.startswith("\n") else text
-                text = text[:-1] if text.endswith("\n") else text
+                text = text.removeprefix("\n")
+                text = text.removesuffix("\n")
             args.raw(convert_value(text, kind))
     args.close()
     return True

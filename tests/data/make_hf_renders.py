@@ -13,12 +13,12 @@ from pathlib import Path
 from transformers.utils import chat_template_utils
 
 sys.path.insert(0, str(Path(__file__).parent))
-from render_cases import PINNED_NOW, render_cases  # noqa: E402
+from render_cases import PINNED_NOW, render_cases
 
 
 class _PinnedDatetime(_dt.datetime):
     @classmethod
-    def now(cls, tz=None):  # noqa: D102
+    def now(cls, tz=None):
         return PINNED_NOW
 
 
