@@ -39,7 +39,7 @@ from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, js
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.sections import Body
-from parsers.core.xmlcall import ArgsObject, StringValue, convert_value, param_kind
+from parsers.core.xmlcall import ArgsObject, param_kind
 
 NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS = "name", "id", "skip", "args", "call", "params"
 SLOT_KINDS = (NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS)
@@ -360,19 +360,8 @@ def params(p: Params, tool: Any, cur: Cursor, out: Out, after: str | None = None
         kind, nullable = param_kind(properties.get(key))
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
-        if kind == "string":
-            value = StringValue(args.raw, p.trim_newline, nullable)
-            if (yield from cur.until(ends, value.write)) is None:
-                return False
-            value.close()
-        else:
-            parts: list[str] = []
-            if (yield from cur.until(ends, parts.append)) is None:
-                return False
-            text = "".join(parts)
-            if p.trim_newline:
-                text = text.removeprefix("\n")
-                text = text.removesuffix("\n")
-            args.raw(convert_value(text, kind))
+        if not (yield from args.value(kind, p.trim_newline, nullable,
+                                      lambda write: cur.until(ends, write))):
+            return False
     args.close()
     return True

@@ -149,6 +149,27 @@ class ArgsObject:
     def raw(self, text: str) -> None:
         self._calls.args(text)
 
+    def value(self, kind: str, trim_newline: bool, nullable: bool,
+              read: Callable[[Callable[[str], None]], Generator[None, None, object]]) -> Generator[None, None, bool]:
+        """One parameter value of schema ``kind``, its text produced by ``read(write)`` (falsy
+        result: the value did not end properly → ``False``). Strings stream as they arrive;
+        other kinds are converted (``convert_value``) once the whole text is in, with one
+        newline trimmed at each end when ``trim_newline``."""
+        if kind == "string":
+            value = StringValue(self.raw, trim_newline, nullable)
+            if not (yield from read(value.write)):
+                return False
+            value.close()
+            return True
+        parts: list[str] = []
+        if not (yield from read(parts.append)):
+            return False
+        text = "".join(parts)
+        if trim_newline:
+            text = text.removeprefix("\n").removesuffix("\n")
+        self.raw(convert_value(text, kind))
+        return True
+
     def close(self) -> None:
         self._calls.args("}" if self._count else "{}")
 
@@ -287,20 +308,9 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
             if not (yield from cur.expect(a.value_start)):
                 return False
         args.key(key)
-        if kind == "string":
-            value = StringValue(out.calls.args, a.trim_newline, nullable)
-            if not (yield from _read_value(cur, a, value_ends, value.write)):
-                return False
-            value.close()
-        else:
-            parts: list[str] = []
-            if not (yield from _read_value(cur, a, value_ends, parts.append)):
-                return False
-            text = "".join(parts)
-            if a.trim_newline:
-                text = text.removeprefix("\n")
-                text = text.removesuffix("\n")
-            args.raw(convert_value(text, kind))
+        if not (yield from args.value(kind, a.trim_newline, nullable,
+                                      lambda write: _read_value(cur, a, value_ends, write))):
+            return False
     args.close()
     return True
 
