@@ -68,6 +68,24 @@ def resolve_model(model: Path | str) -> Path:
     return path
 
 
+KEPT_LOGS = 8
+
+
+def _log_path(port: int) -> Path:
+    """A fresh log file under the cache's ``logs/``; only the ``KEPT_LOGS`` newest are kept."""
+    folder = artifacts.cache_dir() / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    logs: list[tuple[float, Path]] = []
+    for path in folder.glob("llama-server-*.log"):
+        try:
+            logs.append((path.stat().st_mtime, path))
+        except OSError:  # removed meanwhile by another server starting
+            continue
+    for _, stale in sorted(logs, reverse=True)[KEPT_LOGS - 1:]:
+        stale.unlink(missing_ok=True)
+    return folder / f"llama-server-{port}.log"
+
+
 class LlamaServerProcess:
     def __init__(self, binary: Path, model: Path, ctx: int = 4096, threads: int | None = None,
                  extra_args: tuple[str, ...] = ()) -> None:
@@ -89,7 +107,7 @@ class LlamaServerProcess:
         self.port = free_port()
         command = [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
                    "-c", str(self.ctx), "-t", str(self.threads), "--no-webui", *self.extra_args]
-        self.log_path = artifacts.cache_dir() / f"llama-server-{self.port}.log"
+        self.log_path = _log_path(self.port)
         log.info("starting llama-server on %s (log: %s)", self.url, self.log_path)
         with open(self.log_path, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
