@@ -27,7 +27,13 @@ _ALPHABET = string.ascii_letters + string.digits
 
 
 def new_call_id() -> str:
-    return "call_" + "".join(secrets.choice(_ALPHABET) for _ in range(24))
+    """``call_`` and 24 random base-62 characters (OpenAI's shape), from 144 random bits."""
+    n = int.from_bytes(secrets.token_bytes(18), "big")
+    digits = []
+    for _ in range(24):
+        n, r = divmod(n, 62)
+        digits.append(_ALPHABET[r])
+    return "call_" + "".join(digits)
 
 
 def new_completion_id() -> str:

@@ -90,6 +90,33 @@ def _apply_trace() -> None:
 
     chat.start_generation = start_generation
 
+    from app.backends import streamhttp
+
+    original_post = streamhttp.StreamingClient.post
+    original_read = streamhttp.StreamedResponse._read
+
+    async def post(self: Any, *args: Any, **kwargs: Any) -> Any:
+        current.setdefault("backend_post_start", clock())
+        try:
+            return await original_post(self, *args, **kwargs)
+        finally:
+            current.setdefault("backend_head", clock())
+
+    async def read(self: Any) -> bytes:
+        data = await original_read(self)
+        current.setdefault("backend_first_data", clock())
+        return data
+
+    original_connect = streamhttp.StreamingClient._connect
+
+    async def connect(self: Any, *args: Any, **kwargs: Any) -> Any:
+        current["backend_connect"] = clock()
+        return await original_connect(self, *args, **kwargs)
+
+    streamhttp.StreamingClient._connect = connect  # type: ignore[method-assign]
+    streamhttp.StreamingClient.post = post  # type: ignore[method-assign]
+    streamhttp.StreamedResponse._read = read  # type: ignore[method-assign]
+
     def dump() -> None:
         path = os.environ.get("BENCH_TRACE")
         if path:

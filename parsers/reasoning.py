@@ -56,10 +56,12 @@ class ReasoningDetector:
         """Inside reasoning (True), outside (False) or unknown (None), judged from the prompt's tail."""
         if not prompt:
             return None
-        tail = prompt.rstrip()
-        if any(tail.endswith(s.rstrip()) for s in self.start):
+        end = len(prompt)  # the prompt without trailing whitespace, found without copying it
+        while end and prompt[end - 1].isspace():
+            end -= 1
+        if any(prompt.endswith(s.rstrip(), 0, end) for s in self.start):
             return True
-        if any(tail.endswith(e.rstrip()) for e in (*self.ends(), *self.content_markup)):
+        if any(prompt.endswith(e.rstrip(), 0, end) for e in (*self.ends(), *self.content_markup)):
             return False
         return None
 

@@ -84,6 +84,49 @@ def test_keep_alive_reuse_and_stale_connection_retry() -> None:
     asyncio.run(run())
 
 
+def test_late_terminator_after_last_event_keeps_the_connection() -> None:
+    """The caller stops at the stream's last event; the chunked terminator arrives later. A
+    ``finished`` close drains it in the background and pools the connection; an unfinished close
+    drops the connection at once (the backend must see the client leave)."""
+
+    async def run() -> None:
+        connections: list[asyncio.StreamWriter] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            connections.append(writer)
+            writer.write(HEAD + b"c\r\ndata: [DONE]\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        for _ in range(3):
+            response = await client.post(url, b"{}", {})
+            async for piece in response.aiter_bytes():
+                assert piece == b"data: [DONE]"
+                break
+            await response.aclose(finished=True)
+            await asyncio.sleep(0.1)
+        assert len({id(w) for w in connections}) == 1, "one connection, reused after each drain"
+
+        response = await client.post(url, b"{}", {})
+        async for _ in response.aiter_bytes():
+            break
+        await response.aclose()  # not finished: the connection goes away now
+        await asyncio.sleep(0.1)
+        response = await client.post(url, b"{}", {})
+        await response.aread()
+        await response.aclose()
+        assert len({id(w) for w in connections}) == 2, "the unfinished stream's connection was not reused"
+        await client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
 def test_content_length_and_close_delimited_bodies() -> None:
     async def run() -> None:
         replies = [b"HTTP/1.1 400 Bad\r\nContent-Length: 5\r\n\r\nhello",

@@ -68,7 +68,7 @@ class LlamaCppBackend(Backend):
                 if finish is not None or (batch and batch[-1] is None):
                     break
         finally:
-            await response.aclose()
+            await response.aclose(finished=finish is not None)
         if finish is None:
             raise BackendError(502, "backend stream ended before the final event", kind="dropped")
         yield finish

@@ -58,7 +58,7 @@ class OpenAICompletionsBackend(Backend):
                 if done:
                     break
         finally:
-            await response.aclose()
+            await response.aclose(finished=done or reason is not None)
         if reason is None:
             raise BackendError(502, "backend stream ended without a finish reason", kind="dropped")
         yield Finish("length" if reason == "length" else "stop", usage)

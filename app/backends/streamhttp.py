@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 READ_SIZE = 1 << 16
 MAX_HEAD = 1 << 16
 MAX_IDLE = 64  # idle connections kept per destination
+DRAIN_SECONDS = 1.0  # after the last event: how long the rest of a body may take to be reused
+DRAIN_BYTES = 1 << 16  # … and how much of it is read before giving up on the connection
 
 
 class StreamError(Exception):
@@ -58,9 +60,12 @@ class StreamingClient:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._draining: set[asyncio.Task[None]] = set()
         self._tls: ssl.SSLContext | None = None
 
     async def close(self) -> None:
+        for task in list(self._draining):
+            task.cancel()
         for conns in self._idle.values():
             for _, writer in conns:
                 writer.close()
@@ -86,6 +91,11 @@ class StreamingClient:
                 return reader, writer
             writer.close()
         return None
+
+    def _drain_later(self, response: StreamedResponse) -> None:
+        task = asyncio.get_running_loop().create_task(response._drain())
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
 
     def _give_back(self, key: tuple[str, str, int], conn: Connection) -> None:
         conns = self._idle.setdefault(key, [])
@@ -149,6 +159,8 @@ class StreamedResponse:
         self._complete = False
         self._closed = False
         self._timed_out = False
+        self._buf = b""  # chunked framing: bytes read but not yet parsed
+        self._need = 0  # chunked framing: bytes of the current chunk's data still to come
 
     def _expire(self) -> None:
         self._timed_out = True
@@ -192,13 +204,14 @@ class StreamedResponse:
         self._complete = True
 
     async def _dechunk(self) -> AsyncIterator[bytes]:
-        buf = b""
-        need = 0  # bytes of the current chunk's data still to come
+        # The framing state (unread bytes, bytes of the current chunk still to come) lives on the
+        # response, so a later reader (the background drain) carries on where this one stopped.
         while True:
             data = await self._read()
             if not data:
                 raise StreamBroken("backend closed the connection mid-stream")
-            buf = buf + data if buf else data
+            buf = self._buf + data if self._buf else data
+            need = self._need
             out: list[bytes] = []
             pos, n = 0, len(buf)
             while True:
@@ -223,13 +236,14 @@ class StreamedResponse:
                     if buf.find(b"\r\n\r\n", line_end) < 0:
                         break  # the terminating CRLF has not arrived yet
                     self._complete = True
+                    self._buf, self._need = b"", 0
                     piece = b"".join(out)
                     if piece:
                         yield piece
                     return
                 pos = line_end + 2
                 need = size
-            buf = buf[pos:]
+            self._buf, self._need = buf[pos:], need
             piece = b"".join(out)
             if piece:
                 yield piece
@@ -239,11 +253,35 @@ class StreamedResponse:
     async def aread(self) -> bytes:
         return b"".join([piece async for piece in self.aiter_bytes()])
 
-    async def aclose(self) -> None:
+    async def aclose(self, finished: bool = False) -> None:
+        """Let go of the response. A complete response gives its connection back to the pool;
+        otherwise the connection is closed at once (so the backend sees us leave and stops
+        generating) — unless ``finished``: the caller has read the stream's last event and only
+        framing can remain (the chunked terminator), which is then read in the background, for a
+        short while, so the connection can still be reused."""
         if self._closed:
             return
         self._closed = True
         if self._complete and self._reusable:
             self._client._give_back(self._key, (self._reader, self._writer))
+        elif finished and self._reusable:
+            self._client._drain_later(self)
         else:
-            self._writer.close()  # the backend sees us leave (and stops generating)
+            self._writer.close()
+
+    async def _drain(self) -> None:
+        """Read what is left of the body (at most ``DRAIN_BYTES``, for at most ``DRAIN_SECONDS``);
+        give the connection back if the body ended, else close it."""
+        left = DRAIN_BYTES
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                async for piece in self.aiter_bytes():
+                    left -= len(piece)
+                    if left < 0:
+                        break
+        except (TimeoutError, StreamError):
+            pass
+        if self._complete:
+            self._client._give_back(self._key, (self._reader, self._writer))
+        else:
+            self._writer.close()
