@@ -35,9 +35,10 @@ def _free_port() -> int:
 
 
 def _rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status", encoding="ascii"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
     return float("nan")
 
 

@@ -66,7 +66,7 @@ def run_section(name: str, ctx: Context) -> Section:
     try:
         module = importlib.import_module(name)
         section: Section = module.run(ctx)
-    except Exception as exc:  # one broken section must not hide the others
+    except Exception as exc:  # noqa: BLE001 — one broken section must not hide the others
         traceback.print_exc()
         title = getattr(sys.modules.get(name), "TITLE", name)
         section = Section(name, title, error=f"{type(exc).__name__}: {exc}")
@@ -90,8 +90,8 @@ def main() -> int:
         f"Run {time.strftime('%Y-%m-%d %H:%M:%S')} on {info['cpus']} CPUs, Python {info['python']}, "
         f"{info['platform']}; total {total:.0f} s" + (" (BENCH_QUICK: rough figures)" if ctx.quick else "") + ".",
         "",
-        "Times are wall-clock on a shared machine; comparisons are made side by side in one run "
-        "(alternating), so ratios are the figures to trust, not absolute times.",
+        ("Times are wall-clock on a shared machine; comparisons are made side by side in one run "
+         "(alternating), so ratios are the figures to trust, not absolute times."),
     ]
     text = render_markdown(sections, header)
     (ctx.out / "report.md").write_text(text, encoding="utf-8")
