@@ -264,29 +264,6 @@ async def load(target: Endpoint, streams: int, seconds: float, tokens_per_reques
     return result
 
 
-def client_on_own_cpu(servers: list[Proc]) -> tuple[set[int], dict[int, set[int]]] | None:
-    """Pin this process (the client) to the last CPU and the servers to the others; returns what to
-    restore, or ``None`` where that is not possible (one CPU, no ``sched_setaffinity``)."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return None
-    before = {p.process.pid: os.sched_getaffinity(p.process.pid) for p in servers}
-    for p in servers:
-        os.sched_setaffinity(p.process.pid, set(cpus[:-1]))
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cpus[-1]})
-    return mine, before
-
-
-def restore_affinity(saved: tuple[set[int], dict[int, set[int]]]) -> None:
-    mine, before = saved
-    os.sched_setaffinity(0, mine)
-    for pid, cpus in before.items():
-        os.sched_setaffinity(pid, cpus)
-
-
 async def alternating_ttft(direct: Endpoint, proxied: Endpoint, n: int) -> tuple[list[float], list[float]]:
     a, b = Connection(direct), Connection(proxied)
     for _ in range(5):  # warm-up: connections, caches, template compile
@@ -349,14 +326,6 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
         direct, proxied = direct_target(backend.port), proxy_target(proxy.port)
         ctx.log(f"proxy{label}: TTFT, {n_ttft} alternating requests each way")
         ttft_direct, ttft_proxy = asyncio.run(alternating_ttft(direct, proxied, n_ttft))
-        ttft_pinned: tuple[list[float], list[float]] | None = None
-        saved = client_on_own_cpu([backend, proxy]) if full else None
-        if saved is not None:
-            ctx.log(f"proxy{label}: TTFT again, the client on a CPU of its own")
-            try:
-                ttft_pinned = asyncio.run(alternating_ttft(direct, proxied, n_ttft))
-            finally:
-                restore_affinity(saved)
         runs: dict[str, dict[int, LoadResult]] = {"backend": {}, "toolwire": {}}
         for streams in CONCURRENCY if full else (64,):
             if full:
@@ -375,7 +344,7 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
         for proc in reversed(procs):
             proc.stop()
     return {"experiments": list(experiments), "tokens_per_request": len(tokens), "ttft_direct": ttft_direct,
-            "ttft_proxy": ttft_proxy, "ttft_pinned": ttft_pinned, "runs": runs, "paced": paced}
+            "ttft_proxy": ttft_proxy, "runs": runs, "paced": paced}
 
 
 def load_summary(r: LoadResult) -> dict[str, Any]:
@@ -388,20 +357,16 @@ def load_summary(r: LoadResult) -> dict[str, Any]:
             "errors": len(r.errors), "error_samples": r.errors[:3]}
 
 
-def ttft_summary(td: list[float], tp: list[float]) -> dict[str, Any]:
-    return {"direct_p50": median(td) * 1e3, "direct_p99": percentile(td, 99) * 1e3,
-            "proxy_p50": median(tp) * 1e3, "proxy_p99": percentile(tp, 99) * 1e3,
-            "added_p50": (median(tp) - median(td)) * 1e3, "added_p99": (percentile(tp, 99) - percentile(td, 99)) * 1e3,
-            "samples": len(tp)}
-
-
 def summarize(m: dict[str, Any]) -> dict[str, Any]:
-    pinned = m.get("ttft_pinned")
+    td, tp = m["ttft_direct"], m["ttft_proxy"]
     return {
         "experiments": m["experiments"],
         "tokens_per_request": m["tokens_per_request"],
-        "ttft_ms": ttft_summary(m["ttft_direct"], m["ttft_proxy"]),
-        "ttft_client_own_cpu_ms": ttft_summary(*pinned) if pinned else None,
+        "ttft_ms": {"direct_p50": median(td) * 1e3, "direct_p99": percentile(td, 99) * 1e3,
+                    "proxy_p50": median(tp) * 1e3, "proxy_p99": percentile(tp, 99) * 1e3,
+                    "added_p50": (median(tp) - median(td)) * 1e3,
+                    "added_p99": (percentile(tp, 99) - percentile(td, 99)) * 1e3,
+                    "samples": len(tp)},
         "backend": {n: load_summary(r) for n, r in m["runs"]["backend"].items()},
         "toolwire": {n: load_summary(r) for n, r in m["runs"]["toolwire"].items()},
         "paced": load_summary(m["paced"]),
@@ -416,12 +381,6 @@ def run(ctx: Any) -> Section:
                    f"toolwire {fmt(t['proxy_p50'])} ms vs backend {fmt(t['direct_p50'])} ms")
     section.figure("proxy.ttft_added_p99_ms", "added time to first token, p99", t["added_p99"], "ms", None,
                    f"toolwire {fmt(t['proxy_p99'])} ms vs backend {fmt(t['direct_p99'])} ms")
-    own = s["ttft_client_own_cpu_ms"]
-    if own is not None:
-        section.figure("proxy.ttft_added_p50_ms.client_own_cpu", "added time to first token, p50, the client on a "
-                       "CPU of its own", own["added_p50"], "ms", None,
-                       f"toolwire {fmt(own['proxy_p50'])} ms vs backend {fmt(own['direct_p50'])} ms; "
-                       "diagnostic: the rest of the figure above is the client waiting for a CPU")
     for streams in CONCURRENCY:
         r, b = s["toolwire"][streams], s["backend"][streams]
         section.figure(f"proxy.tokens_per_s.{streams}", f"proxied tokens/s, {streams} stream(s)", r["tokens_per_s"],
@@ -457,11 +416,7 @@ def run(ctx: Any) -> Section:
         "renders the Qwen3 chat template, and streams OpenAI chunks. TTFT: "
         f"{t['samples']} requests each way, one stream, alternating direct/proxied; p50 "
         f"{fmt(t['direct_p50'])} → {fmt(t['proxy_p50'])} ms, "
-        f"p99 {fmt(t['direct_p99'])} → {fmt(t['proxy_p99'])} ms. On this machine the three processes share "
-        f"{os.cpu_count()} CPUs: while toolwire parses the burst that follows the first token, the woken client "
-        "can wait for a CPU, which a client on another machine would not; the second TTFT figure repeats the "
-        "measurement with the client pinned to one CPU and the backend and toolwire to the others (it has no "
-        "target; the target stays on the measurement as specified). "
+        f"p99 {fmt(t['direct_p99'])} → {fmt(t['proxy_p99'])} ms. "
         "Load: closed loop, one keep-alive connection per stream; backend, toolwire and this client share "
         f"{os.cpu_count()} CPUs, so 'per core' divides by toolwire's own CPU time. The paced run spaces tokens "
         f"{PACE_MS:g} ms apart (each SSE event arrives alone, as from a real model): its CPU per 1 000 tokens is "
