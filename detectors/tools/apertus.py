@@ -14,7 +14,7 @@ from collections.abc import Generator
 from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call, json_call_list
+from parsers.core.jsoncall import JsonCallShape, json_calls
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.function_call import ToolCallDetector
@@ -35,11 +35,5 @@ class Apertus(ToolCallDetector):
             if marker is None:
                 return
             out.calls.begin(marker)
-            yield from cur.skip_ws()
-            if (yield from cur.peek()) == "{":
-                ok = yield from json_call(cur, out, SHAPE, _STOP)
-                out.calls.end(ok)
-            else:
-                ok = yield from json_call_list(cur, out, SHAPE, _STOP)
-            if ok:
+            if (yield from json_calls(cur, out, SHAPE, _STOP)):
                 yield from cur.closing(SUFFIX)

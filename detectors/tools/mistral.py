@@ -11,7 +11,7 @@ from collections.abc import Generator
 from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, json_call_list
+from parsers.core.jsoncall import JsonCallShape, json_args_object, json_calls
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.function_call import ToolCallDetector
@@ -39,12 +39,8 @@ class Mistral(ToolCallDetector):
                 return
             out.calls.begin(marker)
             yield from cur.skip_ws()
-            first = yield from cur.peek()
-            if first == "[":
-                yield from json_call_list(cur, out, SHAPE, _STOP)
-            elif first == "{":
-                ok = yield from json_call(cur, out, SHAPE, _STOP)
-                out.calls.end(ok)
+            if (yield from cur.peek()) in ("[", "{"):
+                yield from json_calls(cur, out, SHAPE, _STOP)
             else:
                 yield from self._named_call(cur, out)
 

@@ -157,6 +157,18 @@ def json_call(cur: Cursor, out: Out, shape: JsonCallShape, stop: MarkerSet | Non
     return True
 
 
+def json_calls(cur: Cursor, out: Out, shape: JsonCallShape,
+               stop: MarkerSet | None = None) -> Generator[None, None, bool]:
+    """One call object or a ``[…]`` list of them at the cursor (after optional whitespace). The
+    caller has begun the first call; every call is ended here. Returns whether all were well formed."""
+    yield from cur.skip_ws()
+    if (yield from cur.peek()) == "{":
+        ok = yield from json_call(cur, out, shape, stop)
+        out.calls.end(ok)
+        return ok
+    return (yield from json_call_list(cur, out, shape, stop))
+
+
 def json_call_list(cur: Cursor, out: Out, shape: JsonCallShape,
                    stop: MarkerSet | None = None) -> Generator[None, None, bool]:
     """Parse ``[call, call, …]`` at the cursor (after optional whitespace), one call per element.
