@@ -46,6 +46,17 @@ def proxy_factory() -> Iterator[Callable[..., ProxyServer]]:
         proxy.stop()
 
 
+@pytest.fixture
+def qwen3_vllm(backend_factory: Callable[..., ScriptedBackend],
+               proxy_factory: Callable[..., ProxyServer]) -> tuple[ScriptedBackend, ProxyServer]:
+    """A scripted vLLM backend serving Qwen3-8B, behind a proxy with the Qwen3 template and the
+    ``qwen3`` reasoning and ``qwen25`` tool parsers."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
+                          tool_call_parser="qwen25")
+    return backend, proxy
+
+
 def sse_events(response: httpx.Response) -> list[Any]:
     """The ``data:`` payloads of an SSE response: decoded JSON objects, and ``"[DONE]"``."""
     return [line[6:] if line[6:] == "[DONE]" else json.loads(line[6:])

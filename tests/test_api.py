@@ -35,16 +35,8 @@ TWO_CALLS = [
 ]
 
 
-@pytest.fixture
-def vllm_setup(backend_factory, proxy_factory):
-    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
-    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
-                          tool_call_parser="qwen25")
-    return backend, proxy
-
-
-def test_plain_content_non_streaming(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_plain_content_non_streaming(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=["Hello", " there", "!"], prompt_tokens=12))
     result = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES)
     choice = result.choices[0]
@@ -55,8 +47,8 @@ def test_plain_content_non_streaming(vllm_setup) -> None:
     assert result.model == "Qwen/Qwen3-8B"
 
 
-def test_backend_request_body_for_vllm(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_backend_request_body_for_vllm(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     client_for(proxy).chat.completions.create(
         model="x", messages=MESSAGES, tools=TOOLS, max_tokens=50, temperature=0.2, top_p=0.9, stop=["END"], seed=7,
         presence_penalty=0.5, frequency_penalty=0.25)
@@ -72,8 +64,8 @@ def test_backend_request_body_for_vllm(vllm_setup) -> None:
     assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, 0.25)
 
 
-def test_reasoning_and_incremental_tool_call_chunks(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_reasoning_and_incremental_tool_call_chunks(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=REASONING_AND_CALL, delay=0.005))  # pieces arrive one by one
     response = httpx.post(proxy.url + "/v1/chat/completions", timeout=30, json={
         "model": "x", "messages": MESSAGES, "tools": TOOLS, "stream": True,
@@ -104,8 +96,8 @@ def test_reasoning_and_incremental_tool_call_chunks(vllm_setup) -> None:
     assert final["delta"] == {} and final["finish_reason"] == "tool_calls"
 
 
-def test_two_parallel_calls_with_the_sdk(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_two_parallel_calls_with_the_sdk(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=TWO_CALLS))
     stream = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS, stream=True)
     content, calls, finish = "", {}, None
@@ -125,8 +117,8 @@ def test_two_parallel_calls_with_the_sdk(vllm_setup) -> None:
     assert finish == "tool_calls"
 
 
-def test_sdk_stream_helper_accumulates(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_sdk_stream_helper_accumulates(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=REASONING_AND_CALL))
     with client_for(proxy).chat.completions.stream(model="x", messages=MESSAGES, tools=TOOLS) as stream:
         for _ in stream:
@@ -138,8 +130,8 @@ def test_sdk_stream_helper_accumulates(vllm_setup) -> None:
     assert final.choices[0].finish_reason == "tool_calls"
 
 
-def test_text_before_call_non_streaming(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_text_before_call_non_streaming(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=TWO_CALLS[:4]))
     result = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS)
     message = result.choices[0].message
@@ -149,8 +141,8 @@ def test_text_before_call_non_streaming(vllm_setup) -> None:
     assert result.choices[0].finish_reason == "tool_calls"
 
 
-def test_streaming_and_non_streaming_agree(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_streaming_and_non_streaming_agree(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     client = client_for(proxy)
     backend.script(Script(pieces=REASONING_AND_CALL), Script(pieces=REASONING_AND_CALL))
     whole = client.chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS).choices[0].message
@@ -162,8 +154,8 @@ def test_streaming_and_non_streaming_agree(vllm_setup) -> None:
         [(c.function.name, json.loads(c.function.arguments)) for c in streamed.tool_calls]
 
 
-def test_tool_choice_none_renders_no_tools_and_parses_no_calls(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_tool_choice_none_renders_no_tools_and_parses_no_calls(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=TWO_CALLS[:4]))
     result = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS, tool_choice="none")
     assert "get_weather" not in backend.bodies()[-1]["prompt"]
@@ -173,16 +165,16 @@ def test_tool_choice_none_renders_no_tools_and_parses_no_calls(vllm_setup) -> No
     assert result.choices[0].finish_reason == "stop"
 
 
-def test_length_finish_is_reported(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_length_finish_is_reported(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=["a", "b"], finish="length"))
     result = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, max_tokens=2)
     assert result.choices[0].finish_reason == "length"
     assert result.choices[0].message.content == "ab"
 
 
-def test_truncated_call_is_never_presented_as_finished(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_truncated_call_is_never_presented_as_finished(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     cut = ["I will check.\n", "<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Pa']
     backend.script(Script(pieces=cut, finish="length"), Script(pieces=cut, finish="length"))
     client = client_for(proxy)
@@ -241,8 +233,8 @@ def test_generic_openai_backend(backend_factory, proxy_factory) -> None:
     assert proxy.runtime.backend.kind == "openai"
 
 
-def test_models_and_health(vllm_setup) -> None:
-    _, proxy = vllm_setup
+def test_models_and_health(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
     models = client_for(proxy).models.list()
     assert [m.id for m in models.data] == ["Qwen/Qwen3-8B"]
     health = httpx.get(proxy.url + "/health").json()
@@ -256,8 +248,8 @@ def test_health_unavailable_when_backend_down(backend_factory, proxy_factory) ->
     assert httpx.get(proxy.url + "/health").status_code == 503
 
 
-def test_completions_passthrough(vllm_setup) -> None:
-    backend, proxy = vllm_setup
+def test_completions_passthrough(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=["4"]))
     response = httpx.post(proxy.url + "/v1/completions", json={"prompt": "2+2=", "stream": True}, timeout=30)
     assert response.status_code == 200 and "data: [DONE]" in response.text
@@ -278,23 +270,23 @@ def test_completions_passthrough(vllm_setup) -> None:
     ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "not supported"),
 ])
-def test_bad_requests_get_openai_errors(vllm_setup, body: dict, needle: str) -> None:
-    _, proxy = vllm_setup
+def test_bad_requests_get_openai_errors(qwen3_vllm, body: dict, needle: str) -> None:
+    _, proxy = qwen3_vllm
     response = httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and needle in error["message"]
 
 
-def test_bad_request_through_the_sdk(vllm_setup) -> None:
-    _, proxy = vllm_setup
+def test_bad_request_through_the_sdk(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
     with pytest.raises(openai.BadRequestError) as info:
         client_for(proxy).chat.completions.create(model="x", messages=[])
     assert "messages" in str(info.value)
 
 
-def test_invalid_json_and_non_utf8(vllm_setup) -> None:
-    _, proxy = vllm_setup
+def test_invalid_json_and_non_utf8(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
     for raw in (b"{not json", b"\xff\xfe{}", b""):
         response = httpx.post(proxy.url + "/v1/chat/completions", content=raw,
                               headers={"content-type": "application/json"})

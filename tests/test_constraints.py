@@ -146,16 +146,8 @@ def test_json_schema_grammar_handles_common_constructs() -> None:
 # ------------------------------------------------------------------------------------ over HTTP
 
 
-@pytest.fixture
-def vllm(backend_factory, proxy_factory):
-    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
-    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
-                          tool_call_parser="qwen25")
-    return backend, proxy
-
-
-def test_vllm_required_streams_calls_from_the_json_array(vllm) -> None:
-    backend, proxy = vllm
+def test_vllm_required_streams_calls_from_the_json_array(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     pieces = ['[{"name": "get_weather", "argu', 'ments": {"city": "Pa', 'ris", "unit": "c"}}, ',
               '{"name": "get_time", "arguments": {}}]']
     backend.script(Script(pieces=pieces, delay=0.005), Script(pieces=pieces))
@@ -175,8 +167,8 @@ def test_vllm_required_streams_calls_from_the_json_array(vllm) -> None:
     assert [json.loads(c.function.arguments) for c in calls] == [{"city": "Paris", "unit": "c"}, {}]
 
 
-def test_vllm_named_choice_streams_the_arguments_object(vllm) -> None:
-    backend, proxy = vllm
+def test_vllm_named_choice_streams_the_arguments_object(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
     backend.script(Script(pieces=['{"city": ', '"Oslo", "unit": "f"}']))
     result = client_for(proxy).chat.completions.create(
         model="x", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
@@ -189,8 +181,8 @@ def test_vllm_named_choice_streams_the_arguments_object(vllm) -> None:
     assert result.choices[0].finish_reason == "stop"
 
 
-def test_parallel_tool_calls_false(vllm, backend_factory, proxy_factory) -> None:
-    backend, proxy = vllm
+def test_parallel_tool_calls_false(qwen3_vllm, backend_factory, proxy_factory) -> None:
+    backend, proxy = qwen3_vllm
     client_for(proxy).chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
                                               tool_choice="required", parallel_tool_calls=False)
     assert backend.bodies()[-1]["structured_outputs"]["json"]["maxItems"] == 1
@@ -254,8 +246,8 @@ def test_required_without_a_tool_parser_still_yields_calls_on_vllm(backend_facto
     assert result.choices[0].message.tool_calls[0].function.name == "get_time"
 
 
-def test_invalid_tool_choice_combinations(vllm) -> None:
-    _, proxy = vllm
+def test_invalid_tool_choice_combinations(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
     for extra in ({"tool_choice": "required"}, {"tools": TOOLS, "tool_choice": {"type": "function",
                                                                                  "function": {"name": "x"}}}):
         response = httpx.post(proxy.url + "/v1/chat/completions",
