@@ -283,8 +283,13 @@ async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | No
     if request.stream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         writer = ChunkWriter(new_completion_id(), runtime.model_name, runtime.settings.reasoning_field, include_usage)
-        body_iter = stream_chunks(first, stream, parser, writer, plan, hold, runtime, scope)
-        return SSEResponse(body_iter)  # type: ignore[return-value]
+        body = ChatStream(first, stream, parser, writer, plan, hold, runtime, scope)
+        try:
+            lead = body.lead()
+        except BaseException:
+            await body.aclose()
+            raise
+        return SSEResponse(body, lead=lead)
     try:
         return await until_disconnected(scope, complete(first, stream, parser, plan, runtime))
     finally:
@@ -320,57 +325,99 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def stream_chunks(first: Any, stream: Generation, parser: ResponseParser, writer: ChunkWriter,
-                        plan: ChatPlan, hold: bool, runtime: Runtime, scope: RequestScope) -> AsyncIterator[bytes]:
-    """The SSE body. Ends with finish + usage + ``[DONE]``, or — if the backend fails after the
-    first byte — with one ``data: {"error": …}`` event. When the client goes away the generator is
-    cancelled and the ``finally`` closes the upstream request at once."""
-    tally = ParseTally()
-    filters = [tally, *event_filters(plan, hold)]
-    metrics = runtime.metrics
-    content: list[str] = []
+class ChatStream:
+    """The SSE body of one streamed answer.
 
-    def encode(events: list[Event]) -> bytes:
-        for apply in filters:
+    ``lead()`` encodes what the first backend item already holds, so the response head and the
+    first token leave together (the client wakes once, not once for the head and again for the
+    text); iterating yields the rest. It ends with finish + usage + ``[DONE]``, or — if the backend
+    fails after the first byte — with one ``data: {"error": …}`` event. ``aclose()`` (idempotent;
+    the response calls it however the stream ends, iterated or not) closes the upstream request at
+    once, gives back the concurrency slot and ends the stream in the metrics.
+    """
+
+    def __init__(self, first: Any, stream: Generation, parser: ResponseParser, writer: ChunkWriter,
+                 plan: ChatPlan, hold: bool, runtime: Runtime, scope: RequestScope) -> None:
+        self.pending: Any = first
+        self.stream = stream
+        self.parser = parser
+        self.writer = writer
+        self.plan = plan
+        self.runtime = runtime
+        self.scope = scope
+        self.tally = ParseTally()
+        self.filters = [self.tally, *event_filters(plan, hold)]
+        self.role = writer.role()  # sent with the first text (one write instead of two)
+        self.content: list[str] | None = [] if runtime.settings.log_content else None
+        self.closed = False
+        runtime.metrics.active_streams.inc()
+
+    def _encode(self, events: list[Event]) -> bytes:
+        for apply in self.filters:
             events = apply(events)
-        return b"".join(writer.events(events))
+        return b"".join(self.writer.events(events))
 
-    item = first
-    metrics.active_streams.inc()
-    role = writer.role()  # sent with the first text (one write instead of two)
-    try:
-        while True:
-            if isinstance(item, TextDelta):
-                if runtime.settings.log_content:
-                    content.append(item.text)
-                data = encode(parser.feed(item.text))
-                if role:
-                    data, role = role + data, b""
-                if data:
-                    yield data
-            else:
+    def _text(self, text: str) -> bytes:
+        if self.content is not None:
+            self.content.append(text)
+        data = self._encode(self.parser.feed(text))
+        if data and self.role:
+            data, self.role = self.role + data, b""
+        return data
+
+    def lead(self) -> bytes:
+        """The chunks the first backend item gives (``b""`` if it gives none yet)."""
+        item = self.pending
+        if not isinstance(item, TextDelta):
+            return b""
+        self.pending = None
+        return self._text(item.text)
+
+    def _finish(self, item: Finish) -> bytes:
+        writer = self.writer
+        tail = self.role + self._encode(self.parser.end(truncated=item.reason == "length"))
+        reason = finish_reason(item.reason, writer.calls_completed, writer.unfinished_calls,
+                               self.plan.named_tool is not None)
+        tail += writer.finish(reason)
+        if writer.include_usage:
+            tail += writer.usage(item.usage)
+        record_usage(self.runtime, item)
+        self.tally.record(self.runtime, self.plan, self.parser)
+        return tail + SSE_DONE
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        item = self.pending
+        try:
+            while True:
+                if item is None:
+                    item = await self.stream.__anext__()
+                if isinstance(item, TextDelta):
+                    data = self._text(item.text)
+                    if data:
+                        yield data
+                    item = None
+                    continue
                 assert isinstance(item, Finish)
-                tail = role + encode(parser.end(truncated=item.reason == "length"))
-                reason = finish_reason(item.reason, writer.calls_completed, writer.unfinished_calls,
-                                       plan.named_tool is not None)
-                tail += writer.finish(reason)
-                if writer.include_usage:
-                    tail += writer.usage(item.usage)
-                record_usage(runtime, item)
-                tally.record(runtime, plan, parser)
-                yield tail + SSE_DONE
+                yield self._finish(item)
                 return
-            item = await stream.__anext__()
-    except BackendError as exc:
-        metrics.backend_errors.labels(exc.kind).inc()
-        log.warning("backend failed mid-stream: %s", exc.message)
-        yield role + sse(exc.body())
-    finally:
-        metrics.active_streams.dec()
-        if content:
-            log.debug("completion", extra={"fields": {"completion": "".join(content)}})
-        await stream.aclose()
-        scope.release()
+        except BackendError as exc:
+            self.runtime.metrics.backend_errors.labels(exc.kind).inc()
+            log.warning("backend failed mid-stream: %s", exc.message)
+            yield self.role + sse(exc.body())
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.runtime.metrics.active_streams.dec()
+            if self.content:
+                log.debug("completion", extra={"fields": {"completion": "".join(self.content)}})
+            await self.stream.aclose()
+        finally:
+            self.scope.release()
 
 
 def record_usage(runtime: Runtime, finish: Finish) -> None:

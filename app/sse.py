@@ -1,6 +1,8 @@
 """A lean Server-Sent Events response for the token stream.
 
 * the body iterator yields ready-encoded SSE bytes; each is one ``send`` (no per-send wrapping);
+* ``lead`` (bytes already encoded when the response is made) is sent right after the head, before
+  anything else runs, so the head and the first token reach the client together;
 * a watcher task reads ``receive()`` for ``http.disconnect`` and cancels the body at once, so the
   upstream request is closed even while the backend is silent (long prefill);
 * after ``ping_interval`` seconds without data a ``: ping`` comment keeps proxies from timing out
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, Mapping
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -22,15 +24,15 @@ PING = b": ping\n\n"
 
 
 class SSEResponse(StreamingResponse):
-    def __init__(self, body: AsyncIterator[bytes], headers: Mapping[str, str] | None = None,
-                 ping_interval: float = 15.0) -> None:
+    def __init__(self, body: AsyncIterable[bytes], headers: Mapping[str, str] | None = None,
+                 ping_interval: float = 15.0, lead: bytes = b"") -> None:
         super().__init__(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
                          media_type="text/event-stream")
         self.body = body
         self.ping_interval = ping_interval
+        self.lead = lead
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         loop = asyncio.get_running_loop()
         last_sent = loop.time()
         streaming = asyncio.current_task()
@@ -54,8 +56,13 @@ class SSEResponse(StreamingResponse):
                     streaming.cancel()
                     return
 
-        watcher = asyncio.ensure_future(watch())
+        watcher: asyncio.Future[None] | None = None
         try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if self.lead:
+                await send({"type": "http.response.body", "body": self.lead, "more_body": True})
+                last_sent = loop.time()
+            watcher = asyncio.ensure_future(watch())
             async for data in self.body:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 last_sent = loop.time()
@@ -66,8 +73,9 @@ class SSEResponse(StreamingResponse):
         except OSError:
             pass  # the client went away while we were sending
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             aclose = getattr(self.body, "aclose", None)
-            if aclose is not None:  # the client left mid-stream: the body's cleanup closes upstream
+            if aclose is not None:  # however the response ended: the body's cleanup closes upstream
                 with contextlib.suppress(Exception):
                     await aclose()
