@@ -13,6 +13,8 @@ OpenAI ``chat.completion.chunk`` deltas. Every proxied response is checked (``[D
 * **Added TTFT**: time from sending the request to the first event carrying generated text
   (backend: the first ``text`` event; toolwire: the first ``content`` delta), measured with one
   stream, alternating direct and proxied requests; added = proxied − direct, at p50 and p99.
+  A do-nothing byte relay (``bench.relay``) is measured in the same loop: the floor any extra
+  Python process on this machine adds, so toolwire's own share (toolwire − relay) can be read off.
 * **Sustained tokens/s** with 1, 16 and 64 concurrent streams (closed loop: each stream sends its
   next request when the previous one ends) — through toolwire and, for scale, straight from the
   backend.
@@ -100,6 +102,17 @@ def start_backend(tokens: list[str], workdir: Path) -> Proc:
     if not line.startswith("PORT "):
         process.kill()
         raise RuntimeError(f"scripted backend did not start: {line!r}")
+    return Proc(process, int(line.split()[1]))
+
+
+def start_relay(backend_port: int) -> Proc:
+    process = subprocess.Popen([sys.executable, "-m", "bench.relay", "--to", str(backend_port)], cwd=str(ROOT),
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("PORT "):
+        process.kill()
+        raise RuntimeError(f"relay did not start: {line!r}")
     return Proc(process, int(line.split()[1]))
 
 
@@ -264,19 +277,23 @@ async def load(target: Endpoint, streams: int, seconds: float, tokens_per_reques
     return result
 
 
-async def alternating_ttft(direct: Endpoint, proxied: Endpoint, n: int) -> tuple[list[float], list[float]]:
-    a, b = Connection(direct), Connection(proxied)
+async def alternating_ttft(targets: list[Endpoint], n: int) -> list[list[float]]:
+    """``n`` times to first token per target, one request at a time: each round asks every
+    target once, the first target first and the others in rotating order (no target always
+    follows the same one)."""
+    conns = [Connection(t) for t in targets]
     for _ in range(5):  # warm-up: connections, caches, template compile
-        await a.request()
-        await b.request()
-    ta: list[float] = []
-    tb: list[float] = []
-    for _ in range(n):
-        ta.append((await a.request())[0])
-        tb.append((await b.request())[0])
-    await a.close()
-    await b.close()
-    return ta, tb
+        for c in conns:
+            await c.request()
+    times: list[list[float]] = [[] for _ in conns]
+    rest = list(range(1, len(conns)))
+    for i in range(n):
+        k = i % len(rest) if rest else 0
+        for j in [0, *rest[k:], *rest[:k]]:
+            times[j].append((await conns[j].request())[0])
+    for c in conns:
+        await c.close()
+    return times
 
 
 # ---------------------------------------------------------------------- the section
@@ -323,9 +340,13 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
         procs.append(backend)
         proxy = start_proxy(backend.url, experiments)
         procs.append(proxy)
+        relay = start_relay(backend.port)
+        procs.append(relay)
         direct, proxied = direct_target(backend.port), proxy_target(proxy.port)
-        ctx.log(f"proxy{label}: TTFT, {n_ttft} alternating requests each way")
-        ttft_direct, ttft_proxy = asyncio.run(alternating_ttft(direct, proxied, n_ttft))
+        relayed = Endpoint("relay", relay.port, direct.request, direct.first_token, None)
+        ctx.log(f"proxy{label}: TTFT, {n_ttft} alternating requests each way (direct, relay, toolwire)")
+        ttft_direct, ttft_relay, ttft_proxy = asyncio.run(alternating_ttft([direct, relayed, proxied], n_ttft))
+        relay.stop()
         runs: dict[str, dict[int, LoadResult]] = {"backend": {}, "toolwire": {}}
         for streams in CONCURRENCY if full else (64,):
             if full:
@@ -344,7 +365,7 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
         for proc in reversed(procs):
             proc.stop()
     return {"experiments": list(experiments), "tokens_per_request": len(tokens), "ttft_direct": ttft_direct,
-            "ttft_proxy": ttft_proxy, "runs": runs, "paced": paced}
+            "ttft_relay": ttft_relay, "ttft_proxy": ttft_proxy, "runs": runs, "paced": paced}
 
 
 def load_summary(r: LoadResult) -> dict[str, Any]:
@@ -358,7 +379,7 @@ def load_summary(r: LoadResult) -> dict[str, Any]:
 
 
 def summarize(m: dict[str, Any]) -> dict[str, Any]:
-    td, tp = m["ttft_direct"], m["ttft_proxy"]
+    td, tr, tp = m["ttft_direct"], m["ttft_relay"], m["ttft_proxy"]
     return {
         "experiments": m["experiments"],
         "tokens_per_request": m["tokens_per_request"],
@@ -366,6 +387,10 @@ def summarize(m: dict[str, Any]) -> dict[str, Any]:
                     "proxy_p50": median(tp) * 1e3, "proxy_p99": percentile(tp, 99) * 1e3,
                     "added_p50": (median(tp) - median(td)) * 1e3,
                     "added_p99": (percentile(tp, 99) - percentile(td, 99)) * 1e3,
+                    "relay_p50": median(tr) * 1e3, "relay_p99": percentile(tr, 99) * 1e3,
+                    "relay_added_p50": (median(tr) - median(td)) * 1e3,
+                    "relay_added_p99": (percentile(tr, 99) - percentile(td, 99)) * 1e3,
+                    "over_relay_p50": (median(tp) - median(tr)) * 1e3,
                     "samples": len(tp)},
         "backend": {n: load_summary(r) for n, r in m["runs"]["backend"].items()},
         "toolwire": {n: load_summary(r) for n, r in m["runs"]["toolwire"].items()},
@@ -381,6 +406,9 @@ def run(ctx: Any) -> Section:
                    f"toolwire {fmt(t['proxy_p50'])} ms vs backend {fmt(t['direct_p50'])} ms")
     section.figure("proxy.ttft_added_p99_ms", "added time to first token, p99", t["added_p99"], "ms", None,
                    f"toolwire {fmt(t['proxy_p99'])} ms vs backend {fmt(t['direct_p99'])} ms")
+    section.figure("proxy.ttft_relay_added_p50_ms", "floor: a do-nothing relay adds, p50", t["relay_added_p50"], "ms",
+                   None, f"p99 {fmt(t['relay_added_p99'])} ms; toolwire's own share (toolwire − relay) "
+                   f"{fmt(t['over_relay_p50'])} ms")
     for streams in CONCURRENCY:
         r, b = s["toolwire"][streams], s["backend"][streams]
         section.figure(f"proxy.tokens_per_s.{streams}", f"proxied tokens/s, {streams} stream(s)", r["tokens_per_s"],
@@ -414,9 +442,9 @@ def run(ctx: Any) -> Section:
         f"Completion: {s['tokens_per_request']} tokens (a sentence, then one hermes `<tool_call>` with a "
         f"{ARGUMENT_BYTES}-byte code argument); toolwire runs the `qwen3` reasoning and `hermes` tool parsers, "
         "renders the Qwen3 chat template, and streams OpenAI chunks. TTFT: "
-        f"{t['samples']} requests each way, one stream, alternating direct/proxied; p50 "
-        f"{fmt(t['direct_p50'])} → {fmt(t['proxy_p50'])} ms, "
-        f"p99 {fmt(t['direct_p99'])} → {fmt(t['proxy_p99'])} ms. "
+        f"{t['samples']} requests each way, one stream, alternating direct / relay / toolwire; p50 "
+        f"{fmt(t['direct_p50'])} / {fmt(t['relay_p50'])} / {fmt(t['proxy_p50'])} ms, "
+        f"p99 {fmt(t['direct_p99'])} / {fmt(t['relay_p99'])} / {fmt(t['proxy_p99'])} ms. "
         "Load: closed loop, one keep-alive connection per stream; backend, toolwire and this client share "
         f"{os.cpu_count()} CPUs, so 'per core' divides by toolwire's own CPU time. The paced run spaces tokens "
         f"{PACE_MS:g} ms apart (each SSE event arrives alone, as from a real model): its CPU per 1 000 tokens is "
