@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jinja2
 from jinja2 import nodes
@@ -46,7 +46,7 @@ class JsonArguments(dict):
 class _GenerationBlock(Extension):
     """``{% generation %}…{% endgeneration %}`` (HF's assistant-mask marker) renders its body."""
 
-    tags = {"generation"}
+    tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno

@@ -8,6 +8,7 @@ OpenAI-facing contract (numbering, header first, no marker leaks).
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -54,7 +55,7 @@ def split_at_markers(text: str, markers: Iterable[str]) -> list[str]:
             cuts.update((start, start + len(marker)))
             start = text.find(marker, start + 1)
     points = sorted(cuts)
-    return [text[a:b] for a, b in zip(points, points[1:]) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 def split_inside_markers(text: str, markers: Iterable[str]) -> list[str]:
@@ -67,7 +68,7 @@ def split_inside_markers(text: str, markers: Iterable[str]) -> list[str]:
                 cuts.add(start + k)
             start = text.find(marker, start + 1)
     points = sorted(cuts)
-    return [text[a:b] for a, b in zip(points, points[1:]) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 def chunkings(markers: Sequence[str]) -> list[Chunking]:

@@ -184,8 +184,8 @@ def test_learned_formats() -> None:
 
 
 def test_templates_that_fail_never_crash() -> None:
-    for source in ("{{ raise_exception('never') }}", "{{ messages[5].content }}", "{% for m in messages %}"
-                   "{{ m.content }}{% endfor %}", "{{ tools | map(attribute='x') | tojson }}"):
+    for source in ("{{ raise_exception('never') }}", "{{ messages[5].content }}", ("{% for m in messages %}"
+                   "{{ m.content }}{% endfor %}"), "{{ tools | map(attribute='x') | tojson }}"):
         rep = analyse_template(ChatTemplate(source))
         assert rep.tools.parser is None and rep.reasoning.parser is None
         assert rep.as_text() and json.dumps(rep.as_dict())
@@ -244,8 +244,8 @@ def test_diff_helpers_respect_tags() -> None:
 GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
     # (template, model output, expected {content, calls})
     ("upstage-Solar-Open-100B.jinja",
-     'Let me look.<|tool_calls|><|tool_call:begin|>c1<|tool_call:name|>get_weather<|tool_call:args|>'
-     '{"city": "Zürich \\"old\\" <|tool_call:end|>", "days": 2}<|tool_call:end|><|calls|>',
+     ('Let me look.<|tool_calls|><|tool_call:begin|>c1<|tool_call:name|>get_weather<|tool_call:args|>'
+     '{"city": "Zürich \\"old\\" <|tool_call:end|>", "days": 2}<|tool_call:end|><|calls|>'),
      {"content": "Let me look.", "calls": [("get_weather", {"city": 'Zürich "old" <|tool_call:end|>', "days": 2})]}),
     ("upstage-Solar-Open-100B.jinja",
      '<|tool_calls|><|tool_call:begin|>c1<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Pa',
@@ -253,8 +253,8 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("upstage-Solar-Open-100B.jinja", "No calls here, just <|tool_call:name|> text.",
      {"content": "No calls here, just <|tool_call:name|> text.", "calls": []}),
     ("MiniMax-M1.jinja",
-     'Two.\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": "A", "nested": {"x": [1, {"y": null}]}}}\n'
-     '{"name": "find_place", "arguments": {}}\n</tool_calls>',
+     ('Two.\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": "A", "nested": {"x": [1, {"y": null}]}}}\n'
+     '{"name": "find_place", "arguments": {}}\n</tool_calls>'),
      {"content": "Two.", "calls": [("get_weather", {"city": "A", "nested": {"x": [1, {"y": None}]}}),
                                     ("find_place", {})]}),
     ("MiniMax-M1.jinja", '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "A"} oops',
@@ -262,21 +262,21 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("MiniMax-M1.jinja", '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "A"}} and then',
      {"content": "and then", "calls": [("get_weather", {"city": "A"})]}),
     ("NVIDIA-Nemotron-Nano-v2.jinja",
-     '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
-     '"arguments": {"query": "q"}}]</TOOLCALL>',
+     ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
+     '"arguments": {"query": "q"}}]</TOOLCALL>'),
      {"content": "", "calls": [("get_weather", {"city": "日本"}), ("find_place", {"query": "q"})]}),
     ("MiniMax-M3.jinja",
-     'ok]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>a\nb "c"'
+     ('ok]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>a\nb "c"'
      ']<]minimax[>[</city>]<]minimax[>[<days>3]<]minimax[>[</days>]<]minimax[>[</invoke>\n'
-     ']<]minimax[>[</tool_call>',
+     ']<]minimax[>[</tool_call>'),
      {"content": "ok", "calls": [("get_weather", {"city": 'a\nb "c"', "days": 3})]}),
     ("muse-glimmer.jinja",
-     ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
-     '<atem:parameter name="city">Lyon</atem:parameter>\n</atem:invoke>\n</atem:function_calls>',
+     (' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+     '<atem:parameter name="city">Lyon</atem:parameter>\n</atem:invoke>\n</atem:function_calls>'),
      {"content": "", "calls": [("get_weather", {"city": "Lyon"})]}),
     ("CohereForAI-c4ai-command-r-plus-tool_use.jinja",
-     'Action:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "B"}\n'
-     '    }\n]```',
+     ('Action:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "B"}\n'
+     '    }\n]```'),
      {"content": "", "calls": [("get_weather", {"city": "B"})]}),
 ]
 

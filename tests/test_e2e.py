@@ -63,7 +63,7 @@ def test_non_streaming_chat(proxy: ProxyServer) -> None:
 
 def test_streaming_chat_matches_non_streaming(proxy: ProxyServer) -> None:
     client = client_for(proxy)
-    kwargs = dict(model="smollm2", messages=GREETING, max_tokens=24, temperature=0, seed=1)
+    kwargs = {"model": "smollm2", "messages": GREETING, "max_tokens": 24, "temperature": 0, "seed": 1}
     whole = client.chat.completions.create(**kwargs).choices[0].message.content
     chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -133,7 +133,7 @@ def _wait_health(url: str, timeout: float = 240) -> None:
 
 
 def _llama_children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False).stdout
     return [int(p) for p in out.split()]
 
 
@@ -192,8 +192,8 @@ def test_required_tool_call_from_the_real_model_validates(tool_proxy: ProxyServe
     import jsonschema
 
     client = client_for(tool_proxy)
-    kwargs = dict(model="smollm2", messages=[{"role": "user", "content": "What is the weather in Paris for 3 days?"}],
-                  tools=[WEATHER_TOOL], tool_choice="required", max_tokens=120, temperature=0)
+    kwargs = {"model": "smollm2", "messages": [{"role": "user", "content": "What is the weather in Paris for 3 days?"}],
+                  "tools": [WEATHER_TOOL], "tool_choice": "required", "max_tokens": 120, "temperature": 0}
     if stream:
         with client.chat.completions.stream(**kwargs) as events:
             final = events.get_final_completion()

@@ -25,6 +25,7 @@ candidate parsers can be checked against them (``app.autodetect.select``).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -282,7 +283,7 @@ def _reasoning_from_prompts(r: Renderer, prompts: Mapping[str, str | None], resu
     turn = result.content_turn
     if turn is not None and CONTENT in turn.output:
         lead = pieces(turn.output[:turn.output.index(CONTENT)])
-        for a, b in zip(lead, lead[1:]):
+        for a, b in itertools.pairwise(lead):
             if _closing_form(a) == b:
                 fmt.start, fmt.end, fmt.evidence = a, b, "empty block in the rendered turn"
                 return
@@ -307,9 +308,7 @@ def _closing_form(tag: str) -> str:
 
 def _ends_open(prompt: str, fmt: ReasoningFormat) -> bool:
     tail = prompt.rstrip()
-    if fmt.start and tail.endswith(fmt.start.rstrip()):
-        return True
-    return False
+    return bool(fmt.start and tail.endswith(fmt.start.rstrip()))
 
 
 def _content_wrappers(r: Renderer, result: TemplateAnalysis, fmt: ReasoningFormat) -> tuple[str, ...]:

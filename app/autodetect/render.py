@@ -147,7 +147,7 @@ class Renderer:
                     self.errors.setdefault(f"{'tools' if tools else 'no tools'}", str(exc))
                     return None
                 self.extra[missing.group(1)] = ""
-            except Exception as exc:  # a template must never crash the analysis
+            except Exception as exc:  # noqa: BLE001 — a template must never crash the analysis
                 self.errors.setdefault("render", f"{type(exc).__name__}: {exc}")
                 return None
         return None

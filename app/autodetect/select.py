@@ -299,7 +299,7 @@ def choose_tools(analysis: TemplateAnalysis, known: Sequence[Known], reasoning: 
         try:
             if not any(cls(()).has_tool_call(t.output) for t in turns):
                 continue
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001, S112 — a detector that cannot even scan the turns is not a candidate
             continue
         checks = check_turns(turns, name, reasoning)
         if all(c.ok for c in checks):

@@ -79,11 +79,11 @@ def render_doc(directory: Path = DEFAULT_DIR) -> str:
     reasoning = Counter(r.reasoning.kind for _, r in rows)
     no_tools = [name for name, r in rows if not r.analysis.tools_in_prompt and not r.analysis.calls_rendered]
     lines = [INTRO, "## Summary", "",
-             f"{len(rows)} templates. Tool calls: {tools['registered']} registered, {tools['generic']} generic, "
-             f"{tools['known']} known exceptions, {tools['none']} without a parser "
-             f"({len(no_tools)} of them have no tool support: {', '.join(no_tools) or 'none'}). "
-             f"Reasoning: {reasoning['registered']} registered, {reasoning['generic']} generic, "
-             f"{reasoning['known']} known exceptions, {reasoning['none']} none.", "",
+             (f"{len(rows)} templates. Tool calls: {tools['registered']} registered, {tools['generic']} generic, "
+              f"{tools['known']} known exceptions, {tools['none']} without a parser "
+              f"({len(no_tools)} of them have no tool support: {', '.join(no_tools) or 'none'}). "
+              f"Reasoning: {reasoning['registered']} registered, {reasoning['generic']} generic, "
+              f"{reasoning['known']} known exceptions, {reasoning['none']} none."), "",
              "## Picks", "",
              "| template | reasoning parser | tool-call parser | notes |",
              "|---|---|---|---|"]

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Self
 
 from app.local import artifacts
 
@@ -111,7 +112,7 @@ class LlamaServerProcess:
         log.info("starting llama-server on %s (log: %s)", self.url, self.log_path)
         with open(self.log_path, "wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            preexec_fn=_die_with_parent)
+                                            preexec_fn=_die_with_parent)  # noqa: PLW1509 — only prctl, no locks
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -138,7 +139,7 @@ class LlamaServerProcess:
             process.kill()
             process.wait()
 
-    def __enter__(self) -> LlamaServerProcess:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

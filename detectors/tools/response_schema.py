@@ -235,7 +235,7 @@ class ResponseSchema(ToolCallDetector):
     @classmethod
     def with_schema(cls, schema: Mapping[str, Any], label: str = "response-schema") -> type[ResponseSchema]:
         if not isinstance(schema, Mapping):
-            raise ValueError("a response schema is a JSON object")
+            raise ValueError("a response schema is a JSON object")  # noqa: TRY004 — callers report ValueErrors
         return type("ResponseSchemaParser", (cls,), {"schema": dict(schema), "label": label,
                                                      "__module__": __name__})
 

@@ -29,6 +29,7 @@ stream as JSON-escaped text (strings) or are converted once their closing tag ar
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -90,12 +91,12 @@ class GenericFormat:
         if self.json_list:
             if not tokens(self.section[0]) or [s.kind for s in slots] != [CALL]:
                 raise ValueError("a JSON list needs a section opener and call objects")
-        elif not steps or not isinstance(steps[0], str):
-            if not (tokens(self.section[0]) and [s.kind for s in slots] == [CALL] and len(steps) == 1):
-                raise ValueError("a call must begin with literal markup (or be a JSON object inside a section)")
+        elif (not steps or not isinstance(steps[0], str)) and \
+                not (tokens(self.section[0]) and [s.kind for s in slots] == [CALL] and len(steps) == 1):
+            raise ValueError("a call must begin with literal markup (or be a JSON object inside a section)")
         if any(s.kind == PARAMS for s in slots) and self.params is None:
             raise ValueError("a PARAMS slot needs Params")
-        for a, b in zip(steps, steps[1:]):
+        for a, b in itertools.pairwise(steps):
             if isinstance(a, Slot) and isinstance(b, Slot) and a.kind in (NAME, CALL_ID, SKIP) \
                     and b.kind in (NAME, CALL_ID, SKIP):
                 raise ValueError("two text slots need literal markup between them")
@@ -361,7 +362,7 @@ def params(p: Params, tool: Any, cur: Cursor, out: Out, after: str | None = None
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
         if not (yield from args.value(kind, p.trim_newline, nullable,
-                                      lambda write: cur.until(ends, write))):
+                                      lambda write, ends=ends: cur.until(ends, write))):
             return False
     args.close()
     return True

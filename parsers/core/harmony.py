@@ -379,9 +379,9 @@ class HarmonyRun:
                 return START
             elif marker in sets.escapes:
                 write(marker[1:])
-            elif sets.literal_end is not None and marker == self.dialect.literal[0]:  # type: ignore[index]
-                if (yield from cur.until(sets.literal_end, write)) is None:
-                    return None
+            elif (sets.literal_end is not None and marker == self.dialect.literal[0]  # type: ignore[index]
+                  and (yield from cur.until(sets.literal_end, write)) is None):
+                return None
             # other markers (header markers in garbled text, a stray literal end) are dropped
 
     def json_text_body(self, write: Write) -> Generator[None, None, Next]:

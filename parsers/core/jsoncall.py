@@ -41,6 +41,9 @@ class JsonCallShape:
             or key in self.id_keys or key == "type"
 
 
+DEFAULT_SHAPE = JsonCallShape()  # ``{"name": …, "arguments"|"parameters": …}``, optionally under ``function``
+
+
 class _CallState:
     __slots__ = ("args_done", "call_id", "held_args", "name")
 

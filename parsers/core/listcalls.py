@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call, json_call_elements
+from parsers.core.jsoncall import DEFAULT_SHAPE, JsonCallShape, json_call, json_call_elements
 from parsers.core.markers import MarkerSet
 from parsers.core.program import Out
 from parsers.core.sections import Body
@@ -50,7 +50,7 @@ def starts_with_list(text: str) -> bool:
     return text.lstrip().startswith("[")
 
 
-def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = JsonCallShape(), *,
+def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = DEFAULT_SHAPE, *,
                bare_at_start: bool = False, bare_after: tuple[str, ...] = ()) -> Body:
     """A detector body: content, with call lists after any of ``openers`` (see the module doc)."""
     table = dict(openers)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Self
 
 _CACHE: dict[tuple[type, tuple[str, ...]], MarkerSet] = {}
 _CACHE_LIMIT = 1024
@@ -29,7 +30,7 @@ class MarkerSet:
 
     markers: tuple[str, ...]
 
-    def __new__(cls, markers: Iterable[str]) -> MarkerSet:
+    def __new__(cls, markers: Iterable[str]) -> Self:
         # longest first (the regex prefers the longest marker at a place); ties in text order
         unique = tuple(sorted({m for m in markers if m}, key=lambda m: (-len(m), m)))
         cached = _CACHE.get((cls, unique))

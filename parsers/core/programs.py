@@ -9,7 +9,7 @@ from collections.abc import Generator
 from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
+from parsers.core.jsoncall import DEFAULT_SHAPE, JsonCallShape, json_call
 from parsers.core.markers import MarkerSet
 from parsers.core.namedcall import NamedJsonShape, named_json_call
 from parsers.core.program import Out
@@ -17,7 +17,7 @@ from parsers.core.sections import Body, Section, marker_calls
 from parsers.core.xmlcall import XmlCallShape, xml_call
 
 
-def tagged_json_calls(start: str | tuple[str, ...], end: str, shape: JsonCallShape = JsonCallShape()) -> Body:
+def tagged_json_calls(start: str | tuple[str, ...], end: str, shape: JsonCallShape = DEFAULT_SHAPE) -> Body:
     """``START {"name": …, "arguments": {…}} END``, repeated; anything else is content.
     A start or end marker outside any JSON string breaks the call."""
     starts = (start,) if isinstance(start, str) else tuple(start)
