@@ -15,6 +15,9 @@ OpenAI ``chat.completion.chunk`` deltas. Every proxied response is checked (``[D
   stream, alternating direct and proxied requests; added = proxied − direct, at p50 and p99.
   A do-nothing byte relay (``bench.relay``) is measured in the same loop: the floor any extra
   Python process on this machine adds, so toolwire's own share (toolwire − relay) can be read off.
+* **Where the time to first token goes**: one more toolwire, run with the ``trace`` diagnostic
+  (``bench.experiments``), gives the p50 of each milestone on the request's path (validated,
+  rendered, backend asked, first backend token, first chunk sent, client has it).
 * **Sustained tokens/s** with 1, 16 and 64 concurrent streams (closed loop: each stream sends its
   next request when the previous one ends) — through toolwire and, for scale, straight from the
   backend.
@@ -185,6 +188,7 @@ class Connection:
         self.target = target
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.last_start = 0.0  # perf_counter() when the last request was sent (system-wide monotonic clock)
 
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.target.port, limit=1 << 20)
@@ -204,7 +208,7 @@ class Connection:
         assert self.reader is not None and self.writer is not None
         t = self.target
         clock = time.perf_counter
-        start = clock()
+        start = self.last_start = clock()
         self.writer.write(t.request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
@@ -368,6 +372,58 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
             "ttft_relay": ttft_relay, "ttft_proxy": ttft_proxy, "runs": runs, "paced": paced}
 
 
+# where toolwire's time to first token goes: (label, trace mark) in path order; times from the client's send
+MILESTONES = (
+    ("request reaches the app", "entry"),
+    ("request validated", "parse_request_end"),
+    ("prompt rendered, constraint planned", "plan_chat_end"),
+    ("parsers built", "build_parser_end"),
+    ("backend asked", "backend_post_start"),
+    ("backend's response head", "backend_head"),
+    ("backend's first token", "backend_first_data"),
+    ("response head sent", "head"),
+    ("first token's chunk sent", "first_body"),
+    ("client has the first token", "client_ttft"),
+)
+
+
+def ttft_breakdown(ctx: Any, n: int) -> dict[str, float]:
+    """p50 of each milestone (ms after the client sent the request), from a toolwire run with the
+    ``trace`` diagnostic (``bench.experiments``) and this client's own clock (both read the
+    system-wide monotonic clock)."""
+    tokens = completion_tokens()
+    work = ctx.out / "proxy"
+    trace = work / "ttft-trace.json"
+    trace.unlink(missing_ok=True)
+    backend = start_backend(tokens, work)
+    os.environ["BENCH_TRACE"] = str(trace)
+    try:
+        proxy = start_proxy(backend.url, ("trace",))
+    finally:
+        del os.environ["BENCH_TRACE"]
+
+    async def go() -> list[tuple[float, float]]:
+        conn = Connection(proxy_target(proxy.port))
+        for _ in range(5):
+            await conn.request()
+        sent: list[tuple[float, float]] = []
+        for _ in range(n):
+            ttft, _total = await conn.request()
+            sent.append((conn.last_start, ttft))
+        await conn.close()
+        return sent
+
+    try:
+        sent = asyncio.run(go())
+    finally:
+        proxy.stop()
+        backend.stop()
+    marks = json.loads(trace.read_text())[-n:]
+    rows = [{**{k: (v - start) * 1e3 for k, v in m.items()}, "client_ttft": ttft * 1e3}
+            for (start, ttft), m in zip(sent, marks, strict=True)]
+    return {mark: median([r[mark] for r in rows if mark in r]) for _label, mark in MILESTONES}
+
+
 def load_summary(r: LoadResult) -> dict[str, Any]:
     cpu = r.cpu if r.cpu is not None else float("nan")
     return {"tokens_per_s": r.tokens_per_s, "requests": r.requests, "tokens": r.tokens, "wall_s": r.wall,
@@ -401,6 +457,8 @@ def summarize(m: dict[str, Any]) -> dict[str, Any]:
 def run(ctx: Any) -> Section:
     section = Section(__name__, TITLE)
     s = summarize(measure(ctx))
+    ctx.log("proxy: where the time to first token goes (toolwire with the trace diagnostic)")
+    s["ttft_breakdown_ms"] = breakdown = ttft_breakdown(ctx, 60 if ctx.quick else 200)
     t = s["ttft_ms"]
     section.figure("proxy.ttft_added_p50_ms", "added time to first token, p50", t["added_p50"], "ms", TTFT_TARGET,
                    f"toolwire {fmt(t['proxy_p50'])} ms vs backend {fmt(t['direct_p50'])} ms")
@@ -449,6 +507,11 @@ def run(ctx: Any) -> Section:
         f"{os.cpu_count()} CPUs, so 'per core' divides by toolwire's own CPU time. The paced run spaces tokens "
         f"{PACE_MS:g} ms apart (each SSE event arrives alone, as from a real model): its CPU per 1 000 tokens is "
         "the cost of the per-token path without any batching.")
+
+    section.tables.append(
+        "Where toolwire's time to first token goes (p50, ms after the client sent the request; one stream, "
+        f"toolwire run with the `trace` diagnostic; the backend alone answers in {fmt(t['direct_p50'])} ms):\n\n"
+        + table(("milestone", "ms"), [(label, fmt(breakdown[mark])) for label, mark in MILESTONES]))
 
     whatifs: dict[str, Any] = {}
     if WHAT_IFS and os.environ.get("BENCH_WHATIF", "1") not in ("0", ""):
