@@ -20,6 +20,7 @@ from app.backends.streamhttp import StreamingClient
 from app.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
 from app.metrics import Metrics
+from app.sched import set_slice
 from app.settings import Settings
 from parsers.registry import (
     canonical_reasoning_parser,
@@ -114,6 +115,12 @@ class Runtime:
 
     async def start(self) -> None:
         s = self.settings
+        if s.sched_slice_us is not None:
+            problem = set_slice(s.sched_slice_us)
+            if problem is None:
+                log.info("scheduler slice set to %d µs", s.sched_slice_us)
+            else:
+                log.warning("scheduler slice not set: %s", problem)
         timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=30.0, pool=s.connect_timeout)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
     shutdown_grace: float = Field(10.0, ge=0, description="seconds to drain in-flight streams on shutdown")
+    sched_slice_us: int | None = Field(
+        None, ge=100, le=100_000, description="Linux ≥ 6.12: ask for this scheduler slice (µs) so processes sharing "
+        "toolwire's CPUs (e.g. the client) are not held up behind its parsing; 100 suits a shared box")
 
     # logs
     log_level: str = Field("info", description="debug | info | warning | error")

@@ -5,6 +5,8 @@ toolwire with and without them, side by side.
 
 * ``trace`` — a diagnostic, not a change: records where each chat request's time to the response
   head goes.
+* ``slice100`` — not a patch: toolwire run with its own ``--sched-slice-us 100`` setting (opt-in;
+  see ``app.sched``), to show what the setting does on this machine.
 
 The first what-ifs measured here (a lean streaming HTTP client instead of httpx for the backend
 stream; a plain SSE response instead of sse-starlette's) were adopted into ``app/``.
@@ -127,3 +129,12 @@ def _apply_trace() -> None:
 
 
 EXPERIMENTS["trace"] = _apply_trace
+
+
+def _apply_slice100() -> None:
+    import os
+
+    os.environ["TOOLWIRE_SCHED_SLICE_US"] = "100"  # read by Settings in bench.proxy_main
+
+
+EXPERIMENTS["slice100"] = _apply_slice100
