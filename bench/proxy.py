@@ -17,7 +17,9 @@ OpenAI ``chat.completion.chunk`` deltas. Every proxied response is checked (``[D
   Python process on this machine adds, so toolwire's own share (toolwire − relay) can be read off.
 * **Where the time to first token goes**: one more toolwire, run with the ``trace`` diagnostic
   (``bench.experiments``), gives the p50 of each milestone on the request's path (validated,
-  rendered, backend asked, first backend token, first chunk sent, client has it).
+  rendered, backend asked, first backend token, first chunk sent, client has it) — once with the
+  fast backend, once with a backend that paces a short sentence like a real model (no burst behind
+  the first token), each alternating with direct requests.
 * **Sustained tokens/s** with 1, 16 and 64 concurrent streams (closed loop: each stream sends its
   next request when the previous one ends) — through toolwire and, for scale, straight from the
   backend.
@@ -387,41 +389,56 @@ MILESTONES = (
 )
 
 
-def ttft_breakdown(ctx: Any, n: int) -> dict[str, float]:
+PACED_TTFT_TEXT = "I'll write the file for you now: it renders the template and writes the result to disk."
+
+
+def ttft_breakdown(ctx: Any, n: int, pace_ms: float = 0.0) -> dict[str, float]:
     """p50 of each milestone (ms after the client sent the request), from a toolwire run with the
     ``trace`` diagnostic (``bench.experiments``) and this client's own clock (both read the
-    system-wide monotonic clock)."""
-    tokens = completion_tokens()
+    system-wide monotonic clock); direct requests alternate with the proxied ones (``direct``,
+    ``added``). ``pace_ms``: the backend spaces its tokens like a real model and the completion is
+    one short sentence (so no burst follows the first token)."""
+    tokens = tokenize(PACED_TTFT_TEXT, ()) if pace_ms else completion_tokens()
     work = ctx.out / "proxy"
     trace = work / "ttft-trace.json"
     trace.unlink(missing_ok=True)
-    backend = start_backend(tokens, work)
+    backend = start_backend_paced(tokens, work, pace_ms) if pace_ms else start_backend(tokens, work)
     os.environ["BENCH_TRACE"] = str(trace)
     try:
         proxy = start_proxy(backend.url, ("trace",))
     finally:
         del os.environ["BENCH_TRACE"]
+    target = proxy_target(proxy.port)
+    if pace_ms:
+        target = Endpoint(target.name, target.port, target.request, target.first_token, b'"finish_reason":"stop"')
 
-    async def go() -> list[tuple[float, float]]:
-        conn = Connection(proxy_target(proxy.port))
+    async def go() -> tuple[list[float], list[tuple[float, float]]]:
+        direct, conn = Connection(direct_target(backend.port)), Connection(target)
         for _ in range(5):
+            await direct.request()
             await conn.request()
+        direct_ttfts: list[float] = []
         sent: list[tuple[float, float]] = []
         for _ in range(n):
+            direct_ttfts.append((await direct.request())[0])
             ttft, _total = await conn.request()
             sent.append((conn.last_start, ttft))
+        await direct.close()
         await conn.close()
-        return sent
+        return direct_ttfts, sent
 
     try:
-        sent = asyncio.run(go())
+        direct_ttfts, sent = asyncio.run(go())
     finally:
         proxy.stop()
         backend.stop()
     marks = json.loads(trace.read_text())[-n:]
     rows = [{**{k: (v - start) * 1e3 for k, v in m.items()}, "client_ttft": ttft * 1e3}
             for (start, ttft), m in zip(sent, marks, strict=True)]
-    return {mark: median([r[mark] for r in rows if mark in r]) for _label, mark in MILESTONES}
+    result = {mark: median([r[mark] for r in rows if mark in r]) for _label, mark in MILESTONES}
+    result["direct"] = median(direct_ttfts) * 1e3
+    result["added"] = result["client_ttft"] - result["direct"]
+    return result
 
 
 def load_summary(r: LoadResult) -> dict[str, Any]:
@@ -459,11 +476,16 @@ def run(ctx: Any) -> Section:
     s = summarize(measure(ctx))
     ctx.log("proxy: where the time to first token goes (toolwire with the trace diagnostic)")
     s["ttft_breakdown_ms"] = breakdown = ttft_breakdown(ctx, 60 if ctx.quick else 200)
+    ctx.log(f"proxy: the same with a backend pacing its tokens {PACE_MS:g} ms apart")
+    s["ttft_breakdown_paced_ms"] = paced_breakdown = ttft_breakdown(ctx, 30 if ctx.quick else 100, PACE_MS)
     t = s["ttft_ms"]
     section.figure("proxy.ttft_added_p50_ms", "added time to first token, p50", t["added_p50"], "ms", TTFT_TARGET,
                    f"toolwire {fmt(t['proxy_p50'])} ms vs backend {fmt(t['direct_p50'])} ms")
     section.figure("proxy.ttft_added_p99_ms", "added time to first token, p99", t["added_p99"], "ms", None,
                    f"toolwire {fmt(t['proxy_p99'])} ms vs backend {fmt(t['direct_p99'])} ms")
+    section.figure("proxy.ttft_added_p50_ms.paced", f"added time to first token, p50, backend pacing tokens "
+                   f"{PACE_MS:g} ms apart", paced_breakdown["added"], "ms", None,
+                   "no burst behind the first token (as from a real model); see the breakdown table")
     section.figure("proxy.ttft_relay_added_p50_ms", "floor: a do-nothing relay adds, p50", t["relay_added_p50"], "ms",
                    None, f"p99 {fmt(t['relay_added_p99'])} ms; toolwire's own share (toolwire − relay) "
                    f"{fmt(t['over_relay_p50'])} ms")
@@ -510,8 +532,14 @@ def run(ctx: Any) -> Section:
 
     section.tables.append(
         "Where toolwire's time to first token goes (p50, ms after the client sent the request; one stream, "
-        f"toolwire run with the `trace` diagnostic; the backend alone answers in {fmt(t['direct_p50'])} ms):\n\n"
-        + table(("milestone", "ms"), [(label, fmt(breakdown[mark])) for label, mark in MILESTONES]))
+        "toolwire run with the `trace` diagnostic, alternating with direct requests). With the fast backend the "
+        "first token is followed by a burst that keeps toolwire and the backend busy on both CPUs; the paced "
+        "backend sends one short sentence, a token every few ms, as a model does — no burst, so the client is "
+        "never kept from a CPU, and the machine idles between requests (the request path runs cold):\n\n"
+        + table(("milestone", "fast backend, ms", f"paced backend ({PACE_MS:g} ms a token), ms"),
+                [(label, fmt(breakdown[mark]), fmt(paced_breakdown[mark])) for label, mark in MILESTONES]
+                + [("the backend alone: its first token", fmt(breakdown["direct"]), fmt(paced_breakdown["direct"])),
+                   ("added", fmt(breakdown["added"]), fmt(paced_breakdown["added"]))]))
 
     whatifs: dict[str, Any] = {}
     if WHAT_IFS and os.environ.get("BENCH_WHATIF", "1") not in ("0", ""):
