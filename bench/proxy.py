@@ -96,29 +96,29 @@ class Proc:
                 self.process.wait(5)
 
 
-def start_backend(tokens: list[str], workdir: Path) -> Proc:
+def start_listener(args: list[str], what: str) -> Proc:
+    """Start ``python -m <args>`` (a bench helper that prints ``PORT <n>`` once listening)."""
+    process = subprocess.Popen([sys.executable, "-m", *args], cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("PORT "):
+        process.kill()
+        raise RuntimeError(f"{what} did not start: {line!r}")
+    return Proc(process, int(line.split()[1]))
+
+
+def start_backend(tokens: list[str], workdir: Path, pace_ms: float = 0.0) -> Proc:
+    """The scripted backend streaming ``tokens``; ``pace_ms`` spaces them like a model would."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "completion-tokens.json"
     path.write_text(json.dumps(tokens, ensure_ascii=False))
-    process = subprocess.Popen([sys.executable, "-m", "bench.backend", "--tokens", str(path)], cwd=str(ROOT),
-                               stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("PORT "):
-        process.kill()
-        raise RuntimeError(f"scripted backend did not start: {line!r}")
-    return Proc(process, int(line.split()[1]))
+    pace = ["--pace-ms", str(pace_ms)] if pace_ms else []
+    return start_listener(["bench.backend", "--tokens", str(path), *pace],
+                          "paced backend" if pace_ms else "scripted backend")
 
 
 def start_relay(backend_port: int) -> Proc:
-    process = subprocess.Popen([sys.executable, "-m", "bench.relay", "--to", str(backend_port)], cwd=str(ROOT),
-                               stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("PORT "):
-        process.kill()
-        raise RuntimeError(f"relay did not start: {line!r}")
-    return Proc(process, int(line.split()[1]))
+    return start_listener(["bench.relay", "--to", str(backend_port)], "relay")
 
 
 def start_proxy(backend_url: str, experiments: tuple[str, ...] = (), profile: Path | None = None) -> Proc:
@@ -311,19 +311,6 @@ PACE_MS = 5.0  # the paced backend: 200 tokens/s per stream, like a real model
 WHAT_IFS: tuple[tuple[str, ...], ...] = (("slice100",),)
 
 
-def start_backend_paced(tokens: list[str], workdir: Path, pace_ms: float) -> Proc:
-    path = workdir / "completion-tokens.json"
-    path.write_text(json.dumps(tokens, ensure_ascii=False))
-    process = subprocess.Popen([sys.executable, "-m", "bench.backend", "--tokens", str(path), "--pace-ms",
-                                str(pace_ms)], cwd=str(ROOT), stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("PORT "):
-        process.kill()
-        raise RuntimeError(f"paced backend did not start: {line!r}")
-    return Proc(process, int(line.split()[1]))
-
-
 def toolwire_load(proxy: Proc, streams: int, seconds: float, tokens: int) -> LoadResult:
     cpu0 = cpu_seconds(proxy.process.pid)
     r = asyncio.run(load(proxy_target(proxy.port), streams, seconds, tokens))
@@ -361,7 +348,7 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
             ctx.log(f"proxy{label}: {streams} streams through toolwire, {seconds:.0f} s")
             runs["toolwire"][streams] = toolwire_load(proxy, streams, seconds, len(tokens))
         proxy.stop()
-        paced_backend = start_backend_paced(tokens, work, PACE_MS)
+        paced_backend = start_backend(tokens, work, PACE_MS)
         procs.append(paced_backend)
         paced_proxy = start_proxy(paced_backend.url, experiments)
         procs.append(paced_proxy)
@@ -402,7 +389,7 @@ def ttft_breakdown(ctx: Any, n: int, pace_ms: float = 0.0) -> dict[str, float]:
     work = ctx.out / "proxy"
     trace = work / "ttft-trace.json"
     trace.unlink(missing_ok=True)
-    backend = start_backend_paced(tokens, work, pace_ms) if pace_ms else start_backend(tokens, work)
+    backend = start_backend(tokens, work, pace_ms)
     os.environ["BENCH_TRACE"] = str(trace)
     try:
         proxy = start_proxy(backend.url, ("trace",))
@@ -579,8 +566,7 @@ def profile_run(streams: int, seconds: float, prof_path: Path, experiments: tupl
     """Run toolwire under cProfile while ``streams`` streams load it (for ``bench.profile``)."""
     prof_path.parent.mkdir(parents=True, exist_ok=True)
     tokens = completion_tokens()
-    backend = start_backend_paced(tokens, prof_path.parent, pace_ms) if pace_ms else start_backend(tokens,
-                                                                                                   prof_path.parent)
+    backend = start_backend(tokens, prof_path.parent, pace_ms)
     proxy = start_proxy(backend.url, experiments, profile=prof_path)
     try:
         r = asyncio.run(load(proxy_target(proxy.port), streams, seconds, len(tokens)))
