@@ -328,9 +328,8 @@ async def _disconnected(request: Request) -> None:
 class ChatStream:
     """The SSE body of one streamed answer.
 
-    ``lead()`` encodes what the first backend item already holds, so the response head and the
-    first token leave together (the client wakes once, not once for the head and again for the
-    text); iterating yields the rest. It ends with finish + usage + ``[DONE]``, or — if the backend
+    ``lead()`` encodes what the first backend item already holds (at least the role chunk), so it
+    leaves right behind the response head; iterating yields the rest. It ends with finish + usage + ``[DONE]``, or — if the backend
     fails after the first byte — with one ``data: {"error": …}`` event. ``aclose()`` (idempotent;
     the response calls it however the stream ends, iterated or not) closes the upstream request at
     once, gives back the concurrency slot and ends the stream in the metrics.
@@ -361,12 +360,12 @@ class ChatStream:
         if self.content is not None:
             self.content.append(text)
         data = self._encode(self.parser.feed(text))
-        if data and self.role:
+        if self.role:  # the role chunk goes out with the first text, whatever the parser holds back
             data, self.role = self.role + data, b""
         return data
 
     def lead(self) -> bytes:
-        """The chunks the first backend item gives (``b""`` if it gives none yet)."""
+        """The chunks the first backend item gives (``b""`` if it is not text)."""
         item = self.pending
         if not isinstance(item, TextDelta):
             return b""

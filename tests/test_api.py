@@ -96,6 +96,24 @@ def test_reasoning_and_incremental_tool_call_chunks(qwen3_vllm) -> None:
     assert final["delta"] == {} and final["finish_reason"] == "tool_calls"
 
 
+def test_role_chunk_arrives_with_the_first_token_even_when_the_parser_holds_it(qwen3_vllm) -> None:
+    """The first token is a tool-call marker (nothing to show yet) and the backend then pauses:
+    the client still gets the response head and the role chunk at once, not after the pause."""
+    import time
+
+    backend, proxy = qwen3_vllm
+    backend.script(Script(pieces=["<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
+                                  "</tool_call>"], delay=2.0))
+    started = time.monotonic()
+    stream = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS, stream=True)
+    first = next(iter(stream))
+    waited = time.monotonic() - started
+    assert first.choices[0].delta.role == "assistant" and not first.choices[0].delta.tool_calls
+    assert waited < 1.5, f"the role chunk waited {waited:.2f} s for the second token"
+    rest = list(stream)
+    assert rest[-1].choices[0].finish_reason == "tool_calls"
+
+
 def test_two_parallel_calls_with_the_sdk(qwen3_vllm) -> None:
     backend, proxy = qwen3_vllm
     backend.script(Script(pieces=TWO_CALLS))
