@@ -36,6 +36,7 @@ from parsers import FunctionCallParser, ResponseParser, build_response_parser, f
 from parsers.events import CallEnd, Event
 from parsers.fold import CallHolder, CallLimit
 from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.tools import ToolSpec
 
 log = logging.getLogger("toolwire")
 
@@ -101,7 +102,8 @@ def parse_request(body: Any, runtime: Runtime) -> ChatCompletionRequest:
 class ChatPlan:
     request: ChatCompletionRequest
     prompt: str
-    tools: list[dict[str, Any]]  # offered to the model (rendered) and to the parser
+    tools: list[dict[str, Any]]  # offered to the model (rendered)
+    specs: tuple[ToolSpec, ...]  # the same tools, normalised once for the constraint and the parser
     parse_tools: bool
     named_tool: str | None
     constraint: Constraint
@@ -139,15 +141,15 @@ def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
     if backend is not None and getattr(backend, "adds_bos", False) and template.bos_token \
             and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
-    constraint = plan_constraint(request, runtime, prompt, tools, named)
+    specs = to_specs(tools)
+    constraint = plan_constraint(request, runtime, prompt, specs, named)
     parse_tools = bool(tools) and (runtime.parsers.tools is not None or constraint.output != "wire")
-    return ChatPlan(request, prompt, tools, parse_tools, named, constraint)
+    return ChatPlan(request, prompt, tools, specs, parse_tools, named, constraint)
 
 
-def plan_constraint(request: ChatCompletionRequest, runtime: Runtime, prompt: str, tools: list[dict[str, Any]],
+def plan_constraint(request: ChatCompletionRequest, runtime: Runtime, prompt: str, specs: tuple[ToolSpec, ...],
                     named: str | None) -> Constraint:
     """What the backend is told to constrain (see ``app.constraints.tools``)."""
-    specs = to_specs(tools)
     wire = tool_detector_class(runtime.parsers.tools).wire if runtime.parsers.tools else None
     gate = None
     if runtime.parsers.reasoning:
@@ -164,11 +166,11 @@ def plan_constraint(request: ChatCompletionRequest, runtime: Runtime, prompt: st
 def build_parser(plan: ChatPlan, runtime: Runtime) -> ResponseParser:
     output = plan.constraint.output
     if plan.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
-        specs = to_specs(plan.tools)
+        specs = plan.specs
         detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, plan.named_tool or "")
         return ResponseParser(None, FunctionCallParser(specs, detector=detector))
     tool_parser = runtime.parsers.tools if plan.parse_tools else None
-    return build_response_parser(plan.tools, tool_parser, runtime.parsers.reasoning, plan.prompt)
+    return build_response_parser(plan.specs, tool_parser, runtime.parsers.reasoning, plan.prompt)
 
 
 def event_filters(plan: ChatPlan, hold: bool) -> list[Any]:
