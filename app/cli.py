@@ -130,10 +130,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         if settings.workers > 1:
             export_env(settings)
-            uvicorn.run("app.server:app_from_env", factory=True, host=settings.host, port=settings.port,
+            uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
                         workers=settings.workers, log_config=None, timeout_graceful_shutdown=settings.shutdown_grace)
         else:
-            from app.server import create_app
+            from app.api.server import create_app
 
             uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                         timeout_graceful_shutdown=settings.shutdown_grace)
@@ -150,7 +150,7 @@ def cmd_parsers(_: argparse.Namespace) -> int:
 
 
 def cmd_inspect_template(args: argparse.Namespace) -> int:
-    from app.autodetect import analyse_template_file
+    from app.templates.autodetect import analyse_template_file
 
     report = analyse_template_file(Path(args.path))
     print(json.dumps(report.as_dict(), indent=2, ensure_ascii=False) if args.json else report.as_text())

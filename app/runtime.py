@@ -17,7 +17,7 @@ import httpx
 
 from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
-from app.chat_template import ChatTemplate, TemplateError
+from app.templates.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
 from app.metrics import Metrics
 from app.sched import set_slice
@@ -197,11 +197,11 @@ class Runtime:
         return choice
 
     def _auto_parsers(self) -> ParserChoice | None:
-        """What ``auto`` learns from the chat template (``app.autodetect``); ``None`` without one."""
+        """What ``auto`` learns from the chat template (``app.templates.autodetect``); ``None`` without one."""
         if self.template is None:
             log.warning("parser auto: no chat template to learn from; not parsing")
             return None
-        from app.autodetect import choose_parsers
+        from app.templates.autodetect import choose_parsers
 
         try:
             choice = choose_parsers(self.template.source)

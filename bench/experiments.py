@@ -45,7 +45,7 @@ def _apply_trace() -> None:
     import os
     import time
 
-    from app import chat, server
+    from app.api import chat, server
 
     marks: list[dict[str, float]] = []
     current: dict[str, float] = {}

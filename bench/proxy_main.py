@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from app.logs import configure
-    from app.server import create_app
+    from app.api.server import create_app
     from app.settings import Settings
 
     for name in args.experiment:

@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from app.server import create_app
+from app.api.server import create_app
 from app.settings import Settings
 
 

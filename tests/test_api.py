@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from app.chat_template import ChatTemplate
+from app.templates.chat_template import ChatTemplate
 from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.scripted_backend import Script
 

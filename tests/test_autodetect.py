@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.autodetect import Report, analyse_template, analyse_template_file, choose_parsers
-from app.autodetect.analysis import ReasoningFormat, TemplateAnalysis
-from app.autodetect.diff import balanced, common_prefix, common_suffix, pieces, split_between
-from app.autodetect.render import CONTENT, ONE_CALL, REASONING, TOOLS, TWO_CALLS, WITH_REASONING, Turn
-from app.autodetect.select import check_turns, parse, reasoning_samples
-from app.autodetect.table import render_doc
-from app.chat_template import ChatTemplate
+from app.templates.autodetect import Report, analyse_template, analyse_template_file, choose_parsers
+from app.templates.autodetect.analysis import ReasoningFormat, TemplateAnalysis
+from app.templates.autodetect.diff import balanced, common_prefix, common_suffix, pieces, split_between
+from app.templates.autodetect.render import CONTENT, ONE_CALL, REASONING, TOOLS, TWO_CALLS, WITH_REASONING, Turn
+from app.templates.autodetect.select import check_turns, parse, reasoning_samples
+from app.templates.autodetect.table import render_doc
+from app.templates.chat_template import ChatTemplate
 from parsers import fold
 from parsers.registry import reasoning_detector_class, tool_detector_class
 from parsers.response import build_response_parser
@@ -51,7 +51,7 @@ def test_templates_are_all_here() -> None:
 def test_pick_table_is_current() -> None:
     expected = render_doc(TEMPLATES)
     actual = (ROOT / "docs" / "auto-parsers.md").read_text(encoding="utf-8")
-    assert actual == expected, "docs/auto-parsers.md is stale: run `.venv/bin/python -m app.autodetect.table " \
+    assert actual == expected, "docs/auto-parsers.md is stale: run `.venv/bin/python -m app.templates.autodetect.table " \
                                "> docs/auto-parsers.md`"
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app import chat_template
-from app.chat_template import ChatTemplate, TemplateError
+from app.templates import chat_template
+from app.templates.chat_template import ChatTemplate, TemplateError
 from tests.data.render_cases import PINNED_NOW, render_cases
 
 DATA = Path(__file__).parent / "data"

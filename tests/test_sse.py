@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.sse import SSEResponse
+from app.api.sse import SSEResponse
 
 SCOPE: dict[str, Any] = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
 

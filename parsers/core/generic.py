@@ -1,6 +1,6 @@
-"""Tool-call programs built from a *learned* call pattern (``auto``: see ``app/autodetect``).
+"""Tool-call programs built from a *learned* call pattern (``auto``: see ``app/templates/autodetect``).
 
-A chat template shows how a model writes calls; ``app/autodetect`` renders it with sentinel
+A chat template shows how a model writes calls; ``app/templates/autodetect`` renders it with sentinel
 values and writes down what it saw as a ``GenericFormat``: literal markup and *slots*::
 
     <tool_call>                              Solar Open: literal, slot, literal …

@@ -24,13 +24,13 @@ from starlette.responses import JSONResponse, Response
 
 from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
 from app.backends.base import Generation
-from app.chat_template import TemplateError
+from app.templates.chat_template import TemplateError
 from app.constraints.tools import Constraint, ReasoningGate, build_constraint
 from app.errors import APIError, BackendError, bad_request
-from app.openai_stream import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
-from app.protocol import ChatCompletionRequest, NamedToolChoice
+from app.api.chat_chunks import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
+from app.api.chat_protocol import ChatCompletionRequest, NamedToolChoice
 from app.runtime import Runtime, render_error
-from app.sse import SSEResponse
+from app.api.sse import SSEResponse
 from detectors.tools.constrained import JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold, to_specs
 from parsers.events import CallEnd, Event

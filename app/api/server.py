@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.backends.streamhttp import StreamError
-from app.chat import RequestScope, chat_completions, error_response
+from app.api.chat import RequestScope, chat_completions, error_response
 from app.errors import APIError, BackendError, bad_request, error_body
 from app.logs import request_id
 from app.metrics import Metrics

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.autodetect.diff import is_markup, prefix_len, suffix_len
-from app.chat_template import ChatTemplate, TemplateError
+from app.templates.autodetect.diff import is_markup, prefix_len, suffix_len
+from app.templates.chat_template import ChatTemplate, TemplateError
 
 USER = "USER_MESSAGE_TEXT"
 CONTENT = "CONTENT_SENTINEL_ONE"

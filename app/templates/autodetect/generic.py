@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 
-from app.autodetect.analysis import ReasoningFormat, ToolFormat
+from app.templates.autodetect.analysis import ReasoningFormat, ToolFormat
 from parsers.core.cursor import Cursor
 from parsers.core.generic import generic_calls
 from parsers.core.program import Out, ProgramBody

@@ -1,6 +1,6 @@
 """Differential analysis of a chat template: what reasoning and tool calls look like in its renders.
 
-The template is rendered with controlled variations (``app.autodetect.render``) and the renders
+The template is rendered with controlled variations (``app.templates.autodetect.render``) and the renders
 are diffed:
 
 * **reasoning** — a message with reasoning against one without: the text before the reasoning
@@ -20,7 +20,7 @@ are diffed:
   and the second call's opening markup; what surrounds both calls is a section.
 
 The result (``TemplateAnalysis``) describes the format and holds the renders (``Turn``) so that
-candidate parsers can be checked against them (``app.autodetect.select``).
+candidate parsers can be checked against them (``app.templates.autodetect.select``).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from app.autodetect.diff import balanced, is_markup, piece_spans, pieces, prefix_len, split_between, suffix_len
-from app.autodetect.render import (
+from app.templates.autodetect.diff import balanced, is_markup, piece_spans, pieces, prefix_len, split_between, suffix_len
+from app.templates.autodetect.render import (
     CALL_VARIANTS,
     CONTENT,
     CONTENT_ONLY,
@@ -49,7 +49,7 @@ from app.autodetect.render import (
     Renderer,
     Turn,
 )
-from app.chat_template import ChatTemplate
+from app.templates.chat_template import ChatTemplate
 from parsers.core.generic import ARGS, CALL, CALL_ID, KEY, NAME, PARAMS, SKIP, GenericFormat, Params, Slot
 from parsers.core.jsoncall import JsonCallShape
 from parsers.wire import WireFormat

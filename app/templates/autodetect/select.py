@@ -18,10 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.autodetect.analysis import ReasoningFormat, TemplateAnalysis
-from app.autodetect.exceptions import Known
-from app.autodetect.generic import reasoning_detector, tool_detector
-from app.autodetect.render import CONTENT, ONE_CALL, REASONING, TOOLS, WITH_REASONING, Turn
+from app.templates.autodetect.analysis import ReasoningFormat, TemplateAnalysis
+from app.templates.autodetect.known_templates import Known
+from app.templates.autodetect.generic import reasoning_detector, tool_detector
+from app.templates.autodetect.render import CONTENT, ONE_CALL, REASONING, TOOLS, WITH_REASONING, Turn
 from parsers.fold import FoldedMessage, fold
 from parsers.registry import REASONING_PARSERS, TOOL_PARSERS, reasoning_detector_class, tool_detector_class
 from parsers.response import build_response_parser

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.autodetect.analysis import ReasoningFormat
+from app.templates.autodetect.analysis import ReasoningFormat
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Three steps (see the modules):
    markers and whether the generation prompt opens the block, content wrappers, the call section,
    per-call markup, separator, name prefix/suffix, argument encoding, call-id placement.
 2. ``select`` picks a registered detector that reads the template's own renders back, or builds a
-   generic one from the learned format (``parsers.core.generic``); ``exceptions`` holds the few
+   generic one from the learned format (``parsers.core.generic``); ``known_templates`` holds the few
    templates whose renders cannot show the format.
 3. ``Report`` says what was found and why each parser was chosen.
 """
@@ -22,10 +22,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from app.autodetect.analysis import TemplateAnalysis, analyse
-from app.autodetect.exceptions import Known, known_for
-from app.autodetect.select import Selection, choose_reasoning, choose_tools, rerank_reasoning
-from app.chat_template import ChatTemplate
+from app.templates.autodetect.analysis import TemplateAnalysis, analyse
+from app.templates.autodetect.known_templates import Known, known_for
+from app.templates.autodetect.select import Selection, choose_reasoning, choose_tools, rerank_reasoning
+from app.templates.chat_template import ChatTemplate
 
 __all__ = ["Report", "analyse_template", "analyse_template_file", "choose_parsers"]
 
