@@ -17,11 +17,11 @@ import httpx
 
 from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
-from app.templates.chat_template import ChatTemplate, TemplateError
 from app.errors import APIError
 from app.metrics import Metrics
 from app.sched import set_slice
 from app.settings import Settings
+from app.templates.chat_template import ChatTemplate, TemplateError
 from parsers.registry import (
     canonical_reasoning_parser,
     canonical_tool_parser,

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from app.logs import configure
     from app.api.server import create_app
+    from app.logs import configure
     from app.settings import Settings
 
     for name in args.experiment:

@@ -22,15 +22,15 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
-from app.backends.base import Generation
-from app.templates.chat_template import TemplateError
-from app.constraints.tools import Constraint, ReasoningGate, build_constraint
-from app.errors import APIError, BackendError, bad_request
 from app.api.chat_chunks import SSE_DONE, ChunkWriter, completion_object, finish_reason, new_completion_id, sse
 from app.api.chat_protocol import ChatCompletionRequest, NamedToolChoice
-from app.runtime import Runtime, render_error
 from app.api.sse import SSEResponse
+from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
+from app.backends.base import Generation
+from app.constraints.tools import Constraint, ReasoningGate, build_constraint
+from app.errors import APIError, BackendError, bad_request
+from app.runtime import Runtime, render_error
+from app.templates.chat_template import TemplateError
 from detectors.tools.constrained import JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold, to_specs
 from parsers.events import CallEnd, Event

@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from app.templates.autodetect.diff import balanced, is_markup, piece_spans, pieces, prefix_len, split_between, suffix_len
+from app.templates.autodetect.diff import (
+    balanced,
+    is_markup,
+    piece_spans,
+    pieces,
+    prefix_len,
+    split_between,
+    suffix_len,
+)
 from app.templates.autodetect.render import (
     CALL_VARIANTS,
     CONTENT,

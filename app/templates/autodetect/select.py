@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.templates.autodetect.analysis import ReasoningFormat, TemplateAnalysis
-from app.templates.autodetect.known_templates import Known
 from app.templates.autodetect.generic import reasoning_detector, tool_detector
+from app.templates.autodetect.known_templates import Known
 from app.templates.autodetect.render import CONTENT, ONE_CALL, REASONING, TOOLS, WITH_REASONING, Turn
 from parsers.fold import FoldedMessage, fold
 from parsers.registry import REASONING_PARSERS, TOOL_PARSERS, reasoning_detector_class, tool_detector_class
