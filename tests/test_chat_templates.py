@@ -25,8 +25,16 @@ REQUIRED = [
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
     "openai-gpt-oss-120b.jinja",
 ]
-# transformers itself fails on this template with argument objects ('str' + dict); we render it
-HF_FAILS_WE_RENDER = {("meetkai-functionary-medium-v3.2.jinja", "tools")}
+# transformers itself fails on these; we render them (what each needed, and what must be in the render)
+HF_FAILS_WE_RENDER = {
+    # arguments objects concatenated to strings ('str' + dict): ours render as their JSON text
+    ("meetkai-functionary-medium-v3.2.jinja", "tools"): ('{"city": "Paris"}',),
+    # the template builds lists with .append: template-local values may change in our sandbox
+    ("Kimi-K2-Instruct.jinja", "tools"): ("functions.get_weather", '{"city": "Paris"}', '{"temp": 21}'),
+    ("Kimi-K2-Thinking.jinja", "tools"): ("functions.get_weather", '{"city": "Paris"}', '{"temp": 21}'),
+    # tojson of a generator (tools | map(attribute='function')): ours serialises it as a list
+    ("llama-cpp-deepseek-r1.jinja", "tools"): ('"name": "get_weather"', '{"city": "Paris"}', '{"temp": 21}'),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -107,3 +115,20 @@ def test_sandbox_blocks_attribute_escapes() -> None:
     template = ChatTemplate("{{ messages.__class__.__mro__ }}")
     with pytest.raises(TemplateError):
         template.render(messages=[])
+
+
+def test_template_local_lists_may_change_but_caller_values_may_not() -> None:
+    local = ChatTemplate("{% set seen = [] %}{% for m in messages %}{% set _ = seen.append(m.content) %}{% endfor %}"
+                         "{{ seen | join(',') }}")
+    assert local.render(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == "a,b"
+    for source in ("{{ messages.append(1) }}", "{{ messages[0].update({'content': 'x'}) }}",
+                   "{{ tools.pop() }}", "{{ extra.clear() }}"):
+        with pytest.raises(TemplateError):
+            ChatTemplate(source).render(messages=[{"role": "user", "content": "a"}],
+                                        tools=[{"type": "function"}], extra={"k": 1})
+
+
+def test_tojson_takes_generators_and_undefined() -> None:
+    template = ChatTemplate("{{ tools | map(attribute='function') | tojson }}|{{ missing | tojson }}")
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert template.render(messages=[], tools=tools) == '[{"name": "f"}]|null'

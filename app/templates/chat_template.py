@@ -15,7 +15,8 @@ string is expected, so every style renders the same arguments.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 
 class TemplateError(ValueError):
@@ -58,9 +59,20 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
+def _json_default(value: Any) -> Any:
+    """What ``tojson`` makes of values JSON has no spelling for: an undefined value is ``null``;
+    a generator or other iterable (``tools | map(attribute='function')``) is a list."""
+    if isinstance(value, jinja2.Undefined):
+        return None
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_json_default)
 
 
 def _now() -> datetime:
@@ -72,8 +84,35 @@ def _strftime_now(fmt: str) -> str:
     return _now().strftime(fmt)
 
 
+#: ids of the lists, dicts and sets the caller handed the render being run (see ``_Sandbox``)
+_caller_owned: ContextVar[frozenset[int]] = ContextVar("caller_owned", default=frozenset())
+
+
+def _container_ids(value: Any) -> Iterator[int]:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            yield id(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            yield id(item)
+            stack.extend(item)
+
+
+class _Sandbox(SandboxedEnvironment):
+    """Jinja's sandbox, where a template may change the lists and dicts it made itself (Kimi K2's
+    templates build lists with ``.append``) but never one the caller handed it: messages, tools and
+    keyword arguments stay as given, as in jinja's immutable sandbox."""
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if not super().is_safe_attribute(obj, attr, value):
+            return False
+        return not (modifies_known_mutable(obj, attr) and id(obj) in _caller_owned.get())
+
+
 def _environment() -> jinja2.Environment:
-    env = ImmutableSandboxedEnvironment(
+    env = _Sandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _GenerationBlock]
     )
     env.filters["tojson"] = _tojson
@@ -148,6 +187,7 @@ class ChatTemplate:
             "tools": list(tools) if tools else None,
             "add_generation_prompt": add_generation_prompt,
         }
+        token = _caller_owned.set(frozenset(_container_ids(context)))
         try:
             return self._template.render(**context)
         except TemplateError:
@@ -156,6 +196,8 @@ class ChatTemplate:
             raise TemplateError(f"chat template failed: {exc}") from exc
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            _caller_owned.reset(token)
 
     @classmethod
     def load(cls, path: str | Path) -> ChatTemplate:
