@@ -192,10 +192,13 @@ def test_templates_that_fail_never_crash() -> None:
 
 
 def test_tools_that_fail_fall_back_to_rendering_without_them() -> None:
-    # llama.cpp's DeepSeek R1 template fails whenever tools are given (as in transformers)
-    rep = report("llama-cpp-deepseek-r1.jinja")
+    # a template that refuses every request with tools still shows its calls in the history
+    source = (TEMPLATES / "llama-cpp-deepseek-r1.jinja").read_text(encoding="utf-8")
+    rep = analyse_template(ChatTemplate("{% if tools %}{{ raise_exception('no tools here') }}{% endif %}" + source))
     assert not rep.analysis.renderer.tools_render and rep.analysis.calls_rendered
     assert rep.tools.parser == "deepseekv3"
+    # llama.cpp's DeepSeek R1 template (tools | map | tojson, which transformers refuses) renders here
+    assert report("llama-cpp-deepseek-r1.jinja").analysis.renderer.tools_render
 
 
 A_TEMPLATE = (

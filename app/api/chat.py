@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -28,9 +28,11 @@ from app.api.sse import SSEResponse
 from app.backends import Backend, Finish, GenerationRequest, Sampling, TextDelta
 from app.backends.base import Generation
 from app.constraints.tools import Constraint, ReasoningGate, build_constraint
+from app.conversation import Call, Turn
 from app.errors import APIError, BackendError, bad_request
 from app.runtime import Runtime, render_error
 from app.templates.chat_template import TemplateError
+from app.templates.prompt import CallText, json_call_text, render_conversation
 from detectors.tools.constrained import JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold, to_specs
 from parsers.events import CallEnd, Event
@@ -109,6 +111,54 @@ class ChatPlan:
     constraint: Constraint
 
 
+_KNOWN_MESSAGE_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"})
+
+
+def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
+    """The request's messages as the shared conversation (``app.conversation``)."""
+    turns = []
+    for i, message in enumerate(request.messages):
+        try:
+            text = message.text_content() or ""
+        except ValueError as exc:
+            raise bad_request(f"messages[{i}].content: {exc}", f"messages.{i}.content") from None
+        extra = {k: v for k, v in (message.model_extra or {}).items() if k not in _KNOWN_MESSAGE_FIELDS}
+        role = "system" if message.role == "developer" else message.role
+        if role == "assistant":
+            calls = tuple(Call(call.id or f"call_{i}_{k}", call.function.name, call.function.arguments)
+                          for k, call in enumerate(message.tool_calls or ()))
+            reasoning = message.reasoning_content if message.reasoning_content is not None else message.reasoning
+            if reasoning is None and isinstance((message.model_extra or {}).get("thinking"), str):
+                reasoning = message.model_extra["thinking"]  # type: ignore[index]
+            turns.append(Turn("assistant", text, calls, reasoning, name=message.name, extra=extra))
+        else:
+            turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra))
+    return turns
+
+
+def call_text_for(runtime: Runtime) -> CallText:
+    """How earlier calls are written into a prompt whose template does not render them: in the
+    active tool format's own wire format, else as JSON lines."""
+    parser = runtime.parsers.tools
+    wire = tool_detector_class(parser).wire if parser else None
+    if wire is None:
+        return json_call_text
+
+    def write(calls: Sequence[Call]) -> str:
+        rendered = []
+        for call in calls:
+            arguments = call.arguments
+            if isinstance(arguments, str):
+                try:
+                    arguments = orjson.loads(arguments)
+                except orjson.JSONDecodeError:
+                    arguments = {}
+            rendered.append((call.name, arguments if isinstance(arguments, Mapping) else {}))
+        return wire.render(rendered)
+
+    return write
+
+
 def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
     choice = request.tool_choice
     named = choice.function.name if isinstance(choice, NamedToolChoice) else None
@@ -117,24 +167,13 @@ def plan_chat(request: ChatCompletionRequest, runtime: Runtime) -> ChatPlan:
         tools = [t.model_dump(exclude_none=True) for t in request.tools]
         if named:
             tools = [t for t in tools if t["function"]["name"] == named]
-    messages = []
-    for i, message in enumerate(request.messages):
-        try:
-            content = message.text_content()
-        except ValueError as exc:
-            raise bad_request(str(exc), f"messages.{i}.content") from None
-        data = message.model_dump(exclude_none=True)
-        if content is not None:
-            data["content"] = content
-        elif message.role == "assistant":
-            data["content"] = None
-        messages.append(data)
+    turns = chat_turns(request)
     kwargs: dict[str, Any] = dict(request.chat_template_kwargs or {})
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     template = runtime.require_template()
     try:
-        prompt = template.render(messages, tools or None, add_generation_prompt=True, **kwargs)
+        prompt = render_conversation(template, turns, tools or None, call_text_for(runtime), **kwargs)
     except TemplateError as exc:
         raise render_error(exc) from None
     backend = runtime.backend

@@ -41,6 +41,7 @@ class MessageToolCall(_Lenient):
 class ContentPart(_Lenient):
     type: str
     text: str | None = None
+    refusal: str | None = None
 
 
 class ChatMessage(_Lenient):
@@ -63,14 +64,19 @@ class ChatMessage(_Lenient):
         return self
 
     def text_content(self) -> str | None:
-        """Content as one string; text parts are joined, other part types are rejected."""
+        """Content as one string: text parts are joined (a refusal part counts as its text); other
+        part types are rejected with a message that says what is supported."""
         if self.content is None or isinstance(self.content, str):
             return self.content
         texts = []
         for part in self.content:
-            if part.type not in ("text", "input_text") or part.text is None:
-                raise ValueError(f"content part type {part.type!r} is not supported (text only)")
-            texts.append(part.text)
+            if part.type in ("text", "input_text", "output_text") and part.text is not None:
+                texts.append(part.text)
+            elif part.type == "refusal" and part.refusal is not None:
+                texts.append(part.refusal)
+            else:
+                raise ValueError(f"content part type {part.type!r} is not supported: this server renders text only "
+                                 "(parts of type 'text', and 'refusal' on assistant messages)")
         return "".join(texts)
 
 
@@ -90,6 +96,40 @@ class StreamOptions(_Lenient):
 class ResponseFormat(_Lenient):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
+
+
+def _legacy_functions(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's deprecated function calling as tools: ``functions`` → ``tools``, ``function_call``
+    → ``tool_choice``, an assistant's ``function_call`` → one tool call, a ``function`` message →
+    a tool message answering the latest call of that name (ids are made up, stable per position)."""
+    body = dict(body)
+    functions = body.pop("functions", None)
+    if isinstance(functions, list) and "tools" not in body:
+        body["tools"] = [{"type": "function", "function": f} for f in functions]
+    function_call = body.pop("function_call", None)
+    if function_call is not None and "tool_choice" not in body:
+        if isinstance(function_call, dict) and "name" in function_call:
+            body["tool_choice"] = {"type": "function", "function": {"name": function_call["name"]}}
+        else:
+            body["tool_choice"] = function_call
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    last_id: dict[str, str] = {}
+    converted = []
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant" and isinstance(
+                message.get("function_call"), dict) and not message.get("tool_calls"):
+            call = message["function_call"]
+            call_id = f"call_fn{i}"
+            last_id[str(call.get("name"))] = call_id
+            message = {k: v for k, v in message.items() if k != "function_call"}
+            message["tool_calls"] = [{"id": call_id, "type": "function", "function": call}]
+        elif isinstance(message, dict) and message.get("role") == "function":
+            message = {**message, "role": "tool", "tool_call_id": last_id.get(str(message.get("name")), f"call_fn{i}")}
+        converted.append(message)
+    body["messages"] = converted
+    return body
 
 
 class ChatCompletionRequest(_Lenient):
@@ -117,6 +157,18 @@ class ChatCompletionRequest(_Lenient):
     reasoning_effort: str | None = None
     # toolwire extension: deliver each tool call whole, once complete (never a partial call)
     hold_tool_calls: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        messages = data.get("messages")
+        legacy_messages = isinstance(messages, list) and any(
+            isinstance(m, dict) and (m.get("role") == "function" or "function_call" in m) for m in messages)
+        if "functions" in data or "function_call" in data or legacy_messages:
+            return _legacy_functions(data)
+        return data
 
     @field_validator("stop")
     @classmethod

@@ -184,7 +184,7 @@ class ChatTemplate:
             "eos_token": self.eos_token,
             **{k: v for k, v in kwargs.items() if v is not None},
             "messages": prepare_messages(messages),
-            "tools": list(tools) if tools else None,
+            "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }
         token = _caller_owned.set(frozenset(_container_ids(context)))

@@ -49,11 +49,6 @@ KNOWN: tuple[Known, ...] = (
     Known("functionary-v3.2", _all(">>>all\\n", ">>>' + tool_call['function']['name']"),
           "Functionary v3.2 recipients (>>>NAME): the first one is in the generation prompt",
           tools="functionary_v32", override=True),
-    # Kimi K2 / K2 Thinking: the template's tool-call macro calls list.append, which the HF sandbox
-    # refuses (transformers fails the same way), so calls cannot be rendered.
-    Known("kimi-k2", _all("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>"),
-          "Kimi K2 calls (the template cannot render them: list.append is refused by the sandbox)",
-          tools="kimi_k2"),
     # LFM2: the templates list the tools but render an assistant's calls only as its own text; the
     # model writes <|tool_call_start|>[pythonic calls]<|tool_call_end|>.
     Known("lfm2", _any("<|tool_list_start|>", "List of tools: ["),

@@ -16,7 +16,7 @@ from app.templates.autodetect import Report, analyse_template
 from app.templates.autodetect.known_templates import KNOWN
 from app.templates.chat_template import ChatTemplate
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "data" / "templates"
+DEFAULT_DIR = Path(__file__).resolve().parents[3] / "tests" / "data" / "templates"
 
 INTRO = """\
 # `auto` parsers: what toolwire learns from each chat template

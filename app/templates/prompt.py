@@ -1,0 +1,296 @@
+"""A conversation rendered with a chat template: the history shaped the way this template takes it.
+
+Templates disagree on what a conversation may hold. Some render a system message anywhere, some
+only first, some not at all; Mistral's refuse call ids that are not nine letters and digits;
+Hermes-style templates concatenate ``tool.description`` and fail when a client left it out. Each
+template is probed once (``profile_of``: a few renders of tiny conversations), and every request is
+shaped by that profile before its one render:
+
+* system text (``developer`` included) stays in place where the template renders it anywhere; is
+  merged into one leading system message where it renders only the first; is folded into the first
+  user turn where it renders none (Gemma's documented practice). After the render every system
+  text is checked to be in the prompt — a template that still drops it is a clear error, never a
+  silent loss;
+* call ids are mapped to nine letters and digits where the template demands it — the same id to the
+  same short id, so a tool result still points at its call, and an id that already fits is kept;
+* a tool result without ``name`` gets the name of the call it answers (templates that print it);
+* tools without descriptions get empty ones where the template needs them, and an empty tool list
+  rather than none where the template iterates over it unconditionally; variables a template expects
+  from its own serving stack (``functions``, ``datetime``) are supplied;
+* an assistant turn that only calls tools has ``content: ""`` (as vLLM renders it), or ``None`` where
+  the template renders calls only then; a template that does not render calls at all gets them as
+  the turn's text, written the way the model writes them (``call_text``), and one that does not
+  render tool results gets them as user turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any, Literal
+
+from jinja2 import meta
+
+from app.conversation import Call, Turn
+from app.templates.chat_template import ChatTemplate, TemplateError
+
+SystemPlacement = Literal["anywhere", "leading", "fold"]
+
+_ALNUM9 = re.compile(r"[A-Za-z0-9]{9}")
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateProfile:
+    """What one chat template can take (see the module docstring)."""
+
+    system: SystemPlacement = "anywhere"
+    alnum9_ids: bool = False  # call ids must be nine letters and digits (Mistral)
+    tool_descriptions: bool = False  # missing tool / parameter descriptions must be filled with ""
+    tools_list_required: bool = False  # the template iterates ``tools`` even when there are none
+    call_content_none: bool = False  # calls render only when the assistant's content is None
+    renders_calls: bool = True  # the assistant's tool_calls reach the prompt
+    renders_results: bool = True  # tool messages reach the prompt
+    #: variables the template reads that its serving stack supplied (see ``STACK_VARIABLES``)
+    stack_variables: frozenset[str] = field(default_factory=frozenset)
+
+
+CallText = Callable[[Sequence[Call]], str]
+
+
+def json_call_text(calls: Sequence[Call]) -> str:
+    """Calls as JSON lines ``{"name": …, "arguments": {…}}`` (when the model's own format is unknown)."""
+    lines = []
+    for call in calls:
+        arguments = call.arguments
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass
+        lines.append(json.dumps({"name": call.name, "arguments": arguments}, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def _functions_json(tools: Sequence[Mapping[str, Any]] | None) -> str:
+    return json.dumps([t.get("function", t) for t in tools or ()], ensure_ascii=False, indent=4)
+
+
+#: variables a few templates expect from the stack they were written for (FireFunction v2's
+#: ``functions`` and ``datetime``), supplied when the template reads them and the request did not
+STACK_VARIABLES: dict[str, Callable[[Sequence[Mapping[str, Any]] | None], str]] = {
+    "functions": _functions_json,
+    "datetime": lambda _tools: date.today().strftime("%Y-%m-%d"),
+}
+
+
+def short_call_id(call_id: str) -> str:
+    """A nine-character alphanumeric id for ``call_id``: itself when it already is one, else a
+    stable digest of it (the same id always maps to the same short id)."""
+    if _ALNUM9.fullmatch(call_id):
+        return call_id
+    n = int.from_bytes(hashlib.sha256(call_id.encode()).digest()[:8], "big")
+    out = []
+    for _ in range(9):
+        n, r = divmod(n, 62)
+        out.append(_BASE62[r])
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------ probing
+
+_PROBE_TOOL = {"type": "function", "function": {
+    "name": "probe_tool", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def _renders(template: ChatTemplate, messages: list[dict[str, Any]], tools: Any = None, *needles: str,
+             stack: frozenset[str] = frozenset()) -> bool:
+    extra = {name: STACK_VARIABLES[name](tools) for name in stack}
+    try:
+        prompt = template.render(messages, tools, add_generation_prompt=True, **extra)
+    except TemplateError:
+        return False
+    return all(n in prompt for n in needles)
+
+
+def _probe_system(template: ChatTemplate, stack: frozenset[str]) -> SystemPlacement:
+    first = [{"role": "system", "content": "PROBE-SYS-ONE"}, {"role": "user", "content": "PROBE-USER"}]
+    if not _renders(template, first, None, "PROBE-SYS-ONE", "PROBE-USER", stack=stack):
+        return "fold"
+    later = [*first, {"role": "assistant", "content": "PROBE-ANSWER"}, {"role": "system", "content": "PROBE-SYS-TWO"},
+             {"role": "user", "content": "PROBE-USER-TWO"}]
+    return "anywhere" if _renders(template, later, None, "PROBE-SYS-ONE", "PROBE-SYS-TWO", stack=stack) else "leading"
+
+
+def _call_conversation(call_id: str, content: str | None = "") -> list[dict[str, Any]]:
+    return [{"role": "user", "content": "PROBE-USER"},
+            {"role": "assistant", "content": content, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "probe_tool", "arguments": '{"q": "PROBE-ARG"}'}}]},
+            {"role": "tool", "tool_call_id": call_id, "name": "probe_tool", "content": "PROBE-RESULT"}]
+
+
+def _probe(template: ChatTemplate) -> TemplateProfile:
+    try:
+        declared = meta.find_undeclared_variables(template._template.environment.parse(template.source))
+    except Exception:  # noqa: BLE001 - a template that compiled parses; be safe anyway
+        declared = set()
+    stack = frozenset(declared & STACK_VARIABLES.keys())
+    user = [{"role": "user", "content": "PROBE-USER"}]
+    bare_tool = {"type": "function", "function": {
+        "name": "probe_tool", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    described = fill_descriptions([bare_tool])
+    tool_descriptions = (not _renders(template, user, [bare_tool], stack=stack)
+                         and _renders(template, user, described, stack=stack))
+    tools = fill_descriptions([_PROBE_TOOL]) if tool_descriptions else [_PROBE_TOOL]
+    tools_list = not _renders(template, user, None, stack=stack) and _renders(template, user, [], stack=stack)
+    call_id = "call_probe_0001"
+    if not _renders(template, _call_conversation(call_id), tools, stack=stack) \
+            and _renders(template, _call_conversation("a1B2c3D4e"), tools, stack=stack):
+        alnum9, call_id = True, "a1B2c3D4e"
+    else:
+        alnum9 = False
+    content_none = (not _renders(template, _call_conversation(call_id), tools, "PROBE-ARG", stack=stack)
+                    and _renders(template, _call_conversation(call_id, None), tools, "PROBE-ARG", stack=stack))
+    conversation = _call_conversation(call_id, None if content_none else "")
+    renders_calls = _renders(template, conversation, tools, "PROBE-ARG", stack=stack)
+    renders_results = _renders(template, conversation, tools, "PROBE-RESULT", stack=stack)
+    return TemplateProfile(_probe_system(template, stack), alnum9, tool_descriptions, tools_list, content_none,
+                           renders_calls, renders_results, stack)
+
+
+def profile_of(template: ChatTemplate) -> TemplateProfile:
+    """The template's profile, probed on first use and kept on the template."""
+    profile = getattr(template, "_profile", None)
+    if profile is None:
+        profile = _probe(template)
+        template._profile = profile  # type: ignore[attr-defined]
+    return profile
+
+
+# ---------------------------------------------------------------------------------- shaping
+
+
+def fill_descriptions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Tools with ``""`` for every missing function and top-level parameter description."""
+    filled = []
+    for tool in tools:
+        function = dict(tool.get("function") or {})
+        function.setdefault("description", "")
+        params = function.get("parameters")
+        if isinstance(params, Mapping) and isinstance(params.get("properties"), Mapping):
+            props = {k: ({"description": "", **v} if isinstance(v, Mapping) else v)
+                     for k, v in params["properties"].items()}
+            function["parameters"] = {**params, "properties": props}
+        filled.append({**tool, "function": function})
+    return filled
+
+
+def _arrange_system(turns: Sequence[Turn], placement: SystemPlacement) -> list[Turn]:
+    if placement == "anywhere" or not any(t.role == "system" for t in turns):
+        return list(turns)
+    texts = [t.text for t in turns if t.role == "system"]
+    rest = [t for t in turns if t.role != "system"]
+    joined = "\n\n".join(texts)
+    if placement == "leading":
+        return [Turn("system", joined), *rest]
+    for i, turn in enumerate(rest):  # fold: into the first user turn
+        if turn.role == "user":
+            folded = Turn("user", f"{joined}\n\n{turn.text}" if turn.text else joined, name=turn.name,
+                          extra=turn.extra)
+            return [*rest[:i], folded, *rest[i + 1:]]
+    return [Turn("user", joined), *rest]
+
+
+def _calls_as_text(turns: Sequence[Turn], call_text: CallText) -> list[Turn]:
+    out = []
+    for turn in turns:
+        if turn.role == "assistant" and turn.calls:
+            text = "\n".join(t for t in (turn.text, call_text(turn.calls)) if t)
+            turn = Turn("assistant", text, reasoning=turn.reasoning, name=turn.name, extra=turn.extra)
+        out.append(turn)
+    return out
+
+
+def _results_as_user_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """Tool results as user turns; the results of one run of calls share one turn."""
+    out: list[Turn] = []
+    for turn in turns:
+        if turn.role != "tool":
+            out.append(turn)
+        elif out and out[-1].role == "user" and out[-1].extra.get("_tool_results"):
+            out[-1].text += "\n\n" + turn.text
+        else:
+            out.append(Turn("user", turn.text, extra={"_tool_results": True}))
+    for turn in out:
+        turn.extra.pop("_tool_results", None)
+    return out
+
+
+def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement: SystemPlacement | None = None,
+                      call_text: CallText = json_call_text) -> list[dict[str, Any]]:
+    """The conversation as chat-template messages (OpenAI's shape, which templates are written for)."""
+    ids = short_call_id if profile.alnum9_ids else (lambda call_id: call_id)
+    names = {call.id: call.name for turn in turns for call in turn.calls}
+    turns = _arrange_system(turns, placement or profile.system)
+    if not profile.renders_calls:
+        turns = _calls_as_text(turns, call_text)
+    if not profile.renders_results:
+        turns = _results_as_user_turns(turns)
+    messages: list[dict[str, Any]] = []
+    for turn in turns:
+        message: dict[str, Any] = {**turn.extra, "role": turn.role, "content": turn.text}
+        if turn.name is not None:
+            message["name"] = turn.name
+        if turn.role == "assistant":
+            if turn.calls:
+                message["tool_calls"] = [
+                    {"id": ids(call.id), "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                    for call in turn.calls]
+                if not turn.text and profile.call_content_none:
+                    message["content"] = None
+            if turn.reasoning is not None:
+                message["reasoning_content"] = turn.reasoning
+        elif turn.role == "tool" and turn.tool_call_id is not None:
+            message["tool_call_id"] = ids(turn.tool_call_id)
+            if turn.name is None and turn.tool_call_id in names:
+                message["name"] = names[turn.tool_call_id]
+        messages.append(message)
+    return messages
+
+
+def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
+                        call_text: CallText = json_call_text, **kwargs: Any) -> str:
+    """The prompt for ``turns`` (generation prompt added). Raises ``TemplateError`` with the
+    template's own message, or when system text could not be placed anywhere in the prompt."""
+    profile = profile_of(template)
+    if tools and profile.tool_descriptions:
+        tools = fill_descriptions(tools)
+    if not tools and profile.tools_list_required:
+        tools = []
+    elif not tools:
+        tools = None
+    for name in profile.stack_variables:
+        kwargs.setdefault(name, STACK_VARIABLES[name](tools))
+    system = [t.text.strip() for t in turns if t.role == "system" and t.text.strip()]
+    placements: list[SystemPlacement] = [profile.system]
+    if system and profile.system != "fold":
+        placements.append("fold")
+    failure: TemplateError | None = None
+    for placement in placements:
+        try:
+            prompt = template.render(template_messages(turns, profile, placement, call_text), tools,
+                                     add_generation_prompt=True, **kwargs)
+        except TemplateError as exc:
+            failure = failure or exc
+            continue
+        if all(text in prompt for text in system):
+            return prompt
+        failure = None  # it rendered, but without the system text: say that
+    if failure is not None:
+        raise failure
+    raise TemplateError("this chat template leaves the system/developer message out of the prompt, even folded "
+                        "into the first user message; send it as part of a user message instead")
