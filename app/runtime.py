@@ -22,6 +22,7 @@ from app.metrics import Metrics
 from app.sched import set_slice
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.prompt import profile_of
 from parsers.registry import (
     canonical_reasoning_parser,
     canonical_tool_parser,
@@ -165,6 +166,8 @@ class Runtime:
                 if published:
                     self.template = ChatTemplate(published["chat_template"], published["bos_token"],
                                                  published["eos_token"], name="backend /props")
+            if self.template is not None:
+                profile_of(self.template)  # probe it now, not on the first request
             if isinstance(backend, LlamaCppBackend):
                 await backend.detect_bos()
             self.model_name = s.model or served_name(upstream_model) or "default"
