@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, detect_backend_type
+from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, VllmBackend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
 from app.metrics import Metrics
+from app.parser_choice import ParserChoice
+from app.pipeline.plan import Formats
 from app.sched import set_slice
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate, TemplateError
@@ -26,21 +27,9 @@ from app.templates.prompt import profile_of
 from parsers.registry import (
     canonical_reasoning_parser,
     canonical_tool_parser,
-    reasoning_detector_class,
-    tool_detector_class,
 )
 
 log = logging.getLogger("toolwire")
-
-
-@dataclass
-class ParserChoice:
-    """The parsers in use (``None``: not parsed): canonical registry names, or detector classes
-    that ``auto`` built from the chat template; ``why`` says how each was chosen."""
-
-    reasoning: str | type | None = None
-    tools: str | type | None = None
-    why: dict[str, str] = field(default_factory=dict)
 
 
 class ParserConfigError(ValueError):
@@ -106,7 +95,8 @@ class Runtime:
         self.backend: Backend | None = None
         self.template: ChatTemplate | None = None
         self.model_name: str = settings.model or "default"
-        self.parsers = ParserChoice()
+        self._parsers = ParserChoice()
+        self.formats = Formats()
         self.metrics = Metrics()
         self.slots = Slots(settings.max_concurrency)
         self._prepared = False
@@ -140,6 +130,16 @@ class Runtime:
             await self.streaming.close()
 
     @property
+    def parsers(self) -> ParserChoice:
+        """The parsers in use; setting them resolves ``formats`` (once, not per request)."""
+        return self._parsers
+
+    @parsers.setter
+    def parsers(self, choice: ParserChoice) -> None:
+        self._parsers = choice
+        self.formats = Formats.of(choice)
+
+    @property
     def prepared(self) -> bool:
         return self._prepared
 
@@ -159,6 +159,8 @@ class Runtime:
             if kind is None:
                 raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
             backend = BACKEND_TYPES[kind](s.backend, self.client, api_key, streaming=self.streaming)
+            if isinstance(backend, VllmBackend):
+                backend.legacy_guided = s.vllm_legacy_guided
             upstream_model = await backend.served_model()
             backend.model = upstream_model or s.model
             if self.template is None:
@@ -235,12 +237,7 @@ class Runtime:
 
     def marker_tokens(self, tools_active: bool) -> tuple[str, ...]:
         """Marker strings the backend must keep as text for the active parsers."""
-        markers: list[str] = []
-        if self.parsers.reasoning:
-            markers += reasoning_detector_class(self.parsers.reasoning).markers()
-        if tools_active and self.parsers.tools:
-            markers += tool_detector_class(self.parsers.tools).markers
-        return tuple(dict.fromkeys(m for m in markers if m))
+        return self.formats.markers(tools_active)
 
     def describe(self) -> dict[str, Any]:
         def label(parser: str | type | None) -> str | None:

@@ -45,7 +45,8 @@ def _apply_trace() -> None:
     import os
     import time
 
-    from app.api import chat, server
+    from app.api import chat, respond, server
+    from app.pipeline import plan
 
     marks: list[dict[str, float]] = []
     current: dict[str, float] = {}
@@ -70,7 +71,8 @@ def _apply_trace() -> None:
         marks.append(dict(current))
 
     server.EdgeMiddleware.__call__ = edge_call  # type: ignore[method-assign]
-    for module, name in ((chat, "parse_request"), (chat, "plan_chat"), (chat, "build_parser")):
+    # (where the name is looked up, its name, the mark): validation, planning, building the parsers
+    for module, name in ((chat, "parse_request"), (respond, "plan_request"), (plan.Plan, "parser")):
         fn = getattr(module, name)
 
         def timed(*args: Any, __fn: Any = fn, __name: str = name, **kwargs: Any) -> Any:
@@ -81,7 +83,7 @@ def _apply_trace() -> None:
                 current[__name + "_end"] = clock()
 
         setattr(module, name, timed)
-    original_start = chat.start_generation
+    original_start = respond.start_generation
 
     async def start_generation(*args: Any, **kwargs: Any) -> Any:
         current["start_generation_start"] = clock()
@@ -90,7 +92,7 @@ def _apply_trace() -> None:
         finally:
             current["start_generation_end"] = clock()
 
-    chat.start_generation = start_generation
+    respond.start_generation = start_generation
 
     from app.backends import streamhttp
 

@@ -365,8 +365,8 @@ def measure(ctx: Any, experiments: tuple[str, ...] = (), full: bool = True) -> d
 MILESTONES = (
     ("request reaches the app", "entry"),
     ("request validated", "parse_request_end"),
-    ("prompt rendered, constraint planned", "plan_chat_end"),
-    ("parsers built", "build_parser_end"),
+    ("prompt rendered, constraint planned", "plan_request_end"),
+    ("parsers built", "parser_end"),
     ("backend asked", "backend_post_start"),
     ("backend's response head", "backend_head"),
     ("backend's first token", "backend_first_data"),

@@ -46,7 +46,8 @@ class ResponseParser:
 
 
 def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type | None,
-                          reasoning_parser: str | type | None, prompt: str | None = None) -> ResponseParser:
+                          reasoning_parser: str | type | None, prompt: str | None = None,
+                          in_reasoning: bool | None = None) -> ResponseParser:
     """The parser chain for one response.
 
     Parsers are registry names or detector classes. ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
@@ -54,6 +55,7 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
     carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
     reasoning parser is not chained before it.
     Otherwise the reasoning parser ends reasoning at any of the tool format's start markers.
+    ``in_reasoning`` fixes the reasoning parser's start state (else the prompt's tail decides).
     """
     calls = FunctionCallParser(tools, tool_parser) if tool_parser else None
     if calls is not None:
@@ -63,5 +65,5 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
     reasoning = None
     if reasoning_parser:
         stops = calls.detector.start_markers if calls is not None else ()
-        reasoning = ReasoningParser(reasoning_parser, prompt=prompt, stop_markers=stops)
+        reasoning = ReasoningParser(reasoning_parser, force_reasoning=in_reasoning, prompt=prompt, stop_markers=stops)
     return ResponseParser(reasoning, calls)

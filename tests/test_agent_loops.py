@@ -89,8 +89,8 @@ def test_developer_text_reaches_the_prompt(proxy: ProxyServer, backend: Scripted
 
 @pytest.mark.parametrize(("template", "parser", "output", "model_id", "in_prompt"), [
     ("Kimi-K2-Instruct.jinja", "kimi_k2",
-     '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
-     f'{{"city": "{CITY}"}}<|tool_call_end|><|tool_calls_section_end|>',
+     ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>'
+      f'{{"city": "{CITY}"}}<|tool_call_end|><|tool_calls_section_end|>'),
      "functions.get_weather:0", "<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"),
     ("Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral",
      f'[TOOL_CALLS]get_weather[CALL_ID]a1B2c3D4e[ARGS]{{"city": "{CITY}"}}',

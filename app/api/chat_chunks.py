@@ -20,6 +20,8 @@ from typing import Any
 import orjson
 
 from app.backends.base import Usage
+from app.errors import APIError
+from app.pipeline.run import Finished
 from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
 from parsers.fold import FoldedMessage
 
@@ -61,6 +63,7 @@ class ChunkWriter:
     model: str
     reasoning_field: str = "reasoning_content"
     include_usage: bool = False
+    named_tool: bool = False  # a named tool_choice keeps finish_reason "stop"
     created: int = field(default_factory=lambda: int(time.time()))
     calls_started: int = 0
     calls_completed: int = 0
@@ -88,10 +91,11 @@ class ChunkWriter:
         tail = self._tail.replace(b'"finish_reason":null', b'"finish_reason":' + orjson.dumps(finish_reason), 1)
         return self._head + orjson.dumps(delta) + tail
 
-    def role(self) -> bytes:
+    def head(self) -> bytes:
+        """The role chunk that opens the stream."""
         return self._chunk({"role": "assistant", "content": None})
 
-    def events(self, events: list[Event]) -> list[bytes]:
+    def events(self, events: list[Event]) -> bytes:
         out: list[bytes] = []
         for event in events:
             kind = type(event)
@@ -119,10 +123,18 @@ class ChunkWriter:
                     self.calls_completed += 1
                 else:
                     self.unfinished_calls += 1
-        return out
+        return b"".join(out)
 
-    def finish(self, reason: str) -> bytes:
-        return self._chunk({}, reason)
+    def finish(self, finished: Finished) -> bytes:
+        """The chunk that ends the choice, the usage chunk when asked for, then ``[DONE]``."""
+        reason = finish_reason(finished.reason, self.calls_completed, self.unfinished_calls, self.named_tool)
+        tail = self._chunk({}, reason)
+        if self.include_usage:
+            tail += self.usage(finished.usage)
+        return tail + SSE_DONE
+
+    def error(self, exc: APIError) -> bytes:
+        return sse(exc.body())
 
     def usage(self, usage: Usage | None) -> bytes:
         return sse({

@@ -24,7 +24,8 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.chat import RequestScope, chat_completions, error_response
+from app.api.chat import chat_completions
+from app.api.respond import RequestScope, error_response
 from app.backends.streamhttp import StreamError
 from app.errors import APIError, BackendError, bad_request, error_body
 from app.logs import request_id

@@ -5,8 +5,9 @@
   anything else runs, so the head and the first token reach the client together;
 * a watcher task reads ``receive()`` for ``http.disconnect`` and cancels the body at once, so the
   upstream request is closed even while the backend is silent (long prefill);
-* after ``ping_interval`` seconds without data a ``: ping`` comment keeps proxies from timing out
-  the connection (clients ignore comments);
+* after ``ping_interval`` seconds without data a keep-alive (``ping``: a ``: ping`` comment by
+  default, which clients ignore; a face may send its own ping event) keeps proxies from timing out
+  the connection;
 * on server shutdown uvicorn waits for the response to finish (``--shutdown-grace``), so in-flight
   streams drain instead of being cut.
 """
@@ -25,12 +26,13 @@ PING = b": ping\n\n"
 
 class SSEResponse(StreamingResponse):
     def __init__(self, body: AsyncIterable[bytes], headers: Mapping[str, str] | None = None,
-                 ping_interval: float = 15.0, lead: bytes = b"") -> None:
+                 ping_interval: float = 15.0, lead: bytes = b"", ping: bytes = PING) -> None:
         super().__init__(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
                          media_type="text/event-stream")
         self.body = body
         self.ping_interval = ping_interval
         self.lead = lead
+        self.ping = ping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -48,7 +50,7 @@ class SSEResponse(StreamingResponse):
                     message = await asyncio.wait_for(receive(), max(0.05, self.ping_interval - idle))
                 except TimeoutError:
                     if loop.time() - last_sent >= self.ping_interval:
-                        await send({"type": "http.response.body", "body": PING, "more_body": True})
+                        await send({"type": "http.response.body", "body": self.ping, "more_body": True})
                         last_sent = loop.time()
                     continue
                 if message["type"] == "http.disconnect":

@@ -24,6 +24,7 @@ from app.backends.streamhttp import (
     StreamError,
     StreamingClient,
 )
+from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
 from app.errors import BackendError
 
 
@@ -110,6 +111,11 @@ class Backend:
 
     def url(self, path: str) -> str:
         return self.base_url + path
+
+    def constrain(self, request: ConstraintRequest) -> Constraint:
+        """This backend's dialect of constrained decoding (``app.constraints.tools``); the base
+        speaks none (``required`` is then best effort)."""
+        return unconstrained(request)
 
     async def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
         raise NotImplementedError

@@ -16,6 +16,7 @@ from app.backends.base import (
     _drop_none,
     probe_timeout,
 )
+from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
 
 
@@ -24,6 +25,9 @@ class LlamaCppBackend(Backend):
 
     #: set at start-up: does llama-server add a BOS token to a prompt itself?
     adds_bos: bool = False
+
+    def constrain(self, request: ConstraintRequest) -> Constraint:
+        return llamacpp_constraint(request)
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         s = request.sampling

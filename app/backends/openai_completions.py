@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none
+from app.constraints.tools import Constraint, ConstraintRequest, vllm_constraint
 from app.errors import BackendError
 
 
@@ -69,6 +71,11 @@ class VllmBackend(OpenAICompletionsBackend):
     template alone decide on BOS tokens."""
 
     kind = "vllm"
+    #: constrain with the pre-0.12 ``guided_*`` fields (``--vllm-legacy-guided``)
+    legacy_guided: bool = False
+
+    def constrain(self, request: ConstraintRequest) -> Constraint:
+        return vllm_constraint(replace(request, legacy_vllm=self.legacy_guided))
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         body = super().body(request)

@@ -175,6 +175,83 @@ def structural_tag(wire: WireFormat, tools: Sequence[ToolSpec]) -> dict[str, Any
 # ------------------------------------------------------------------------------------ planner
 
 
+@dataclass(frozen=True)
+class ConstraintRequest:
+    """What one request asks the backend to enforce, in no backend's dialect.
+
+    ``mode`` is ``none`` / ``auto`` / ``required`` / ``named`` (``tools`` then holds only the named
+    tool); ``wire`` is the active tool format's (``None``: no format, or one that cannot be written
+    by a grammar); ``reasoning`` a block the grammar must leave free; ``legacy_vllm`` asks for vLLM's
+    pre-0.12 ``guided_*`` fields."""
+
+    mode: str
+    tools: tuple[ToolSpec, ...] = ()
+    wire: WireFormat | None = None
+    max_calls: int | None = None
+    reasoning: ReasoningGate | None = None
+    response_format: Mapping[str, Any] | None = None
+    legacy_vllm: bool = False
+
+    @classmethod
+    def of(cls, tool_choice: str | None, named_tool: str | None, tools: Sequence[ToolSpec], wire: WireFormat | None,
+           parallel: bool, reasoning: ReasoningGate | None = None, response_format: Mapping[str, Any] | None = None,
+           legacy_vllm: bool = False) -> ConstraintRequest:
+        mode = "named" if named_tool else (tool_choice or ("auto" if tools else "none"))
+        if named_tool:
+            tools = [t for t in tools if t.name == named_tool]
+        max_calls = 1 if named_tool or not parallel else None
+        return cls(mode, tuple(tools), wire, max_calls, reasoning, response_format, legacy_vllm)
+
+
+def unconstrained(request: ConstraintRequest) -> Constraint:
+    """Generic OpenAI completions APIs: nothing to send (``required`` is best effort)."""
+    return Constraint(max_calls=request.max_calls)
+
+
+def llamacpp_constraint(request: ConstraintRequest) -> Constraint:
+    """llama.cpp: GBNF in the tool format's own wire format, or ``json_schema`` for a response format."""
+    constraint = Constraint(max_calls=request.max_calls)
+    wire, tools, mode = request.wire, request.tools, request.mode
+    if mode == "none" or not tools or wire is None:
+        return _response_format(constraint, "llamacpp", request.response_format, False)
+    if mode in ("required", "named"):
+        constraint.fields = {"grammar": calls_grammar(wire, tools, request.max_calls, request.reasoning),
+                             "grammar_lazy": False}
+    elif request.response_format and request.response_format.get("type") != "text":
+        return _response_format(constraint, "llamacpp", request.response_format, False)
+    else:
+        constraint.fields = {
+            "grammar": calls_grammar(wire, tools, request.max_calls, lazy=True), "grammar_lazy": True,
+            "grammar_triggers": [{"type": WORD_TRIGGER, "value": wire.trigger}],
+        }
+    return constraint
+
+
+def vllm_constraint(request: ConstraintRequest) -> Constraint:
+    """vLLM: ``structured_outputs`` (or the legacy ``guided_json``): a JSON array of calls for
+    ``required``, the tool's arguments for a named tool, a structural tag for strict tools."""
+    constraint = Constraint(max_calls=request.max_calls)
+    tools, legacy = request.tools, request.legacy_vllm
+    if request.mode == "none" or not tools:
+        return _response_format(constraint, "vllm", request.response_format, legacy)
+    if request.mode in ("required", "named"):
+        named = request.mode == "named"
+        constraint.output = "named_args" if named else "json_array"
+        schema = dict(_object_schema(tools[0])) if named else calls_array_schema(tools, request.max_calls)
+        constraint.fields = {"guided_json": schema} if legacy else {"structured_outputs": {"json": schema}}
+        return constraint
+    if request.response_format and request.response_format.get("type") != "text":
+        return _response_format(constraint, "vllm", request.response_format, legacy)
+    wire = request.wire
+    if any(t.strict for t in tools) and wire is not None and wire.params is None and not legacy:
+        tag = structural_tag(wire, [t for t in tools if t.strict] or tools)
+        constraint.fields = {"structured_outputs": {"structural_tag": json.dumps(tag, ensure_ascii=False)}}
+    return constraint
+
+
+DIALECTS = {"llamacpp": llamacpp_constraint, "vllm": vllm_constraint, "openai": unconstrained}
+
+
 def build_constraint(
     backend_kind: str,
     tool_choice: str | None,
@@ -186,46 +263,11 @@ def build_constraint(
     response_format: Mapping[str, Any] | None = None,
     legacy_vllm: bool = False,
 ) -> Constraint:
-    """The backend fields and output shape for one request (see the module docstring)."""
-    max_calls = None if parallel else 1
-    constraint = Constraint(max_calls=max_calls)
-    mode = "named" if named_tool else (tool_choice or ("auto" if tools else "none"))
-    if named_tool:
-        tools = [t for t in tools if t.name == named_tool]
-        constraint.max_calls = 1
-    if backend_kind == "openai" or mode == "none" or not tools:
-        return _response_format(constraint, backend_kind, response_format, legacy_vllm)
-    if backend_kind == "llamacpp":
-        if wire is None:
-            return _response_format(constraint, backend_kind, response_format, legacy_vllm)
-        if mode in ("required", "named"):
-            constraint.fields = {"grammar": calls_grammar(wire, tools, constraint.max_calls, reasoning),
-                                 "grammar_lazy": False}
-        elif response_format and response_format.get("type") != "text":
-            return _response_format(constraint, backend_kind, response_format, legacy_vllm)
-        else:
-            constraint.fields = {
-                "grammar": calls_grammar(wire, tools, max_calls, lazy=True), "grammar_lazy": True,
-                "grammar_triggers": [{"type": WORD_TRIGGER, "value": wire.trigger}],
-            }
-        return constraint
-    # vLLM
-    if mode == "required":
-        constraint.output = "json_array"
-        schema = calls_array_schema(tools, max_calls)
-        constraint.fields = {"guided_json": schema} if legacy_vllm else {"structured_outputs": {"json": schema}}
-        return constraint
-    if mode == "named":
-        constraint.output = "named_args"
-        schema = dict(_object_schema(tools[0]))
-        constraint.fields = {"guided_json": schema} if legacy_vllm else {"structured_outputs": {"json": schema}}
-        return constraint
-    if response_format and response_format.get("type") != "text":
-        return _response_format(constraint, backend_kind, response_format, legacy_vllm)
-    if any(t.strict for t in tools) and wire is not None and wire.params is None and not legacy_vllm:
-        tag = structural_tag(wire, [t for t in tools if t.strict] or tools)
-        constraint.fields = {"structured_outputs": {"structural_tag": json.dumps(tag, ensure_ascii=False)}}
-    return constraint
+    """The backend fields and output shape for one request in a backend's dialect (the backends
+    call their dialect themselves: ``Backend.constrain``; this is the same, by name)."""
+    request = ConstraintRequest.of(tool_choice, named_tool, tools, wire, parallel, reasoning, response_format,
+                                   legacy_vllm)
+    return DIALECTS[backend_kind](request)
 
 
 def _response_format(constraint: Constraint, backend_kind: str, response_format: Mapping[str, Any] | None,

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.parser_choice import ParserChoice
 from app.templates.autodetect.analysis import TemplateAnalysis, analyse
 from app.templates.autodetect.known_templates import Known, known_for
 from app.templates.autodetect.select import Selection, choose_reasoning, choose_tools, rerank_reasoning
@@ -38,9 +39,7 @@ class Report:
     tools: Selection
     known: list[Known] = field(default_factory=list)  # the exceptions that were applied
 
-    def choice(self) -> Any:
-        from app.runtime import ParserChoice
-
+    def choice(self) -> ParserChoice:
         return ParserChoice(reasoning=self.reasoning.parser, tools=self.tools.parser,
                             why={"reasoning": self.reasoning.why, "tools": self.tools.why})
 
@@ -129,8 +128,8 @@ def _cached(source: str) -> Report:
     return analyse_template(ChatTemplate(source, name="template"))
 
 
-def choose_parsers(source: str) -> Any:
-    """``app.runtime.ParserChoice`` for a chat template's source (cached per source)."""
+def choose_parsers(source: str) -> ParserChoice:
+    """``ParserChoice`` for a chat template's source (cached per source)."""
     return _cached(source).choice()
 
 

@@ -1,0 +1,128 @@
+"""What every API face does with a decoded request: plan it, start it, and answer — as a stream of
+the face's events, or as one object once the run is complete — with the client's disconnect
+watched and the concurrency slot given back exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app.api.sse import PING, SSEResponse
+from app.errors import APIError, BackendError
+from app.pipeline.ask import Ask
+from app.pipeline.plan import Plan, plan_request
+from app.pipeline.run import Finished, Run, collect, start_generation
+from app.pipeline.stream import Encoder, EventStream
+from app.runtime import Runtime, render_error
+from app.templates.chat_template import TemplateError
+from parsers.events import Event
+
+log = logging.getLogger("toolwire")
+
+
+@dataclass
+class RequestScope:
+    """What the HTTP layer hands a request: the Starlette request (to watch for disconnects),
+    when it started, and how to give back its concurrency slot (exactly once, when the response
+    is over — for a stream, when the stream ends)."""
+
+    request: Request | None = None
+    started: float = field(default_factory=time.monotonic)
+    release: Callable[[], None] = lambda: None
+
+
+Answer = Callable[[Plan, list[Event], Finished], Response]
+
+
+async def start(ask: Ask, runtime: Runtime, scope: RequestScope) -> Run:
+    """Plan the request and start its run (the first backend item has arrived). Any failure —
+    template, backend — gives the slot back and raises an ``APIError``."""
+    try:
+        backend = await runtime.ready_backend()
+        try:
+            plan = plan_request(ask, runtime.formats, runtime.require_template(), backend)
+        except TemplateError as exc:
+            raise render_error(exc) from None
+        if runtime.settings.log_content:
+            log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
+        try:
+            first, stream = await start_generation(backend, plan.generation_request(), runtime.settings.retries)
+        except BackendError as exc:
+            runtime.metrics.backend_errors.labels(exc.kind).inc()
+            raise
+        runtime.metrics.ttft.observe(time.monotonic() - scope.started)
+    except BaseException:
+        scope.release()
+        raise
+    hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else runtime.settings.hold_tool_calls
+    run = Run(first, stream, plan, runtime.metrics, hold)
+    if runtime.settings.log_content:
+        run.text = []
+    return run
+
+
+async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: RequestScope,
+                          ping: bytes = PING) -> SSEResponse:
+    """The run as an SSE stream; what the first backend item holds leaves right behind the head."""
+    body = EventStream(run, encoder, runtime.metrics, scope.release)
+    try:
+        lead = body.lead()
+    except BaseException:
+        await body.aclose()
+        raise
+    return SSEResponse(body, lead=lead, ping=ping)
+
+
+async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Response:
+    """The answer once the run is complete; the slot is given back however it ends."""
+
+    async def work() -> Response:
+        events, finished = await collect(run)
+        return answer(run.plan, events, finished)
+
+    try:
+        return await until_disconnected(scope, work())
+    finally:
+        await run.aclose()
+        scope.release()
+
+
+async def until_disconnected(scope: RequestScope, work: Awaitable[Response]) -> Response:
+    """Run ``work``; if the client goes away first, cancel it (which closes the upstream request,
+    so the backend stops generating for nobody)."""
+    task = asyncio.ensure_future(work)
+    if scope.request is None:
+        return await task
+    watcher = asyncio.ensure_future(_disconnected(scope.request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("client disconnected before the answer was complete; upstream request closed")
+        return Response(status_code=499)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def error_response(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)

@@ -1,0 +1,164 @@
+"""One plan per request: everything about the model's formats and the backend's constraint,
+resolved once and read by the constraint builder, the parsers and the backend alike.
+
+``Formats`` is the server's format resolution, made once when its parsers are chosen: the
+reasoning and tool-call detector classes, the tool format's wire, the marker strings the backend
+must keep as text, the label metrics use. ``Plan`` adds one request's prompt, whether the output
+starts inside a reasoning block (from the rendered prompt's tail, else the parser's default —
+decided here and nowhere else), and the constraint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.backends.base import Backend, GenerationRequest
+from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
+from app.conversation import Call
+from app.parser_choice import ParserChoice
+from app.pipeline.ask import Ask
+from app.templates.chat_template import ChatTemplate
+from app.templates.prompt import CallText, json_call_text, render_conversation
+from detectors.tools.constrained import JsonCallArray, NamedArguments
+from parsers import FunctionCallParser, ResponseParser, build_response_parser, to_specs
+from parsers.fold import CallHolder, CallLimit
+from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.tools import ToolSpec
+from parsers.wire import WireFormat
+
+
+@dataclass(frozen=True)
+class Formats:
+    """The model's output formats (see the module docstring)."""
+
+    reasoning: type | None = None
+    tools: type | None = None
+    wire: WireFormat | None = None
+    tool_markers: tuple[str, ...] = ()
+    reasoning_markers: tuple[str, ...] = ()
+    label: str = "none"
+
+    @classmethod
+    def of(cls, choice: ParserChoice) -> Formats:
+        reasoning = reasoning_detector_class(choice.reasoning) if choice.reasoning else None
+        tools = tool_detector_class(choice.tools) if choice.tools else None
+        return cls(reasoning, tools, tools.wire if tools else None, tuple(tools.markers) if tools else (),
+                   tuple(reasoning.markers()) if reasoning else (), label_of(choice.tools))
+
+    def starts_inside_reasoning(self, prompt: str) -> bool:
+        """Whether output after ``prompt`` starts inside a reasoning block: the prompt's tail
+        decides (a template that opened the block, or closed an empty one); else the parser's default."""
+        if self.reasoning is None:
+            return False
+        detector = self.reasoning()
+        start = detector.initial_state(prompt)
+        return bool(detector.force_reasoning if start is None else start)
+
+    def reasoning_gate(self, inside: bool) -> ReasoningGate | None:
+        """The reasoning block a grammar must leave free before forced calls."""
+        return ReasoningGate.of(self.reasoning(), inside) if self.reasoning is not None else None
+
+    def markers(self, tools_active: bool) -> tuple[str, ...]:
+        """Marker strings the backend must keep as text for the parsers that will run."""
+        found = (*self.reasoning_markers, *(self.tool_markers if tools_active else ()))
+        return tuple(dict.fromkeys(m for m in found if m))
+
+    def call_text(self) -> CallText:
+        """How earlier calls are written into a prompt whose template does not render them: in the
+        tool format's own wire format, else as JSON lines."""
+        wire = self.wire
+        if wire is None:
+            return json_call_text
+
+        def write(calls: Sequence[Call]) -> str:
+            rendered = []
+            for call in calls:
+                arguments: Any = call.arguments
+                if isinstance(arguments, str):
+                    try:
+                        arguments = orjson.loads(arguments)
+                    except orjson.JSONDecodeError:
+                        arguments = {}
+                rendered.append((call.name, arguments if isinstance(arguments, Mapping) else {}))
+            return wire.render(rendered)
+
+        return write
+
+
+def label_of(parser: str | type | None) -> str:
+    if parser is None:
+        return "none"
+    return parser if isinstance(parser, str) else str(getattr(parser, "label", parser.__name__))
+
+
+@dataclass
+class Plan:
+    """A request resolved: its prompt, tools, formats and constraint (see the module docstring)."""
+
+    ask: Ask
+    prompt: str
+    tools: list[dict[str, Any]]  # offered to the model (rendered)
+    specs: tuple[ToolSpec, ...]  # the same tools, normalised once for the constraint and the parser
+    formats: Formats
+    in_reasoning: bool  # the output starts inside a reasoning block
+    constraint: Constraint
+    parse_tools: bool  # tool calls are parsed out of the output
+
+    @property
+    def named_tool(self) -> str | None:
+        return self.ask.named_tool
+
+    @property
+    def label(self) -> str:
+        """The tool parser's name for metrics."""
+        if not self.parse_tools:
+            return "none"
+        if self.constraint.output != "wire":
+            return self.constraint.output
+        return self.formats.label
+
+    def parser(self) -> ResponseParser:
+        """A fresh parser chain for one answer."""
+        output = self.constraint.output
+        if self.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
+            specs = self.specs
+            detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
+            return ResponseParser(None, FunctionCallParser(specs, detector=detector))
+        tool_parser = self.formats.tools if self.parse_tools else None
+        return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
+                                     in_reasoning=self.in_reasoning)
+
+    def filters(self, hold: bool) -> list[Any]:
+        """Post-parse event filters: at most ``max_calls`` calls; calls held until complete."""
+        filters: list[Any] = []
+        if self.constraint.max_calls is not None:
+            filters.append(CallLimit(self.constraint.max_calls))
+        if hold:
+            filters.append(CallHolder())
+        return filters
+
+    def generation_request(self) -> GenerationRequest:
+        return GenerationRequest(self.prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
+                                 self.constraint.fields)
+
+
+def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend) -> Plan:
+    """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
+    template refuses the conversation)."""
+    tools: list[dict[str, Any]] = []
+    if ask.tools and ask.tool_choice != "none":
+        tools = [t for t in ask.tools if ask.named_tool is None or t["function"]["name"] == ask.named_tool]
+    prompt = render_conversation(template, ask.turns, tools or None, formats.call_text(), **ask.template_kwargs)
+    if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
+        prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
+    inside = formats.starts_inside_reasoning(prompt)
+    specs = to_specs(tools)
+    request = ConstraintRequest.of(ask.tool_choice, ask.named_tool, specs, formats.wire, ask.parallel_tool_calls,
+                                   formats.reasoning_gate(inside), ask.response_format)
+    constraint = backend.constrain(request)
+    parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools)

@@ -1,0 +1,175 @@
+"""A planned request run against the backend: its text through the parsers, as events.
+
+``start_run`` opens the backend stream (retrying, bounded, only errors that happen before anything
+was generated and are safe to repeat) and waits for the first item, so a failure before the first
+byte is still an HTTP error. The ``Run`` then hands out parser events: ``lead()`` those of the first
+item (so they can leave with the response head), iteration the rest, then one ``Finished``. A
+backend failure after the first byte raises ``BackendError`` from the iteration; the face encodes it
+as its own error event. ``aclose()`` closes the upstream request (idempotent).
+
+``collect`` drains a run for a non-streaming answer: the same events, so streaming and
+non-streaming answers cannot disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from app.backends import Backend, Finish, TextDelta
+from app.backends.base import Generation, GenerationRequest, Usage
+from app.errors import BackendError
+from app.metrics import Metrics
+from app.pipeline.plan import Plan
+from parsers import ResponseParser
+from parsers.events import CallEnd, Event
+
+log = logging.getLogger("toolwire")
+
+
+@dataclass
+class Finished:
+    """How a run ended. ``reason`` is the backend's (``stop`` / ``length``); ``calls`` counts calls
+    that completed, ``unfinished`` calls shown in part that never completed."""
+
+    reason: str
+    usage: Usage | None
+    calls: int
+    unfinished: int
+
+
+async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
+    """Open the backend stream and wait for its first item; retry (bounded, with backoff) only
+    errors that happen before anything was generated and are safe to repeat."""
+    delay = 0.2
+    for attempt in range(retries + 1):
+        stream = backend.generate(request)
+        try:
+            first = await stream.__anext__()
+            return first, stream
+        except BackendError as exc:
+            await stream.aclose()
+            if exc.retryable and attempt < retries:
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            raise
+        except StopAsyncIteration:
+            raise BackendError(502, "backend returned an empty stream", kind="dropped") from None
+    raise AssertionError("unreachable")
+
+
+class ParseTally:
+    """Counts parse outcomes for ``Finished`` and the metrics (a pass-through event filter)."""
+
+    __slots__ = ("calls", "unfinished")
+
+    def __init__(self) -> None:
+        self.calls = self.unfinished = 0
+
+    def __call__(self, events: list[Event]) -> list[Event]:
+        for event in events:
+            if isinstance(event, CallEnd):
+                if event.ok:
+                    self.calls += 1
+                elif not event.raw:
+                    self.unfinished += 1
+        return events
+
+    def record(self, metrics: Metrics, label: str, parser: ResponseParser) -> None:
+        events = metrics.parse_events
+        tools = parser.tools
+        for name, count in (("tool_call", self.calls), ("unfinished_call", self.unfinished),
+                            ("malformed_passthrough", tools.malformed_calls if tools else 0),
+                            ("unknown_tool", tools.unknown_tool_names if tools else 0)):
+            if count:
+                events.labels(label, name).inc(count)
+
+
+class Run:
+    """One answer's events (see the module docstring)."""
+
+    def __init__(self, first: Any, stream: Generation, plan: Plan, metrics: Metrics, hold: bool) -> None:
+        self.pending: Any = first
+        self.stream = stream
+        self.plan = plan
+        self.metrics = metrics
+        self.parser = plan.parser()
+        self.tally = ParseTally()
+        self.filters = [self.tally, *plan.filters(hold)]
+        self.finished: Finished | None = None
+        self.text: list[str] | None = None  # the raw output, when content logging asked for it
+        self.closed = False
+
+    def _apply(self, events: list[Event]) -> list[Event]:
+        for apply in self.filters:
+            events = apply(events)
+        return events
+
+    def _feed(self, text: str) -> list[Event]:
+        if self.text is not None:
+            self.text.append(text)
+        return self._apply(self.parser.feed(text))
+
+    def lead(self) -> list[Event]:
+        """The events of the first backend item, if it is text (``[]`` otherwise)."""
+        item = self.pending
+        if not isinstance(item, TextDelta):
+            return []
+        self.pending = None
+        return self._feed(item.text)
+
+    def _finish(self, item: Finish) -> list[Event]:
+        events = self._apply(self.parser.end(truncated=item.reason == "length"))
+        self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished)
+        usage = item.usage
+        if usage is not None:
+            self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)
+            self.metrics.tokens.labels("completion").inc(usage.completion_tokens)
+        self.tally.record(self.metrics, self.plan.label, self.parser)
+        return events
+
+    async def __aiter__(self) -> AsyncIterator[list[Event]]:
+        """Event batches until the backend finishes (then ``self.finished`` is set; the last batch
+        holds what the parsers released at the end, possibly nothing)."""
+        item = self.pending
+        self.pending = None
+        try:
+            while True:
+                if item is None:
+                    item = await self.stream.__anext__()
+                if isinstance(item, TextDelta):
+                    events = self._feed(item.text)
+                    if events:
+                        yield events
+                    item = None
+                    continue
+                assert isinstance(item, Finish)
+                yield self._finish(item)
+                return
+        except BackendError as exc:
+            self.metrics.backend_errors.labels(exc.kind).inc()
+            raise
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.text:
+            log.debug("completion", extra={"fields": {"completion": "".join(self.text)}})
+        await self.stream.aclose()
+
+
+async def collect(run: Run) -> tuple[list[Event], Finished]:
+    """All of a run's events and how it ended (the run is closed afterwards)."""
+    events = run.lead()
+    try:
+        async for batch in run:
+            events += batch
+    finally:
+        await run.aclose()
+    assert run.finished is not None
+    return events, run.finished

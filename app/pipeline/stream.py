@@ -1,0 +1,83 @@
+"""The SSE body of one streamed answer, for any face: a ``Run``'s events through the face's encoder.
+
+An ``Encoder`` turns events into its wire format's bytes: ``head()`` (what opens the stream:
+the role chunk, ``response.created``, ``message_start`` — sent with the first text, so the first
+token leaves in one write), ``events(batch)``, ``finish(finished)`` (the closing events) and
+``error(exc)`` (a failure after the first byte). ``EventStream`` owns the lifecycle: ``lead()``
+encodes what the first backend item holds, iteration yields the rest, and ``aclose()`` — run
+however the stream ends, iterated or not — closes the upstream request, gives back the concurrency
+slot and ends the stream in the metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from app.errors import BackendError
+from app.metrics import Metrics
+from app.pipeline.run import Finished, Run
+from parsers.events import Event
+
+log = logging.getLogger("toolwire")
+
+
+class Encoder(Protocol):
+    def head(self) -> bytes: ...
+
+    def events(self, events: list[Event]) -> bytes: ...
+
+    def finish(self, finished: Finished) -> bytes: ...
+
+    def error(self, exc: BackendError) -> bytes: ...
+
+
+class EventStream:
+    """See the module docstring."""
+
+    def __init__(self, run: Run, encoder: Encoder, metrics: Metrics, release: Callable[[], None]) -> None:
+        self.run = run
+        self.encoder = encoder
+        self.metrics = metrics
+        self.release = release
+        self.opening = encoder.head()  # sent with the first text (one write instead of two)
+        self.closed = False
+        metrics.active_streams.inc()
+
+    def _encode(self, events: list[Event]) -> bytes:
+        data = self.encoder.events(events)
+        if self.opening:  # the opening goes out with the first text, whatever the parser holds back
+            data, self.opening = self.opening + data, b""
+        return data
+
+    def lead(self) -> bytes:
+        """What the first backend item gives, opening included."""
+        return self._encode(self.run.lead())
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        run = self.run
+        try:
+            async for events in run:
+                if run.finished is not None:
+                    yield self._encode(events) + self.encoder.finish(run.finished)
+                    return
+                data = self._encode(events)
+                if data:
+                    yield data
+        except BackendError as exc:
+            log.warning("backend failed mid-stream: %s", exc.message)
+            yield self.opening + self.encoder.error(exc)
+            self.opening = b""
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.metrics.active_streams.dec()
+            await self.run.aclose()
+        finally:
+            self.release()
