@@ -53,6 +53,7 @@ async def start(ask: Ask, runtime: Runtime, scope: RequestScope) -> Run:
             raise render_error(exc) from None
         if runtime.settings.log_content:
             log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
+        parser = plan.parser()
         try:
             first, stream = await start_generation(backend, plan.generation_request(), runtime.settings.retries)
         except BackendError as exc:
@@ -63,7 +64,7 @@ async def start(ask: Ask, runtime: Runtime, scope: RequestScope) -> Run:
         scope.release()
         raise
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else runtime.settings.hold_tool_calls
-    run = Run(first, stream, plan, runtime.metrics, hold)
+    run = Run(first, stream, plan, parser, runtime.metrics, hold)
     if runtime.settings.log_content:
         run.text = []
     return run

@@ -92,12 +92,13 @@ class ParseTally:
 class Run:
     """One answer's events (see the module docstring)."""
 
-    def __init__(self, first: Any, stream: Generation, plan: Plan, metrics: Metrics, hold: bool) -> None:
+    def __init__(self, first: Any, stream: Generation, plan: Plan, parser: ResponseParser, metrics: Metrics,
+                 hold: bool) -> None:
         self.pending: Any = first
         self.stream = stream
         self.plan = plan
         self.metrics = metrics
-        self.parser = plan.parser()
+        self.parser = parser  # built before the backend was asked: off the first token's path
         self.tally = ParseTally()
         self.filters = [self.tally, *plan.filters(hold)]
         self.finished: Finished | None = None
