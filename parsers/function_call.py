@@ -1,6 +1,7 @@
 """Tool calls: find them in the model's normal text and stream them as deltas.
 
-``ToolCallDetector`` is a format declaration plus its program (see ``detectors/tools``).
+``ToolCallDetector`` is a format declaration (``format``: a ``parsers.format.ToolFormat``) bound to
+one request's tools and prompt (see ``detectors/tools``).
 ``FunctionCallParser`` is the SGLang-compatible surface:
 
     parser = FunctionCallParser(tools, "qwen25")
@@ -21,17 +22,24 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from parsers.core.cursor import Cursor
-from parsers.core.program import Out, Program
+from parsers.core.driver import Driver, Out
 from parsers.events import CallArgs, CallStart, Content, Event
 from parsers.fold import fold
+from parsers.format import ToolFormat
 from parsers.registry import tool_detector_class
 from parsers.tools import ToolSpec, to_specs
 from parsers.wire import WireFormat
 
 
 class ToolCallDetector:
-    """A tool-call format: its markers (data) and its program (``body``)."""
+    """A tool-call format bound to one request: the tools offered (``tools_by_name``) and the
+    rendered prompt (``prompt``, set by ``prepare``). A subclass declares ``format``; the class
+    attributes below are copied from it when the class is created, so they can be read without
+    an instance (``tool_detector_class(name).wire``). A detector without a format (one made for a
+    single request, like the constrained-output readers) overrides ``body`` instead."""
 
+    #: the format, declared once (see ``parsers.format``)
+    format: ClassVar[ToolFormat | None] = None
     #: texts that begin tool-call output; they also end an unclosed reasoning block
     start_markers: ClassVar[tuple[str, ...]] = ()
     #: every marker text of the format (leak checks, backend token preservation)
@@ -43,17 +51,35 @@ class ToolCallDetector:
     #: how the format writes calls, for constrained decoding (None: cannot be constrained)
     wire: ClassVar[WireFormat | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fmt = cls.__dict__.get("format")
+        if isinstance(fmt, ToolFormat):
+            cls.start_markers = fmt.start_markers
+            cls.markers = fmt.markers
+            cls.trim_around_calls = fmt.trim_around_calls
+            cls.handles_reasoning = fmt.handles_reasoning
+            cls.wire = fmt.wire
+
     def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         self.tools = tuple(tools)
-        self.tools_by_name = {t.name: t for t in self.tools}
+        self.tools_by_name: dict[str, ToolSpec] = {t.name: t for t in self.tools}
+        self.prompt: str | None = None
 
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        raise NotImplementedError
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, object]:
+        """The detector's program over one response (the format's ``read`` with this detector as
+        its context)."""
+        if self.format is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no format and no body")
+        return self.format.read(self, cur, out)
 
     def prepare(self, prompt: str | None) -> None:
-        """Learn the start state from the rendered prompt (Harmony, Functionary v3.2 …)."""
+        """Learn the rendered prompt before parsing starts (start states: Harmony, Functionary v3.2 …)."""
+        self.prompt = prompt
 
     def has_tool_call(self, text: str) -> bool:
+        if self.format is not None:
+            return self.format.has_tool_call(text)
         return any(m in text for m in self.start_markers)
 
 
@@ -80,9 +106,9 @@ class FunctionCallParser:
         self.tool_call_parser = tool_call_parser
         self._program = self._new_program()
 
-    def _new_program(self) -> Program:
+    def _new_program(self) -> Driver:
         known = frozenset(t.name for t in self.tools) if self.tools else None
-        return Program(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known)
+        return Driver(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known)
 
     @property
     def malformed_calls(self) -> int:

@@ -24,8 +24,8 @@ from collections.abc import Generator, Iterable
 from typing import Any, ClassVar
 
 from parsers.core.cursor import Cursor
+from parsers.core.driver import Driver, Out, Program
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out, Program, ProgramBody
 from parsers.events import Content, Event, Reasoning
 from parsers.registry import reasoning_detector_class
 
@@ -65,8 +65,8 @@ class ReasoningDetector:
             return False
         return None
 
-    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
-        """The program: optional start marker at the very beginning, reasoning up to an end marker
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+        """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
         (or a stop marker, which passes through as normal text), then normal text with the
         content markup removed."""
         starts = tuple(self.start)
@@ -123,7 +123,7 @@ class ReasoningParser:
         if state is None:
             state = self.detector.force_reasoning
         self.in_reasoning_at_start = state
-        self._program = Program(self.detector.body(state, self._stop_markers))
+        self._program = Driver(self.detector.make_program(state, self._stop_markers))
         self._held: list[str] = []
 
     # ------------------------------------------------------------------ event surface

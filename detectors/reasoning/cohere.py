@@ -8,7 +8,7 @@ The answer wrappers are markup; an action block (``<|START_ACTION|>``) passes on
 
 from __future__ import annotations
 
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import ReasoningDetector
 
 
 class Cohere(ReasoningDetector):

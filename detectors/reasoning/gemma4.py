@@ -5,7 +5,7 @@ with thinking on the model opens it."""
 
 from __future__ import annotations
 
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import ReasoningDetector
 
 
 class Gemma4(ReasoningDetector):

@@ -6,7 +6,7 @@ The response wrapper is markup, not content."""
 
 from __future__ import annotations
 
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import ReasoningDetector
 
 
 class Granite(ReasoningDetector):

@@ -3,7 +3,7 @@
     <|channel|>analysis<|message|>Simple arithmetic.<|end|><|start|>assistant<|channel|>final<|message|>4.
 
 → reasoning ``Simple arithmetic.``, content ``4.``. It runs the same Harmony program as the
-``gpt-oss`` tool parser (``parsers.core.harmony``) with tool calls disabled: a call message's body
+``gpt-oss`` tool parser (``parsers.shapes.harmony``) with tool calls disabled: a call message's body
 (``to=functions.NAME``) is passed through as content, as the model wrote it (the client asked for
 no tool parsing, and text is never lost); calls to built-in tools are dropped as there.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from parsers.core.harmony import (
+from parsers.declare import (
     ANALYSIS_BODY,
     CHANNEL,
     END,
@@ -26,13 +26,13 @@ from parsers.core.harmony import (
     HARMONY,
     MESSAGE,
     Dialect,
+    Program,
+    ReasoningDetector,
     Start,
     harmony_program,
     parse_header,
     start_from_prompt,
 )
-from parsers.core.program import ProgramBody
-from parsers.reasoning import ReasoningDetector
 
 
 class GptOssReasoning(ReasoningDetector):
@@ -53,7 +53,7 @@ class GptOssReasoning(ReasoningDetector):
         start = self._start
         return start.in_body and parse_header(start.prefix, start.opened, self.dialect).channel == "analysis"
 
-    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
         start = self._start
         if in_reasoning and not start.in_body:
             start = ANALYSIS_BODY

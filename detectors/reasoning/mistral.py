@@ -6,7 +6,7 @@ by control tokens, so ``[TOOL_CALLS]`` text inside it is reasoning, not a call. 
 
 from __future__ import annotations
 
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import ReasoningDetector
 
 
 class Mistral(ReasoningDetector):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import ReasoningDetector
 
 
 class SeedOss(ReasoningDetector):

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 
-from parsers.core.cursor import Cursor
-from parsers.core.program import Out, ProgramBody
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import Cursor, Out, Program, ReasoningDetector
 
 
 class Qwen3(ReasoningDetector):
@@ -61,7 +59,7 @@ class MinimaxAppendThink(Qwen3):
     """MiniMax-M2 with reasoning left in the content: the generation prompt opened ``<think>``, so
     the content is ``<think>`` + the output, verbatim (clients that render think blocks expect it)."""
 
-    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             out.content.write(self.start[0])
             yield from cur.rest(out.content.write)

@@ -11,13 +11,9 @@ where the model itself ended the output (a stop string).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_calls
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
+from parsers.declare import CallContext, Cursor, JsonCallShape, MarkerSet, Out, ToolCallDetector, ToolFormat, \
+    WireFormat, call_template, json_calls, lit
 
 PREFIX, SUFFIX = "<|tools_prefix|>", "<|tools_suffix|>"
 SHAPE = JsonCallShape(name_keys=(), args_keys=(), nest_keys=(), name_is_key=True)
@@ -25,15 +21,17 @@ _START = MarkerSet((PREFIX,))
 _STOP = MarkerSet((PREFIX, SUFFIX))
 
 
-class Apertus(ToolCallDetector):
-    start_markers = (PREFIX,)
-    markers = (PREFIX, SUFFIX)
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    while True:
+        marker = yield from cur.until(_START, out.content.write)
+        if marker is None:
+            return
+        out.calls.begin(marker)
+        if (yield from json_calls(cur, out, SHAPE, _STOP)):
+            yield from cur.closing(SUFFIX)
 
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        while True:
-            marker = yield from cur.until(_START, out.content.write)
-            if marker is None:
-                return
-            out.calls.begin(marker)
-            if (yield from json_calls(cur, out, SHAPE, _STOP)):
-                yield from cur.closing(SUFFIX)
+
+class Apertus(ToolCallDetector):
+    format = ToolFormat(read=_read, start_markers=(PREFIX,), markers=(PREFIX, SUFFIX),
+                        wire=WireFormat(call_template(SHAPE), section=(lit(PREFIX + "["), lit("]" + SUFFIX)),
+                                        separator=", "))

@@ -19,13 +19,9 @@ belongs to the ``cohere`` reasoning parser, which runs before this one.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call_list
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
+from parsers.declare import CallContext, Cursor, JsonCallShape, MarkerSet, Out, ToolCallDetector, ToolFormat, \
+    WireFormat, json_call_list, lit
 
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
 #: answer wrappers (R7B, Command A): markup around content, dropped
@@ -35,18 +31,24 @@ _OUTER = MarkerSet((START_ACTION, *TEXT_MARKERS))
 _STOP = MarkerSet((START_ACTION, END_ACTION))
 
 
-class Cohere(ToolCallDetector):
-    start_markers = (START_ACTION,)
-    markers = (START_ACTION, END_ACTION, *TEXT_MARKERS)
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    while True:
+        marker = yield from cur.until(_OUTER, out.content.write)
+        if marker is None:
+            return
+        if marker != START_ACTION:
+            out.content.boundary()  # an answer wrapper: markup, with the whitespace next to it
+            continue
+        out.calls.begin(marker)
+        if (yield from json_call_list(cur, out, SHAPE, _STOP)):
+            yield from cur.closing(END_ACTION)
 
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        while True:
-            marker = yield from cur.until(_OUTER, out.content.write)
-            if marker is None:
-                return
-            if marker != START_ACTION:
-                out.content.boundary()  # an answer wrapper: markup, with the whitespace next to it
-                continue
-            out.calls.begin(marker)
-            if (yield from json_call_list(cur, out, SHAPE, _STOP)):
-                yield from cur.closing(END_ACTION)
+
+#: as the chat template writes calls: the list one call per line, positions as ``tool_call_id``
+WIRE = WireFormat('{"tool_call_id": "$index", "tool_name": "$name", "parameters": $args}',
+                  section=(lit(START_ACTION + "[\n    "), lit("\n]" + END_ACTION)), separator=",\n    ")
+
+
+class Cohere(ToolCallDetector):
+    format = ToolFormat(read=_read, start_markers=(START_ACTION,), markers=(START_ACTION, END_ACTION, *TEXT_MARKERS),
+                        wire=WIRE)

@@ -10,30 +10,43 @@ Both stream the arguments as written, like every other detector.
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call_list
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
-from parsers.tools import ToolSpec
+from parsers.declare import (
+    DEFAULT_SHAPE,
+    CallContext,
+    Cursor,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    ToolSpec,
+    WireFormat,
+    call_template,
+    json_args_object,
+    json_call_list,
+)
+
+
+def _json_array(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    yield from cur.skip_ws()
+    if (yield from cur.peek()) == "[":
+        out.calls.begin()
+        yield from json_call_list(cur, out, DEFAULT_SHAPE)
+    yield from cur.rest(out.content.write)
 
 
 class JsonCallArray(ToolCallDetector):
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        yield from cur.skip_ws()
-        if (yield from cur.peek()) == "[":
-            out.calls.begin()
-            yield from json_call_list(cur, out, JsonCallShape())
-        yield from cur.rest(out.content.write)
+    format = ToolFormat(read=_json_array, start_markers=(), wire=WireFormat(
+        call_template(DEFAULT_SHAPE), section=("[", "]"), separator=", ", trigger_word=""))
 
 
 class NamedArguments(ToolCallDetector):
+    """Reads the arguments of one tool named per request (no format of its own: ``body``)."""
+
     def __init__(self, tools: Sequence[ToolSpec], name: str) -> None:
         super().__init__(tools)
         self.name = name
 
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
         yield from cur.skip_ws()
         if (yield from cur.peek()) == "{":
             out.calls.begin()

@@ -12,37 +12,34 @@ zero-argument invoke may be self-closing (``<｜DSML｜invoke name="x"/>``).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.namedcall import NamedJsonShape
-from parsers.core.program import Out
-from parsers.core.programs import named_json_calls, xml_calls
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    NamedJsonShape,
+    Out,
+    ToolCallDetector,
+    XmlArgs,
+    XmlCallShape,
+    calls_format,
+    named_json,
+    tagged_xml,
+    xml_call,
+    xml_wire,
+)
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-SPECIAL = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
 
 
 class DeepSeekV3(ToolCallDetector):
-    start_markers = (CALLS_BEGIN, CALL_BEGIN)
-    markers = SPECIAL
-    wire = WireFormat(f"{CALL_BEGIN}function{SEP}$$name\n```json\n$$args\n```{CALL_END}".replace("$$", "$"),
-                      section=(CALLS_BEGIN, CALLS_END), separator="\n")
-    body = named_json_calls(CALL_BEGIN, NamedJsonShape(name_end="\n", call_end=CALL_END, type_sep=SEP, fence=True),
-                            section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
+    format = named_json(CALL_BEGIN, NamedJsonShape(name_end="\n", call_end=CALL_END, type_sep=SEP, fence=True),
+                        section=(CALLS_BEGIN, CALLS_END), bare_calls=True, separator="\n")
 
 
 class DeepSeekV31(ToolCallDetector):
-    start_markers = (CALLS_BEGIN, CALL_BEGIN)
-    markers = SPECIAL
-    wire = WireFormat(f"{CALL_BEGIN}$$name{SEP}$$args{CALL_END}".replace("$$", "$"), section=(CALLS_BEGIN, CALLS_END))
-    body = named_json_calls(CALL_BEGIN, NamedJsonShape(name_end=SEP, call_end=CALL_END),
-                            section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
+    format = named_json(CALL_BEGIN, NamedJsonShape(name_end=SEP, call_end=CALL_END),
+                        section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
 
 
 def _dsml(prefix: str) -> XmlCallShape:
@@ -56,26 +53,20 @@ DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "
 
 
 class DeepSeekV32(ToolCallDetector):
-    wire = WireFormat(f'<{DSML}invoke name="$$name">\n$$args</{DSML}invoke>\n'.replace("$$", "$"),
-                      section=(f"<{DSML}function_calls>\n", f"</{DSML}function_calls>"),
-                      params=f'<{DSML}parameter name="$$key" string="$$is_string">$$value</{DSML}parameter>\n'
-                      .replace("$$", "$"), string_value_end=f"</{DSML}parameter>")
-    start_markers = (f"<{DSML}function_calls>",)
-    markers = (f"<{DSML}function_calls>", f"</{DSML}function_calls>", f"<{DSML}invoke", f"</{DSML}invoke>",
-               f"<{DSML}parameter", f"</{DSML}parameter>", "｜DSML｜")
-    body = xml_calls(f'<{DSML}invoke name="', _dsml(DSML), section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>"))
+    format = tagged_xml(f'<{DSML}invoke name="', _dsml(DSML), section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>"),
+                        markers=(DSML,))
 
 
 _INVOKES = {f'<{p}invoke name="': _dsml(p) for p in (DSML, DSML_SPACED)}
+_V4_SECTIONS = ((f"<{DSML}tool_calls>", f"</{DSML}tool_calls>"), (f"<{DSML_SPACED}calls>", f"</{DSML_SPACED}calls>"))
 
 
-def _parse_dsml(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
-    return (yield from xml_call(_INVOKES[marker], detector.tools_by_name, cur, out))
+def _read_dsml(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+    return (yield from xml_call(_INVOKES[marker], ctx.tools_by_name, cur, out))
 
 
 class DeepSeekV4(ToolCallDetector):
-    start_markers = (f"<{DSML}tool_calls>", f"<{DSML_SPACED}calls>")
-    markers = (f"<{DSML}tool_calls>", f"</{DSML}tool_calls>", f"<{DSML_SPACED}calls>", f"</{DSML_SPACED}calls>",
-               "｜DSML｜")
-    body = marker_calls(tuple(_INVOKES), _parse_dsml, section=(
-        (f"<{DSML}tool_calls>", f"</{DSML}tool_calls>"), (f"<{DSML_SPACED}calls>", f"</{DSML_SPACED}calls>")))
+    """Written in V4.0's spelling (``<｜DSML｜tool_calls>``)."""
+
+    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
+                          wire=xml_wire(f'<{DSML}invoke name="', _dsml(DSML), _V4_SECTIONS[0]))

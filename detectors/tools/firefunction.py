@@ -10,19 +10,10 @@ output is a call list too. There is no closing marker.
 
 from __future__ import annotations
 
-from parsers.core.jsoncall import JsonCallShape
-from parsers.core.listcalls import Opener, list_calls, starts_with_list
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import Opener, ToolCallDetector, json_list
 
 FUNCTOOLS = "functools["
 
 
 class FireFunction(ToolCallDetector):
-    start_markers = (FUNCTOOLS,)
-    markers = (FUNCTOOLS,)
-    wire = WireFormat('{"name": "$name", "arguments": $args}', section=(" " + FUNCTOOLS, "]"), separator=", ")
-    body = list_calls({FUNCTOOLS: Opener(opens_list=True)}, JsonCallShape(), bare_at_start=True)
-
-    def has_tool_call(self, text: str) -> bool:
-        return FUNCTOOLS in text or starts_with_list(text)
+    format = json_list({FUNCTOOLS: Opener(opens_list=True)}, write=FUNCTOOLS, lead=" ", bare_at_start=True)

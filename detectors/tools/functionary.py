@@ -28,17 +28,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Generator, Mapping
-from typing import Any
 
-from parsers.core.channels import TextChannel
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import json_args_object
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import escape, schema_type
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    TextChannel,
+    ToolCallDetector,
+    ToolFormat,
+    ToolSpec,
+    WireFormat,
+    calls_format,
+    escape,
+    json_args_object,
+    schema_type,
+)
 
 PYTHON = "python"
 CONTENT_RECIPIENT = "all"
@@ -51,7 +56,7 @@ def read_name(cur: Cursor, end: str, limit: int = 128) -> Generator[None, None, 
     Each resumption rescans at most ``limit`` characters."""
     while True:
         buf, pos = cur.buf, cur.pos
-        stop = _NAME_CHARS.match(buf, pos, pos + limit + 1).end()
+        stop = _NAME_CHARS.match(buf, pos, pos + limit + 1).end()  # type: ignore[union-attr]  # matches ""
         if stop - pos > limit:
             return None
         if stop < len(buf):
@@ -64,12 +69,11 @@ def read_name(cur: Cursor, end: str, limit: int = 128) -> Generator[None, None, 
         yield
 
 
-def code_key(tools: Mapping[str, Any]) -> str:
+def code_key(tools: Mapping[str, ToolSpec]) -> str:
     """The arguments key for raw Python code: the only string parameter of an offered ``python``
     tool, else ``code``."""
     tool = tools.get(PYTHON)
-    params = getattr(tool, "parameters", None)
-    props = params.get("properties") if isinstance(params, Mapping) else None
+    props = tool.parameters.get("properties") if tool is not None else None
     if isinstance(props, Mapping):
         strings = [k for k, v in props.items() if schema_type(v) == "string"]
         if len(strings) == 1:
@@ -77,13 +81,13 @@ def code_key(tools: Mapping[str, Any]) -> str:
     return "code"
 
 
-def code_call(detector: Any, cur: Cursor, out: Out, end: MarkerSet | None,
+def code_call(ctx: CallContext, cur: Cursor, out: Out, end: MarkerSet | None,
               trim_trailing: bool) -> Generator[None, None, tuple[bool, str | None]]:
     """A ``python`` call whose arguments are the raw code that follows, JSON-escaped as it
     streams, up to ``end`` (consumed, and returned) or the end of the output. Returns whether
     the call is complete and the marker that ended it."""
     out.calls.header(PYTHON)
-    out.calls.args('{"' + escape(code_key(detector.tools_by_name)) + '": "')
+    out.calls.args('{"' + escape(code_key(ctx.tools_by_name)) + '": "')
     code = TextChannel(lambda text: out.calls.args(escape(text)), trim_before_boundary=trim_trailing)
     if end is None:
         yield from cur.rest(code.write)
@@ -101,9 +105,9 @@ FUNCTION, FUNCTION_END, PYTHON_TAG = "<function=", "</function>", "<|python_tag|
 _V31_STOP = MarkerSet((FUNCTION, FUNCTION_END, PYTHON_TAG))
 
 
-def _v31_call(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+def _v31_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
     if marker == PYTHON_TAG:
-        ok, _ = yield from code_call(detector, cur, out, None, trim_trailing=False)
+        ok, _ = yield from code_call(ctx, cur, out, None, trim_trailing=False)
         return ok
     name = yield from read_name(cur, ">")
     if name is None:
@@ -115,10 +119,8 @@ def _v31_call(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[No
 
 
 class FunctionaryV31(ToolCallDetector):
-    start_markers = (FUNCTION, PYTHON_TAG)
-    markers = (FUNCTION, FUNCTION_END, PYTHON_TAG)
-    wire = WireFormat("<function=$name>$args</function>")
-    body = marker_calls((FUNCTION, PYTHON_TAG), _v31_call)
+    format = calls_format((FUNCTION, PYTHON_TAG), _v31_call, markers=(FUNCTION_END,),
+                          wire=WireFormat("<function=$name>$args</function>"))
 
 
 # ---------------------------------------------------------------------------------- v3.2
@@ -127,52 +129,50 @@ SEP = ">>>"
 _SEP = MarkerSet((SEP,))
 
 
-class FunctionaryV32(ToolCallDetector):
-    start_markers = (SEP,)
-    markers = (SEP,)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: whether the output starts with a recipient (the prompt ended with ``>>>``); ``None``:
-        #: unknown, a recipient line at the very start is recognised by its shape
-        self.recipient_first: bool | None = None
-
-    def prepare(self, prompt: str | None) -> None:
-        self.recipient_first = None if prompt is None else prompt.endswith(SEP)
-
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        marker: str | None = None
-        if self.recipient_first is not False:
-            lead = yield from cur.match((SEP,))
-            marker = yield from self._segment(cur, out, lead or "")
-        while True:
+def _v32_read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    # whether the output starts with a recipient (the prompt ended with ``>>>``); ``None``:
+    # unknown, a recipient line at the very start is recognised by its shape
+    recipient_first = None if ctx.prompt is None else ctx.prompt.endswith(SEP)
+    marker: str | None = None
+    if recipient_first is not False:
+        lead = yield from cur.match((SEP,))
+        marker = yield from _segment(ctx, cur, out, lead or "")
+    while True:
+        if marker is None:
+            marker = yield from cur.until(_SEP, out.content.write)
             if marker is None:
-                marker = yield from cur.until(_SEP, out.content.write)
-                if marker is None:
-                    return
-            marker = yield from self._segment(cur, out, marker)
+                return
+        marker = yield from _segment(ctx, cur, out, marker)
 
-    def _segment(self, cur: Cursor, out: Out, marker: str) -> Generator[None, None, str | None]:
-        """One ``RECIPIENT\\n…`` segment after ``marker``. Returns the separator when raw code
-        ran up to the next one (consumed), else ``None`` (the text that follows is content)."""
-        out.calls.begin(marker)
-        name = yield from read_name(cur, "\n")
-        if name is None:
-            out.calls.end(False)
-            return None
-        if name == CONTENT_RECIPIENT:
-            out.calls.cancel()
-            out.content.boundary()
-            return None
-        first = yield from cur.peek()
-        if name == PYTHON and first != "{":
-            ok, sep = yield from code_call(self, cur, out, _SEP, trim_trailing=True)
-            out.calls.end(ok)
-            return sep
-        yield from cur.skip_ws()
-        if (yield from cur.peek()) != "{":
-            out.calls.end(False)
-            return None
-        out.calls.header(name)
-        out.calls.end((yield from json_args_object(cur, out, _SEP)))
+
+def _segment(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, str | None]:
+    """One ``RECIPIENT\\n…`` segment after ``marker``. Returns the separator when raw code ran up
+    to the next one (consumed), else ``None`` (the text that follows is content)."""
+    out.calls.begin(marker)
+    name = yield from read_name(cur, "\n")
+    if name is None:
+        out.calls.end(False)
         return None
+    if name == CONTENT_RECIPIENT:
+        out.calls.cancel()
+        out.content.boundary()
+        return None
+    first = yield from cur.peek()
+    if name == PYTHON and first != "{":
+        ok, sep = yield from code_call(ctx, cur, out, _SEP, trim_trailing=True)
+        out.calls.end(ok)
+        return sep
+    yield from cur.skip_ws()
+    if (yield from cur.peek()) != "{":
+        out.calls.end(False)
+        return None
+    out.calls.header(name)
+    out.calls.end((yield from json_args_object(cur, out, _SEP)))
+    return None
+
+
+class FunctionaryV32(ToolCallDetector):
+    # the prompt ends with ``>>>``: the first call is ``NAME\n{…}``, a further one ``>>>NAME\n{…}``
+    # (as llama.cpp writes them); no distinctive first word, so no lazy grammar
+    format = ToolFormat(read=_v32_read, start_markers=(SEP,),
+                        wire=WireFormat("$name\n$args", separator=SEP, trigger_word=""))

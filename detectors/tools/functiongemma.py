@@ -10,8 +10,7 @@ calls; if it is passed through, it is markup.
 
 from __future__ import annotations
 
-from parsers.core.objnotation import ObjNotationShape, objnotation_calls
-from parsers.function_call import ToolCallDetector
+from parsers.declare import ObjNotationShape, ToolCallDetector, object_notation
 
 SHAPE = ObjNotationShape(
     call_start="<start_function_call>", call_end="<end_function_call>", string_delim="<escape>",
@@ -19,6 +18,4 @@ SHAPE = ObjNotationShape(
 
 
 class FunctionGemma(ToolCallDetector):
-    start_markers = (SHAPE.call_start,)
-    markers = SHAPE.markers
-    body = objnotation_calls(SHAPE)
+    format = object_notation(SHAPE)

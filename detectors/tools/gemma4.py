@@ -3,7 +3,7 @@
     <|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>c<|"|>}<tool_call|>
     <|tool_call>call:create_event{attendees:[{email:<|"|>ana@x.com<|"|>,optional:false}],tz:null}<tool_call|>
 
-Keys are bare; strings sit between ``<|"|>`` tokens, unescaped (see ``parsers.core.objnotation``).
+Keys are bare; strings sit between ``<|"|>`` tokens, unescaped (see ``parsers.shapes.objnotation``).
 Generation stops on ``<|tool_response>`` (or ``<turn|>``, which some checkpoints write in place of
 ``<tool_call|>``); if an engine passes either through, it is markup. Text before and after a call is
 content as written (the template renders an assistant's text after its calls).
@@ -11,8 +11,7 @@ content as written (the template renders an assistant's text after its calls).
 
 from __future__ import annotations
 
-from parsers.core.objnotation import ObjNotationShape, objnotation_calls
-from parsers.function_call import ToolCallDetector
+from parsers.declare import ObjNotationShape, ToolCallDetector, object_notation
 
 SHAPE = ObjNotationShape(
     call_start="<|tool_call>", call_end="<tool_call|>", string_delim='<|"|>',
@@ -20,7 +19,4 @@ SHAPE = ObjNotationShape(
 
 
 class Gemma4(ToolCallDetector):
-    start_markers = (SHAPE.call_start,)
-    markers = SHAPE.markers
-    trim_around_calls = False
-    body = objnotation_calls(SHAPE)
+    format = object_notation(SHAPE, trim_around_calls=False)

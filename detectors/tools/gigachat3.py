@@ -21,15 +21,24 @@ marked ``string="false"`` are JSON (typed by the schema when it says more).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import section_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    JsonCallShape,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    WireFormat,
+    XmlArgs,
+    XmlCallShape,
+    call_template,
+    json_call,
+    lit,
+    section_calls,
+    xml_call,
+)
 
 FUNCTION_CALL = "<|function_call|>"  # 3.1
 ROLE_CALL = "function call<|role_sep|>"  # 3.0: the "function call" role header
@@ -46,30 +55,35 @@ _STOP = MarkerSet((FUNCTION_CALL, ROLE_SEP, MESSAGE_SEP))
 _GCML_INSIDE = MarkerSet((GCML_INVOKE, GCML_CLOSE))
 
 
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    while True:
+        marker = yield from cur.until(_OUTER, out.content.write)
+        if marker is None:
+            return
+        if marker == MESSAGE_SEP:
+            out.content.boundary()  # the end of the assistant's text
+        elif marker == GCML_OPEN:
+            yield from _gcml_section(ctx, cur, out)
+        else:
+            out.calls.begin(marker)
+            if out.calls.end((yield from json_call(cur, out, SHAPE, _STOP))):
+                yield from cur.skip_ws()
+                yield from cur.match((MESSAGE_SEP, EOS))
+
+
+def _gcml_section(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    """GCML invokes up to the section end; after a malformed call the rest is content again."""
+
+    def invoke(_: str) -> Generator[None, None, bool]:
+        return (yield from xml_call(GCML_SHAPE, ctx.tools_by_name, cur, out))
+
+    yield from section_calls(cur, out, _GCML_INSIDE, GCML_CLOSE, invoke)
+
+
 class GigaChat3(ToolCallDetector):
-    start_markers = (FUNCTION_CALL, ROLE_CALL, GCML_OPEN)
-    markers = (FUNCTION_CALL, MESSAGE_SEP, ROLE_SEP, GCML_OPEN, GCML_CLOSE, f"<{GCML}invoke", f"</{GCML}invoke>",
-               f"<{GCML}parameter", f"</{GCML}parameter>")
-
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        while True:
-            marker = yield from cur.until(_OUTER, out.content.write)
-            if marker is None:
-                return
-            if marker == MESSAGE_SEP:
-                out.content.boundary()  # the end of the assistant's text
-            elif marker == GCML_OPEN:
-                yield from self._gcml_section(cur, out)
-            else:
-                out.calls.begin(marker)
-                if out.calls.end((yield from json_call(cur, out, SHAPE, _STOP))):
-                    yield from cur.skip_ws()
-                    yield from cur.match((MESSAGE_SEP, EOS))
-
-    def _gcml_section(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
-        """GCML invokes up to the section end; after a malformed call the rest is content again."""
-
-        def invoke(_: str) -> Generator[None, None, bool]:
-            return (yield from xml_call(GCML_SHAPE, self.tools_by_name, cur, out))
-
-        yield from section_calls(cur, out, _GCML_INSIDE, GCML_CLOSE, invoke)
+    # written as GigaChat 3.1 does: ``<|function_call|>`` + the call object, per call
+    format = ToolFormat(
+        read=_read, start_markers=(FUNCTION_CALL, ROLE_CALL, GCML_OPEN),
+        markers=(FUNCTION_CALL, MESSAGE_SEP, ROLE_SEP, GCML_OPEN, GCML_CLOSE, f"<{GCML}invoke", f"</{GCML}invoke>",
+                 f"<{GCML}parameter", f"</{GCML}parameter>"),
+        wire=WireFormat(lit(FUNCTION_CALL) + call_template(SHAPE)))

@@ -13,10 +13,7 @@ or precedes the next call (elsewhere that text is part of the value).
 
 from __future__ import annotations
 
-from parsers.core.programs import xml_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 SHAPE = XmlCallShape(
     name_end=("\n", "<arg_key>", "</tool_call>"),
@@ -27,12 +24,8 @@ SHAPE = XmlCallShape(
 
 
 class Glm45(ToolCallDetector):
-    start_markers = ("<tool_call>",)
-    markers = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
-    wire = WireFormat("<tool_call>$name\n$args</tool_call>", separator="\n",
-                      params="<arg_key>$key</arg_key>\n<arg_value>$value</arg_value>\n", string_value_end="</arg_value>")
-    body = xml_calls("<tool_call>", SHAPE)
+    format = tagged_xml("<tool_call>", SHAPE)
 
 
 class Glm47(Glm45):
-    """GLM-4.7: the compact spelling of the same format."""
+    """GLM-4.7: the compact spelling of the same format (read alike; written like GLM-4.5)."""

@@ -12,21 +12,27 @@ another plugin (``<|action_start|><|interpreter|>`` code) is not a tool call and
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    JsonCallShape,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    WireFormat,
+    call_template,
+    calls_format,
+    json_call,
+    lit,
+)
 
 ACTION_START, PLUGIN, ACTION_END = "<|action_start|>", "<|plugin|>", "<|action_end|>"
 SHAPE = JsonCallShape(name_keys=("name",), args_keys=("parameters", "arguments"))
 _STOP = MarkerSet((ACTION_START, ACTION_END))
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
     """``<|plugin|>`` (after optional whitespace), the call object, ``<|action_end|>``."""
     yield from cur.skip_ws()
     if not (yield from cur.expect(PLUGIN)):
@@ -37,6 +43,5 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
 
 
 class InternS1(ToolCallDetector):
-    start_markers = (ACTION_START,)
-    markers = (ACTION_START, PLUGIN, ACTION_END)
-    body = marker_calls(ACTION_START, _parse)
+    format = calls_format(ACTION_START, _read_call, markers=(PLUGIN, ACTION_END), wire=WireFormat(
+        lit(ACTION_START + PLUGIN + "\n") + call_template(SHAPE) + lit(ACTION_END), separator="\n"))

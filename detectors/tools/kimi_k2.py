@@ -7,10 +7,7 @@ Text between calls inside the section is markup; whitespace around the section i
 
 from __future__ import annotations
 
-from parsers.core.namedcall import NamedJsonShape
-from parsers.core.programs import named_json_calls
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import NamedJsonShape, ToolCallDetector, named_json
 
 SECTIONS = (("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
             ("<|tool_call_section_begin|>", "<|tool_call_section_end|>"))
@@ -27,12 +24,7 @@ def split_kimi_id(text: str) -> tuple[str, str | None]:
 
 
 class KimiK2(ToolCallDetector):
-    start_markers = (SECTIONS[0][0], SECTIONS[1][0], "<|tool_call_begin|>")
-    markers = (*SECTIONS[0], *SECTIONS[1], "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
-    trim_around_calls = False
-    wire = WireFormat("<|tool_call_begin|>functions.$name:$index<|tool_call_argument_begin|>$args<|tool_call_end|>",
-                      section=SECTIONS[0])
-    body = named_json_calls(
+    format = named_json(
         "<|tool_call_begin|>",
         NamedJsonShape(name_end="<|tool_call_argument_begin|>", call_end="<|tool_call_end|>", split_id=split_kimi_id),
-        section=SECTIONS, bare_calls=True)
+        section=SECTIONS, bare_calls=True, name_template="functions.$name:$index", trim_around_calls=False)

@@ -13,9 +13,7 @@ it, so the marker text itself may appear inside a value.
 
 from __future__ import annotations
 
-from parsers.core.programs import xml_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape
-from parsers.function_call import ToolCallDetector
+from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 OPEN, CLOSE, SEP = "<|open|>", "<|close|>", "<|sep|>"
 TOOLS = (f"{OPEN}tools{SEP}", f"{CLOSE}tools{SEP}")
@@ -27,6 +25,5 @@ SHAPE = XmlCallShape(
 
 
 class KimiK3(ToolCallDetector):
-    start_markers = (TOOLS[0],)
-    markers = (*TOOLS, f"{OPEN}call", f"{CLOSE}call{SEP}", f"{OPEN}argument", f"{CLOSE}argument{SEP}")
-    body = xml_calls(f"{OPEN}call", SHAPE, section=TOOLS)
+    # written compact: a closing ``argument`` element counts only right before the next element
+    format = tagged_xml(f"{OPEN}call", SHAPE, section=TOOLS, newlines=False, attributes=' index="$ordinal"')

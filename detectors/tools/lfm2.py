@@ -4,7 +4,7 @@
     <|tool_call_start|>[search(query='café', filters={"open": true})]<|tool_call_end|>   (LFM2.5 renders dicts as JSON)
     <|tool_call_start|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|tool_call_end|>
 
-Arguments are converted to JSON as they stream (``parsers.core.pythonic``); a JSON call list (or a
+Arguments are converted to JSON as they stream (``parsers.shapes.pythonic``); a JSON call list (or a
 single JSON call object) inside the tokens streams as written. A single call without brackets is
 accepted. An orphan ``<|tool_call_end|>`` (LFM2 sometimes echoes a call after the block) is markup.
 """
@@ -12,29 +12,36 @@ accepted. An orphan ``<|tool_call_end|>`` (LFM2 sometimes echoes a call after th
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call, json_call_list
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.pythonic import peek_past_ws, python_call_lines, python_call_list
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    DEFAULT_SHAPE,
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    json_call,
+    json_call_list,
+    peek_past_ws,
+    python_call_lines,
+    python_call_list,
+    python_list_wire,
+)
 
 START, END = "<|tool_call_start|>", "<|tool_call_end|>"
 _OUTER = MarkerSet((START, END))
-_SHAPE = JsonCallShape()
 
 
 def _block(cur: Cursor, out: Out) -> Generator[None, None, None]:
     """After ``<|tool_call_start|>`` (the first call begun): the calls, then the end token."""
     first, at = yield from peek_past_ws(cur)
     if first == "[" and (yield from peek_past_ws(cur, at + 1))[0] == "{":
-        if (yield from json_call_list(cur, out, _SHAPE, _OUTER)):
+        if (yield from json_call_list(cur, out, DEFAULT_SHAPE, _OUTER)):
             yield from cur.closing(END)
         return
     if first == "{":
-        ok = yield from json_call(cur, out, _SHAPE, _OUTER)
+        ok = yield from json_call(cur, out, DEFAULT_SHAPE, _OUTER)
         out.calls.end(ok and (yield from cur.closing(END)))
         return
     yield from cur.skip_ws()
@@ -45,16 +52,17 @@ def _block(cur: Cursor, out: Out) -> Generator[None, None, None]:
     yield from python_call_lines(cur, out, END)
 
 
-class Lfm2(ToolCallDetector):
-    start_markers = (START,)
-    markers = (START, END)
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    while True:
+        marker = yield from cur.until(_OUTER, out.content.write)
+        if marker is None:
+            return
+        if marker == END:  # an orphan end token: dropped
+            continue
+        out.calls.begin(marker)
+        yield from _block(cur, out)
 
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        while True:
-            marker = yield from cur.until(_OUTER, out.content.write)
-            if marker is None:
-                return
-            if marker == END:  # an orphan end token: dropped
-                continue
-            out.calls.begin(marker)
-            yield from _block(cur, out)
+
+class Lfm2(ToolCallDetector):
+    format = ToolFormat(read=_read, start_markers=(START,), markers=(START, END),
+                        wire=python_list_wire(START + "[", "]" + END))

@@ -12,14 +12,19 @@ A leading JSON object whose first key cannot belong to a call (``{"answer": …}
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    JsonCallShape,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    WireFormat,
+    call_template,
+    json_call,
+)
 
 PYTHON_TAG = "<|python_tag|>"
 SHAPE = JsonCallShape(name_keys=("name",), args_keys=("parameters", "arguments"))
@@ -42,24 +47,21 @@ def _call_sequence(cur: Cursor, out: Out, marker: str, checked: bool) -> Generat
         out.calls.begin(sep)
 
 
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    lead: list[str] = []
+    yield from cur.skip_ws(lead.append)
+    if (yield from cur.peek()) == "{":
+        yield from _call_sequence(cur, out, "".join(lead), checked=False)
+    else:
+        out.content.write("".join(lead))
+    while True:
+        marker = yield from cur.until(_TAG, out.content.write)
+        if marker is None:
+            return
+        yield from _call_sequence(cur, out, marker, checked=True)
+
+
 class Llama3(ToolCallDetector):
-    start_markers = (PYTHON_TAG,)
-    markers = (PYTHON_TAG,)
-    wire = WireFormat('{"name": "$name", "parameters": $args}', separator="; ")
-    trim_around_calls = False
-
-    def has_tool_call(self, text: str) -> bool:
-        return PYTHON_TAG in text or text.lstrip().startswith("{")
-
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        lead: list[str] = []
-        yield from cur.skip_ws(lead.append)
-        if (yield from cur.peek()) == "{":
-            yield from _call_sequence(cur, out, "".join(lead), checked=False)
-        else:
-            out.content.write("".join(lead))
-        while True:
-            marker = yield from cur.until(_TAG, out.content.write)
-            if marker is None:
-                return
-            yield from _call_sequence(cur, out, marker, checked=True)
+    format = ToolFormat(read=_read, start_markers=(PYTHON_TAG,), trim_around_calls=False,
+                        wire=WireFormat(call_template(SHAPE), separator="; "),
+                        sniff=lambda text: PYTHON_TAG in text or text.lstrip().startswith("{"))

@@ -19,37 +19,46 @@ parsers do.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_call
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    DEFAULT_SHAPE,
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    WireFormat,
+    XmlArgs,
+    XmlCallShape,
+    call_template,
+    calls_format,
+    json_call,
+    lit,
+    xml_call,
+)
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
-JSON_SHAPE = JsonCallShape()
 XML_SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
                          args=XmlArgs("<parameter=", ">", "</parameter>",
                                       value_breaks=("\n<parameter=", "\n</function>")))
 _STOP = MarkerSet((TOOL_CALL, TOOL_CALL_END))
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
     """The call in one ``<tool_call>`` block, JSON or XML, through ``</tool_call>``."""
     yield from cur.skip_ws()
     if (yield from cur.peek()) == "{":
-        ok = yield from json_call(cur, out, JSON_SHAPE, _STOP)
+        ok = yield from json_call(cur, out, DEFAULT_SHAPE, _STOP)
     elif (yield from cur.expect(FUNCTION)):
-        ok = yield from xml_call(XML_SHAPE, detector.tools_by_name, cur, out)
+        ok = yield from xml_call(XML_SHAPE, ctx.tools_by_name, cur, out)
     else:
         ok = False
     return ok and (yield from cur.closing(TOOL_CALL_END))
 
 
 class Mimo(ToolCallDetector):
-    start_markers = (TOOL_CALL,)
-    markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
-    body = marker_calls(TOOL_CALL, _parse)
+    # written in the JSON spelling (MiMo-7B / MiMo-VL), which keeps argument types exact
+    format = calls_format(TOOL_CALL, _read_call, markers=(TOOL_CALL_END, FUNCTION, "</function>", "<parameter=",
+                                                          "</parameter>"),
+                          wire=WireFormat(lit(TOOL_CALL + "\n") + call_template(DEFAULT_SHAPE) + lit("\n" + TOOL_CALL_END),
+                                          separator="\n"))

@@ -18,14 +18,21 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable, Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import ArgsObject, convert_value, escape, param_kind
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    ArgsObject,
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    WireFormat,
+    XmlParams,
+    calls_format,
+    convert_value,
+    escape,
+    param_kind,
+)
 
 FUNCTION_STARTS = ('<function name="', "<function name='")
 FUNCTION_END = "</function>"
@@ -165,12 +172,12 @@ def _tag_rest(cur: Cursor, quote: str) -> Generator[None, None, str | None]:
     return text.strip()
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
     name = yield from _tag_rest(cur, marker[-1])
     if name is None:
         return False
     out.calls.header(name)
-    tool = detector.tools_by_name.get(name)
+    tool = ctx.tools_by_name.get(name)
     args = ArgsObject(out.calls)
     while True:
         yield from cur.skip_ws()
@@ -198,7 +205,11 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
     return True
 
 
+#: string values are written as CDATA sections (``]]>`` split across two), other values as
+#: XML-escaped JSON; one call per line
+WIRE = WireFormat('<function name="$name">$args</function>', separator="\n",
+                  args=XmlParams('<param name="$key">$value</param>', string_end=CDATA_END, cdata=True))
+
+
 class MiniCpm5(ToolCallDetector):
-    start_markers = FUNCTION_STARTS
-    markers = (*FUNCTION_STARTS, FUNCTION_END, *PARAM_STARTS, PARAM_END)
-    body = marker_calls(FUNCTION_STARTS, _parse)
+    format = calls_format(FUNCTION_STARTS, _read_call, markers=(FUNCTION_END, *PARAM_STARTS, PARAM_END), wire=WIRE)

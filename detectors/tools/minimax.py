@@ -9,10 +9,7 @@
 
 from __future__ import annotations
 
-from parsers.core.programs import xml_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 SECTION = ("<minimax:tool_call>", "</minimax:tool_call>")
 SHAPE = XmlCallShape(name_end=('">',), call_end="</invoke>",
@@ -21,8 +18,4 @@ SHAPE = XmlCallShape(name_end=('">',), call_end="</invoke>",
 
 
 class MinimaxM2(ToolCallDetector):
-    start_markers = (SECTION[0],)
-    markers = (*SECTION, '<invoke name="', "</invoke>", '<parameter name="', "</parameter>")
-    wire = WireFormat('<invoke name="$name">\n$args</invoke>\n', section=(SECTION[0] + "\n", SECTION[1]),
-                      params='<parameter name="$key">$value</parameter>\n', string_value_end="</parameter>")
-    body = xml_calls('<invoke name="', SHAPE, section=SECTION)
+    format = tagged_xml('<invoke name="', SHAPE, section=SECTION)

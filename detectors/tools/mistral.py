@@ -8,52 +8,59 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import JsonCallShape, json_args_object, json_calls
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import (
+    DEFAULT_SHAPE,
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    WireFormat,
+    json_args_object,
+    json_calls,
+    lit,
+)
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
-SHAPE = JsonCallShape()
 _START = MarkerSet((TOOL_CALLS,))
 _STOP = MarkerSet((TOOL_CALLS, ARGS, CALL_ID))
 _NAME_END = MarkerSet((ARGS, CALL_ID))
 _ID_END = MarkerSet((ARGS,))
 
 
-class Mistral(ToolCallDetector):
-    start_markers = (TOOL_CALLS,)
-    markers = (TOOL_CALLS, ARGS, CALL_ID)
-    wire = WireFormat("[TOOL_CALLS]$name[ARGS]$args")
-
-    def body(self, cur: Cursor, out: Out) -> Generator[None, None, Any]:
-        while True:
-            marker = yield from cur.until(_START, out.content.write)
-            if marker is None:
-                return
-            out.calls.begin(marker)
-            yield from cur.skip_ws()
-            if (yield from cur.peek()) in ("[", "{"):
-                yield from json_calls(cur, out, SHAPE, _STOP)
-            else:
-                yield from self._named_call(cur, out)
-
-    def _named_call(self, cur: Cursor, out: Out) -> Generator[None, None, None]:
-        name, sep = yield from cur.read_until(_NAME_END, limit=256)
-        name = name.strip()
-        call_id = None
-        if sep == CALL_ID:
-            call_id, sep = yield from cur.read_until(_ID_END, limit=128)
-            call_id = call_id.strip()
-        if sep is None or not name:
-            out.calls.end(False)
+def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    while True:
+        marker = yield from cur.until(_START, out.content.write)
+        if marker is None:
             return
-        out.calls.header(name, call_id or None)
-        ok = yield from json_args_object(cur, out, _STOP)
-        out.calls.end(ok)
+        out.calls.begin(marker)
+        yield from cur.skip_ws()
+        if (yield from cur.peek()) in ("[", "{"):
+            yield from json_calls(cur, out, DEFAULT_SHAPE, _STOP)
+        else:
+            yield from _named_call(cur, out)
+
+
+def _named_call(cur: Cursor, out: Out) -> Generator[None, None, None]:
+    name, sep = yield from cur.read_until(_NAME_END, limit=256)
+    name = name.strip()
+    call_id = None
+    if sep == CALL_ID:
+        call_id, sep = yield from cur.read_until(_ID_END, limit=128)
+        call_id = call_id.strip()
+    if sep is None or not name:
+        out.calls.end(False)
+        return
+    out.calls.header(name, call_id or None)
+    ok = yield from json_args_object(cur, out, _STOP)
+    out.calls.end(ok)
+
+
+class Mistral(ToolCallDetector):
+    # written in the v11+ spelling: one ``[TOOL_CALLS]NAME[ARGS]{…}`` per call
+    format = ToolFormat(read=_read, start_markers=(TOOL_CALLS,), markers=(TOOL_CALLS, ARGS, CALL_ID),
+                        wire=WireFormat(lit(TOOL_CALLS) + "$name" + lit(ARGS) + "$args"))

@@ -15,12 +15,8 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from detectors.tools.harmony import GptOss
-from parsers.core.harmony import OPENCHATML, Dialect
+from parsers.declare import OPENCHATML, ToolCallDetector, harmony
 
 
-class OpenChatML(GptOss):
-    dialect: ClassVar[Dialect] = OPENCHATML
-    markers = OPENCHATML.markers
+class OpenChatML(ToolCallDetector):
+    format = harmony(OPENCHATML)

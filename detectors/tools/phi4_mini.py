@@ -8,16 +8,10 @@ is text after it. Each call names its arguments ``arguments`` (or ``parameters``
 
 from __future__ import annotations
 
-from parsers.core.jsoncall import JsonCallShape
-from parsers.core.listcalls import Opener, list_calls
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import Opener, ToolCallDetector, json_list
 
 FUNCTOOLS = "functools["
 
 
 class Phi4MiniJson(ToolCallDetector):
-    start_markers = (FUNCTOOLS,)
-    markers = (FUNCTOOLS,)
-    wire = WireFormat('{"name": "$name", "arguments": $args}', section=(FUNCTOOLS, "]"), separator=", ")
-    body = list_calls({FUNCTOOLS: Opener(opens_list=True)}, JsonCallShape())
+    format = json_list({FUNCTOOLS: Opener(opens_list=True)}, write=FUNCTOOLS)

@@ -7,17 +7,11 @@
 
 from __future__ import annotations
 
-from parsers.core.jsoncall import JsonCallShape
-from parsers.core.programs import tagged_json_calls
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import ToolCallDetector, tagged_json
 
 
 class Qwen25(ToolCallDetector):
-    start_markers = ("<tool_call>",)
-    markers = ("<tool_call>", "</tool_call>")
-    wire = WireFormat('<tool_call>\n{"name": "$name", "arguments": $args}\n</tool_call>', separator="\n")
-    body = tagged_json_calls("<tool_call>", "</tool_call>", JsonCallShape())
+    format = tagged_json(start="<tool_call>", end="</tool_call>", separator="\n")
 
 
 class Hermes(Qwen25):

@@ -17,10 +17,7 @@ the ``<tool_call>`` wrapper is accepted (its stray ``</tool_call>`` is markup).
 
 from __future__ import annotations
 
-from parsers.core.programs import wrapped_xml_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape
-from parsers.function_call import ToolCallDetector
-from parsers.wire import WireFormat
+from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, wrapped_xml
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
 SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
@@ -29,8 +26,4 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
 
 
 class Qwen3Coder(ToolCallDetector):
-    start_markers = (TOOL_CALL, FUNCTION)
-    markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
-    wire = WireFormat("<tool_call>\n<function=$name>\n$args</function>\n</tool_call>", separator="\n",
-                      params="<parameter=$key>\n$value\n</parameter>\n", string_value_end="\n</parameter>")
-    body = wrapped_xml_calls((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)
+    format = wrapped_xml((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

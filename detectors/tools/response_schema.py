@@ -40,9 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from parsers.core.cursor import Cursor
-from parsers.core.program import Out
-from parsers.function_call import ToolCallDetector
+from parsers.declare import Cursor, Out, ToolCallDetector
 
 
 class SchemaError(ValueError):
@@ -227,7 +225,10 @@ def _calls(value: Any) -> list[tuple[str, str, str | None]] | None:
 
 
 class ResponseSchema(ToolCallDetector):
-    """Whole-message parsing with a response schema (``with_schema`` makes the class for one)."""
+    """Whole-message parsing with a response schema (``with_schema`` makes the class for one).
+
+    It has no ``format``: the schema's regexes say how to cut a message apart, not how to write
+    one, so there is no wire (tool_choice is not constrained for it) and ``body`` is its code."""
 
     schema: ClassVar[Mapping[str, Any] | None] = None
     label: ClassVar[str] = "response-schema"

@@ -16,9 +16,7 @@ A bare ``<function=…>`` without the wrapper is accepted, as vLLM's parser does
 
 from __future__ import annotations
 
-from parsers.core.programs import wrapped_xml_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape
-from parsers.function_call import ToolCallDetector
+from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, wrapped_xml
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<seed:tool_call>", "</seed:tool_call>", "<function="
 SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
@@ -27,6 +25,4 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
 
 
 class SeedOss(ToolCallDetector):
-    start_markers = (TOOL_CALL, FUNCTION)
-    markers = (TOOL_CALL, TOOL_CALL_END, FUNCTION, "</function>", "<parameter=", "</parameter>")
-    body = wrapped_xml_calls((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)
+    format = wrapped_xml((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

@@ -17,14 +17,22 @@ section is accepted too.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
-from parsers.core.cursor import Cursor
-from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import marker_calls
-from parsers.core.xmlcall import XmlArgs, XmlCallShape, xml_call
-from parsers.function_call import ToolCallDetector
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    WireFormat,
+    XmlArgs,
+    XmlCallShape,
+    calls_format,
+    lit,
+    xml_call,
+    xml_call_template,
+    xml_params,
+)
 
 CALLS_BEGIN, CALLS_END = "<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool_call_begin｜>", "<｜tool_call_end｜>", "<｜tool_sep｜>"
@@ -35,7 +43,7 @@ SHAPE = XmlCallShape(name_end=('">',), call_end="</steptml:invoke>",
 _SEP = MarkerSet((SEP,))
 
 
-def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
     """``[TYPE<｜tool_sep｜>]<steptml:invoke name="NAME">…</steptml:invoke><｜tool_call_end｜>``."""
     yield from cur.skip_ws()
     if not (yield from cur.expect(INVOKE)):
@@ -45,13 +53,15 @@ def _parse(detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None,
         yield from cur.skip_ws()
         if not (yield from cur.expect(INVOKE)):
             return False
-    if not (yield from xml_call(SHAPE, detector.tools_by_name, cur, out)):
+    if not (yield from xml_call(SHAPE, ctx.tools_by_name, cur, out)):
         return False
     return (yield from cur.closing(CALL_END))
 
 
 class Step3(ToolCallDetector):
-    start_markers = (CALLS_BEGIN, CALL_BEGIN)
-    markers = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP, "<steptml:invoke", "</steptml:invoke>",
-               "<steptml:parameter", "</steptml:parameter>")
-    body = marker_calls(CALL_BEGIN, _parse, section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
+    format = calls_format(
+        CALL_BEGIN, _read_call, section=(CALLS_BEGIN, CALLS_END), bare_calls=True,
+        markers=(CALL_END, SEP, "<steptml:invoke", "</steptml:invoke>", "<steptml:parameter", "</steptml:parameter>"),
+        wire=WireFormat(lit(CALL_BEGIN + "function" + SEP) + xml_call_template(INVOKE, SHAPE) + lit(CALL_END),
+                        section=(lit(CALLS_BEGIN + "\n"), lit("\n" + CALLS_END)), separator="\n",
+                        args=xml_params(SHAPE.args)))

@@ -15,9 +15,7 @@ The fence and wrappers are markup; a fence holding anything but a call list stay
 
 from __future__ import annotations
 
-from parsers.core.jsoncall import JsonCallShape
-from parsers.core.listcalls import Opener, list_calls, starts_with_list
-from parsers.function_call import ToolCallDetector
+from parsers.declare import Opener, ToolCallDetector, json_list
 
 TOOL_CALLS = "[TOOL_CALLS]"
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
@@ -25,13 +23,8 @@ FENCE, JSON_FENCE = "```", "```json"
 
 
 class Xlam(ToolCallDetector):
-    start_markers = (TOOL_CALLS, TOOL_CALL)
-    markers = (TOOL_CALLS, TOOL_CALL, TOOL_CALL_END)
-    body = list_calls({TOOL_CALLS: Opener(lone_object=True),
-                       TOOL_CALL: Opener(closer=TOOL_CALL_END, lone_object=True),
-                       JSON_FENCE: Opener(closer=FENCE, literal=True),
-                       FENCE: Opener(closer=FENCE, literal=True)},
-                      JsonCallShape(), bare_at_start=True, bare_after=("</think>",))
-
-    def has_tool_call(self, text: str) -> bool:
-        return super().has_tool_call(text) or FENCE in text or starts_with_list(text) or "</think>[" in text
+    format = json_list({TOOL_CALLS: Opener(lone_object=True),
+                        TOOL_CALL: Opener(closer=TOOL_CALL_END, lone_object=True),
+                        JSON_FENCE: Opener(closer=FENCE, literal=True),
+                        FENCE: Opener(closer=FENCE, literal=True)},
+                       write=None, bare_at_start=True, bare_after=("</think>",))

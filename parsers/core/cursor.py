@@ -3,7 +3,7 @@
 A detector is a *program*: a generator function that reads the model's output through a
 ``Cursor`` and writes events. Each primitive below is a generator used with ``yield from``; it
 consumes as much of the buffer as it can and suspends (a bare ``yield``) only when the answer
-depends on text that has not arrived. The driver (``parsers.core.program.Program``) resumes the
+depends on text that has not arrived. The driver (``parsers.core.driver.Driver``) resumes the
 program after every fed chunk and once more at end of stream (``eof``), where every primitive
 decides with what it has.
 

@@ -10,7 +10,7 @@ Three steps (see the modules):
    markers and whether the generation prompt opens the block, content wrappers, the call section,
    per-call markup, separator, name prefix/suffix, argument encoding, call-id placement.
 2. ``select`` picks a registered detector that reads the template's own renders back, or builds a
-   generic one from the learned format (``parsers.core.generic``); ``known_templates`` holds the few
+   generic one from the learned format (``parsers.shapes.generic``); ``known_templates`` holds the few
    templates whose renders cannot show the format.
 3. ``Report`` says what was found and why each parser was chosen.
 """

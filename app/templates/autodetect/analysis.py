@@ -58,9 +58,9 @@ from app.templates.autodetect.render import (
     Turn,
 )
 from app.templates.chat_template import ChatTemplate
-from parsers.core.generic import ARGS, CALL, CALL_ID, KEY, NAME, PARAMS, SKIP, GenericFormat, Params, Slot
-from parsers.core.jsoncall import JsonCallShape
-from parsers.wire import WireFormat
+from parsers.shapes.generic import ARGS, CALL, CALL_ID, KEY, NAME, PARAMS, SKIP, GenericFormat, Params, Slot
+from parsers.shapes.jsoncall import JsonCallShape
+from parsers.wire import JSON_ARGS, ArgsEncoding, WireFormat, XmlParams
 
 # placeholders for the slots of a call, in a call block rewritten as a pattern
 P_NAME, P_ARGS, P_CALL, P_ID, P_SKIP_NAME, P_PARAMS, P_INDEX, P_KEY, P_VALUE = (chr(0xE000 + i) for i in range(9))
@@ -743,8 +743,7 @@ def build_wire(fmt: ToolFormat) -> WireFormat | None:
                           section=(_lit(fmt.section[0]), _lit(fmt.section[1])), separator=_lit(fmt.separator))
     text = fmt.call_open + fmt.pattern + fmt.call_close
     call = "".join(_WIRE_OF.get(ch, _lit(ch)) for ch in text)
-    params = None
-    value_end = ""
+    args: ArgsEncoding = JSON_ARGS
     if fmt.params is not None:
         p = fmt.params
         if p.attributes_end or KEY in p.value_end:
@@ -752,8 +751,8 @@ def build_wire(fmt: ToolFormat) -> WireFormat | None:
         nl = "\n" if p.trim_newline else ""
         params = _lit(p.key_start) + "$key" + _lit(p.key_end) + _lit(p.value_start) + nl + "$value" + nl \
             + _lit(p.value_end) + "\n"
-        value_end = nl + p.value_end
+        args = XmlParams(params, string_end=nl + p.value_end, forbidden=(p.value_end,))
     wire = WireFormat(call, section=(_lit(fmt.section[0]), _lit(fmt.section[1])), separator=_lit(fmt.separator),
-                      params=params, string_value_end=value_end)
+                      args=args)
     Template(wire.call).substitute(name="f", args="{}", index="0")  # malformed templates fail here
     return wire

@@ -1,8 +1,8 @@
 """Detector classes built from a learned format (when no registered detector matches).
 
-A generic tool-call detector is a ``ToolCallDetector`` subclass whose ``body`` is
-``parsers.core.generic.generic_calls`` over the learned ``GenericFormat`` and whose ``wire`` is
-the learned call written as a ``WireFormat`` (so constrained decoding works for it too). A generic
+A generic tool-call detector is a ``ToolCallDetector`` subclass whose ``format`` is
+``parsers.shapes.generic.generic`` over the learned ``GenericFormat``, with the learned call
+written as a ``WireFormat`` (so constrained decoding works for it too). A generic
 reasoning detector is a ``ReasoningDetector`` subclass with the learned markers. Both carry a
 ``label`` (shown by ``/health`` and ``inspect-template``).
 """
@@ -12,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 
 from app.templates.autodetect.analysis import ReasoningFormat, ToolFormat
-from parsers.core.cursor import Cursor
-from parsers.core.generic import generic_calls
-from parsers.core.program import Out, ProgramBody
-from parsers.function_call import ToolCallDetector
-from parsers.reasoning import ReasoningDetector
+from parsers.declare import Cursor, Out, Program, ReasoningDetector, ToolCallDetector, generic
 
 _ENCODINGS = {"json-call": "JSON", "tag+json": "JSON args", "tag+params": "tagged args"}
 
@@ -29,17 +25,13 @@ def tool_label(fmt: ToolFormat) -> str:
 
 def tool_detector(fmt: ToolFormat) -> type[ToolCallDetector]:
     """A detector class for a learned tool-call format (``fmt.generic`` must be set)."""
-    generic = fmt.generic
-    assert generic is not None
+    learned = fmt.generic
+    assert learned is not None
     attrs = {
         "__doc__": f"Learned from a chat template: {fmt.readable_pattern()!r}",
         "__module__": __name__,
         "label": tool_label(fmt),
-        "format": generic,
-        "start_markers": generic.start_markers,
-        "markers": generic.markers,
-        "wire": fmt.wire,
-        "body": generic_calls(generic),
+        "format": generic(learned, fmt.wire),
     }
     return type("GenericToolCalls", (ToolCallDetector,), attrs)
 
@@ -48,9 +40,9 @@ class LearnedReasoning(ReasoningDetector):
     """Learned markers; an end marker that opens the output closes an empty block (templates that
     render ``</think>`` before an answer without reasoning teach the model to write it)."""
 
-    def body(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> ProgramBody:
-        inside = super().body(in_reasoning, stop_markers)
-        outside = super().body(False, stop_markers)
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+        inside = super().make_program(in_reasoning, stop_markers)
+        outside = super().make_program(False, stop_markers)
         ends = self.ends()
 
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:

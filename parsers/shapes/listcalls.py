@@ -5,7 +5,7 @@
     I'll check.```json\\n[{"name": "f", "arguments": {…}}]\\n```                       (xLAM)
     [{"name": "f", "arguments": {…}}]         (bare, at the very start of the output: Granite, xLAM, FireFunction)
 
-``list_calls(openers, …)`` builds a detector ``body`` from data:
+``json_list(openers, …)`` declares such a format from data:
 
 * ``openers`` — marker → ``Opener``: the optional closing markup after the list (``</tool_call>``,
   a closing code fence), whether a lone call object may stand in for the list, and whether the
@@ -17,22 +17,23 @@
 * ``bare_after`` — texts after which a bare list may start too; they stay content (xLAM's
   ``</think>`` when no reasoning parser runs).
 
-Each element's arguments stream through as written (``parsers.core.jsoncall``). Calls are ended
+Each element's arguments stream through as written (``parsers.shapes.jsoncall``). Calls are ended
 one by one, so the calls before a broken or cut-off element stand; an empty list is markup only.
-Whatever fails to parse passes through as content.
+Whatever fails to parse passes through as content. The format writes its calls after ``write``
+(an opener, or nothing for a bare list), elements joined by ``", "``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import DEFAULT_SHAPE, JsonCallShape, json_call, json_call_elements
+from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import Body
+from parsers.format import CallContext, ToolFormat
+from parsers.shapes.jsoncall import DEFAULT_SHAPE, JsonCallShape, call_template, json_call, json_call_elements
+from parsers.wire import WireFormat, lit
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,10 @@ def starts_with_list(text: str) -> bool:
     return text.lstrip().startswith("[")
 
 
-def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = DEFAULT_SHAPE, *,
-               bare_at_start: bool = False, bare_after: tuple[str, ...] = ()) -> Body:
-    """A detector body: content, with call lists after any of ``openers`` (see the module doc)."""
+def json_list(openers: Mapping[str, Opener], shape: JsonCallShape = DEFAULT_SHAPE, *, write: str | None,
+              lead: str = "", bare_at_start: bool = False, bare_after: tuple[str, ...] = ()) -> ToolFormat:
+    """Content, with call lists after any of ``openers`` (see the module doc). Calls are written
+    after ``lead`` + the opener ``write`` (``None``: a bare list)."""
     table = dict(openers)
     after = frozenset(bare_after)
     starts = MarkerSet((*table, *after))
@@ -99,7 +101,7 @@ def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = DEFAULT_SHA
         if ok and opener.closer:
             yield from cur.closing(opener.closer)
 
-    def body(detector: Any, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         marker = (yield from bare(cur, out)) if bare_at_start else None
         while True:
             if marker is None:
@@ -113,4 +115,21 @@ def list_calls(openers: Mapping[str, Opener], shape: JsonCallShape = DEFAULT_SHA
                 yield from after_marker(cur, out, marker)
                 marker = None
 
-    return body
+    special = tuple(m for m, o in table.items() if not o.literal)
+    literal = tuple(m for m, o in table.items() if o.literal)
+    follow = tuple(m + "[" for m in after)
+
+    def sniff(text: str) -> bool:
+        return any(m in text for m in (*special, *literal, *follow)) or (bare_at_start and starts_with_list(text))
+
+    if write is None:
+        opening, closing, trigger = "[", "]", ""
+    else:
+        opener = table[write]
+        opening = write if opener.opens_list else write + "["
+        closing = "]" + opener.closer
+        trigger = None
+    wire = WireFormat(call_template(shape), section=(lit(lead + opening), lit(closing)), separator=", ",
+                      trigger_word=trigger)
+    closers = tuple(o.closer for o in table.values() if o.closer and not o.literal)
+    return ToolFormat(read=read, start_markers=special, markers=(*special, *closers), wire=wire, sniff=sniff)

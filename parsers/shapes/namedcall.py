@@ -6,7 +6,8 @@
     <function=NAME>{…}</function>                                                       (Functionary v3.1)
 
 The arguments stream through as written. ``split_id`` turns the text before ``name_end`` into
-``(name, call id)`` for formats whose call header carries an id.
+``(name, call id)`` for formats whose call header carries an id; ``name_template`` is how such a
+header is written (``functions.$name:$index``). ``named_json`` declares a whole format.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from parsers.core.cursor import Cursor
-from parsers.core.jsoncall import json_args_object
+from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
+from parsers.format import CallContext, ToolFormat
+from parsers.shapes.jsoncall import json_args_object
+from parsers.shapes.sections import Sections, as_tuple, calls_format, section_pairs
+from parsers.wire import WireFormat
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,26 @@ def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
     if shape.call_end:
         return (yield from cur.closing(shape.call_end))
     return True
+
+
+def named_json(call_start: str | tuple[str, ...], shape: NamedJsonShape, section: Sections | None = None, *,
+               bare_calls: bool = False, call_type: str = "function", name_template: str = "$name",
+               separator: str = "", trim_around_calls: bool = True) -> ToolFormat:
+    """Calls of ``NAME`` + JSON arguments between markers, optionally inside a section (a call
+    outside any section too with ``bare_calls``). Written with the first call start and the first
+    section, ``call_type`` before a ``type_sep``, the header as ``name_template``, ``separator``
+    between calls."""
+    starts = as_tuple(call_start)
+    pairs = section_pairs(section)
+    stop = MarkerSet(m for m in (*starts, shape.call_end, *(m for pair in pairs for m in pair)) if m)
+
+    def read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+        return (yield from named_json_call(shape, cur, out, stop))
+
+    typed = call_type + shape.type_sep if shape.type_sep else ""
+    args = "```json\n$args\n```" if shape.fence else "$args"
+    wire = WireFormat(starts[0] + typed + name_template + shape.name_end + args + shape.call_end,
+                      section=pairs[0] if pairs else ("", ""), separator=separator)
+    markers = tuple(m for m in (shape.type_sep, shape.name_end, shape.call_end) if m and m.strip() == m and m)
+    return calls_format(starts, read_call, wire=wire, section=section, bare_calls=bare_calls, markers=markers,
+                        trim_around_calls=trim_around_calls)

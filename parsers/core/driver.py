@@ -1,9 +1,10 @@
-"""Running a detector program: the output side (``Out``, ``CallWriter``) and the driver (``Program``).
+"""Running a program over one response: the output side (``Out``, ``CallWriter``) and the ``Driver``.
 
-A program is ``Callable[[Cursor, Out], Generator]``. The driver resumes it after each fed chunk
-and runs it to completion at ``finish()``. Whatever the program does not place is content: text
-left unconsumed when it returns, and — if it raises, which is a bug but must never reach a client
-— everything from that point on (an open call is then ended as not ok).
+A *program* is a generator function ``(cursor, out) -> Generator`` (``Program``): it reads the
+model's output through a ``Cursor`` and writes events through an ``Out``. The driver resumes it
+after each fed chunk and runs it to completion at ``finish()``. Whatever the program does not place
+is content: text left unconsumed when it returns, and — if it raises, which is a bug but must never
+reach a client — everything from that point on (an open call is then ended as not ok).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoni
 
 log = logging.getLogger("toolwire.parsers")
 
-ProgramBody = Callable[[Cursor, "Out"], Generator[None, None, Any]]
+#: a program: reads the output through the cursor, writes events through ``Out``
+Program = Callable[[Cursor, "Out"], Generator[None, None, object]]
 
 
 def _reject_constant(name: str) -> Any:
@@ -179,16 +181,16 @@ class Out:
         return events
 
 
-class Program:
-    """Drives one program over one response."""
+class Driver:
+    """Drives one program over one response: ``feed`` text, then ``finish`` once."""
 
     __slots__ = ("_done", "_gen", "cursor", "failed", "out")
 
-    def __init__(self, body: ProgramBody, *, trim_around_calls: bool = False,
+    def __init__(self, program: Program, *, trim_around_calls: bool = False,
                  known_names: frozenset[str] | None = None) -> None:
         self.cursor = Cursor()
         self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names)
-        self._gen = body(self.cursor, self.out)
+        self._gen = program(self.cursor, self.out)
         self._done = False
         self.failed = False  # the program raised (a detector bug); the rest went through as content
 

@@ -11,7 +11,7 @@ values and writes down what it saw as a ``GenericFormat``: literal markup and *s
 
 Slots: ``NAME`` (the function name), ``ID`` (the call id), ``SKIP`` (text the template derives from
 the call — an index, a repeated name — that is read and ignored), ``ARGS`` (a JSON arguments
-object, streamed as written), ``CALL`` (a whole JSON call object, ``parsers.core.jsoncall``) and
+object, streamed as written), ``CALL`` (a whole JSON call object, ``parsers.shapes.jsoncall``) and
 ``PARAMS`` (tagged parameters, ``Params``: converted to JSON incrementally, typed by the tool's
 schema). Literal text is matched token by token (tokens are the whitespace-separated pieces of
 the literal; whitespace between them is free), so ``"<tool_call>\\n"`` also accepts
@@ -33,14 +33,15 @@ import itertools
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from parsers.core.args import ArgsObject, param_kind
 from parsers.core.cursor import Cursor, discard
-from parsers.core.jsoncall import JsonCallShape, json_args_object, json_call, json_call_list
+from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.sections import Body
-from parsers.core.xmlcall import ArgsObject, param_kind
+from parsers.format import CallContext, Read, ToolFormat
+from parsers.shapes.jsoncall import JsonCallShape, json_args_object, json_call, json_call_list
+from parsers.tools import ToolSpec
+from parsers.wire import WireFormat
 
 NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS = "name", "id", "skip", "args", "call", "params"
 SLOT_KINDS = (NAME, CALL_ID, SKIP, ARGS, CALL, PARAMS)
@@ -200,28 +201,34 @@ def _drop_edge(toks: tuple[str, ...], char: str, last: bool) -> tuple[str, ...]:
     return tuple(t for t in items if t)
 
 
-def generic_calls(fmt: GenericFormat) -> Body:
-    """A detector ``body`` for ``fmt`` (see the module docstring)."""
+def generic(fmt: GenericFormat, wire: WireFormat | None) -> ToolFormat:
+    """The ``ToolFormat`` for a learned ``fmt`` (see the module docstring); ``wire`` is the learned
+    call as the format writes it (``None`` where it could not be written down)."""
+    return ToolFormat(read=generic_calls(fmt), start_markers=fmt.start_markers, markers=fmt.markers, wire=wire)
+
+
+def generic_calls(fmt: GenericFormat) -> Read:
+    """The program for ``fmt`` (see the module docstring)."""
     plan = _Plan(fmt)
 
-    def body(detector: Any, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         while True:
             marker = yield from cur.until(plan.outer, out.content.write)
             if marker is None:
                 return
             if plan.open and marker == plan.open[0]:
-                yield from _section(plan, detector, cur, out, marker)
+                yield from _section(plan, ctx, cur, out, marker)
                 continue
             out.calls.begin(marker)
-            ok = yield from _call(plan, detector, cur, out)
+            ok = yield from _call(plan, ctx, cur, out)
             if out.calls.end(ok) and plan.separator:  # markup between two calls (any of its pieces)
                 while (yield from cur.match(plan.separator)) is not None:
                     pass
 
-    return body
+    return read
 
 
-def _section(plan: _Plan, detector: Any, cur: Cursor, out: Out, marker: str) -> Generator[None, None, None]:
+def _section(plan: _Plan, ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, None]:
     """After the section's first token: the rest of its opener, the calls, its closer."""
     fmt = plan.fmt
     out.calls.begin(marker)  # the opener is passed through if what follows is not a section after all
@@ -259,7 +266,7 @@ def _section(plan: _Plan, detector: Any, cur: Cursor, out: Out, marker: str) -> 
             out.content.boundary()
             return
         out.calls.begin(inside)
-        if not out.calls.end((yield from _call(plan, detector, cur, out))):
+        if not out.calls.end((yield from _call(plan, ctx, cur, out))):
             return
 
 
@@ -270,7 +277,7 @@ def _closing(cur: Cursor, toks: tuple[str, ...]) -> Generator[None, None, bool]:
     return True
 
 
-def _call(plan: _Plan, detector: Any, cur: Cursor, out: Out) -> Generator[None, None, bool]:
+def _call(plan: _Plan, ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, bool]:
     """One call after its start token: the rest of the pattern."""
     fmt = plan.fmt
     name: str | None = None
@@ -317,7 +324,7 @@ def _call(plan: _Plan, detector: Any, cur: Cursor, out: Out) -> Generator[None, 
         else:
             assert fmt.params is not None
             after = next((s for s in plan.steps[i + 1:] if isinstance(s, str)), None)
-            if not (yield from params(fmt.params, detector.tools_by_name.get(name), cur, out, after)):
+            if not (yield from params(fmt.params, ctx.tools_by_name.get(name), cur, out, after)):
                 return False
     if not header:
         if name is None:
@@ -326,12 +333,12 @@ def _call(plan: _Plan, detector: Any, cur: Cursor, out: Out) -> Generator[None, 
     return True
 
 
-def params(p: Params, tool: Any, cur: Cursor, out: Out, after: str | None = None) -> Generator[None, None, bool]:
+def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
+           after: str | None = None) -> Generator[None, None, bool]:
     """Tagged parameters up to (not including) ``after`` (the markup that follows the last one,
     which may begin like a key: ``<`` + key vs ``</invoke>``); written as one JSON object. Values
     are typed by the tool's schema (strings stream as they arrive)."""
-    schema = getattr(tool, "parameters", None)
-    properties = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
+    properties = tool.parameters.get("properties", {}) if tool is not None else {}
     if not isinstance(properties, Mapping):
         properties = {}
     args = ArgsObject(out.calls)

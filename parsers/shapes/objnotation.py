@@ -15,7 +15,7 @@ accepted too) and whose values are:
   numbers written by Python's ``str()`` (``1e-05``) — converted once complete. Other bare text
   becomes a JSON string (models sometimes drop the delimiters; SGLang and vLLM read it so too).
 
-One call block may hold several ``call:`` entries. ``drop`` lists markup removed wherever it
+One call block may hold several ``call:`` entries (``object_notation`` writes one per block). ``drop`` lists markup removed wherever it
 appears outside calls (the stop token after a call, ``<|tool_response>``); ``alt_call_ends`` are
 accepted in place of the call's end marker.
 """
@@ -26,14 +26,14 @@ import json
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
 
+from parsers.core.args import escape
 from parsers.core.cursor import Cursor, Write, separated
+from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out
-from parsers.core.pythonic import SCALAR_LIMIT, read_run, scalar_json
-from parsers.core.sections import Body
-from parsers.core.xmlcall import escape
+from parsers.format import CallContext, ToolFormat
+from parsers.shapes.pythonic import SCALAR_LIMIT, read_run, scalar_json
+from parsers.wire import ObjectNotation, WireFormat, lit
 
 _BARE_VALUE = re.compile(r"[^,{}\[\]<]*")
 _BARE_KEY = re.compile(r"[^:,{}\[\]<]*")
@@ -150,13 +150,13 @@ def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet
     return (yield from obj_object(cur, out.calls.args, shape.string_delim))
 
 
-def objnotation_calls(shape: ObjNotationShape) -> Body:
-    """A detector body: content, and call blocks ``START call:…{…} [call:…{…}] END``."""
+def object_notation(shape: ObjNotationShape, *, trim_around_calls: bool = True) -> ToolFormat:
+    """Content, and call blocks ``START call:…{…} [call:…{…}] END``; written one call per block."""
     outer = MarkerSet((shape.call_start, *shape.drop))
     name_end = MarkerSet(("{", shape.call_start, shape.call_end, shape.string_delim))
     block_ends = (shape.call_end, *shape.alt_call_ends)
 
-    def body(detector: Any, cur: Cursor, out: Out) -> Generator[None, None, None]:
+    def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         while True:
             marker = yield from cur.until(outer, out.content.write)
             if marker is None:
@@ -180,4 +180,7 @@ def objnotation_calls(shape: ObjNotationShape) -> Body:
                 out.calls.end(after is not None or (cur.eof and cur.available == 0 and not cur.truncated))
                 break
 
-    return body
+    wire = WireFormat(lit(shape.call_start + shape.call_prefix) + "$name$args" + lit(shape.call_end),
+                      args=ObjectNotation(shape.string_delim))
+    return ToolFormat(read=read, start_markers=(shape.call_start,), markers=shape.markers, wire=wire,
+                      trim_around_calls=trim_around_calls)

@@ -11,23 +11,28 @@ is held back by the marker scanner), or — for other types — the converted va
 tag arrives; ``}`` at the end. Types come from the tool's JSON schema (or a ``string="…"``
 attribute where the format has one); a parameter the schema does not describe is a string.
 Every call's fragments concatenate to one JSON object.
+
+``tagged_xml`` and ``wrapped_xml`` declare whole formats; the way they write calls (``xml_wire``)
+is derived from the same ``XmlCallShape``: the name and parameters in their tags, string values
+raw (padded with a newline where ``trim_newline`` strips one), other values as JSON.
 """
 
 from __future__ import annotations
 
-import ast
 import html
-import json
 import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]  # json.dumps(s, ensure_ascii=False)
-from typing import Any
 
+from parsers.core.args import ArgsObject, param_kind
 from parsers.core.cursor import Cursor
+from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
-from parsers.core.program import CallWriter, Out
+from parsers.format import CallContext, ToolFormat
+from parsers.shapes.sections import Sections, as_tuple, calls_format, section_pairs
+from parsers.tools import ToolSpec
+from parsers.wire import WireFormat, XmlParams, lit
 
 
 @dataclass(frozen=True)
@@ -63,177 +68,6 @@ class XmlCallShape:
     self_closing: str | None = None  # header ending that also ends the call, without arguments ('"/>')
 
 
-def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
-    """The JSON type a parameter schema asks for, and whether it allows ``null``. The type is
-    ``"string"`` when unknown or when a string is among the allowed types."""
-    if not isinstance(schema, Mapping):
-        return "string", False
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kinds = [k for k in kind if k != "null"]
-        return ("string" if not kinds or "string" in kinds else str(kinds[0])), "null" in kind
-    if isinstance(kind, str):
-        return kind, kind == "null"
-    for combinator in ("anyOf", "oneOf"):
-        options = schema.get(combinator)
-        if isinstance(options, list):
-            subs = [param_kind(o) for o in options if isinstance(o, Mapping)]
-            nullable = any(isinstance(o, Mapping) and o.get("type") == "null" for o in options)
-            kinds = [k for (k, _), o in zip(subs, options) if not (isinstance(o, Mapping) and o.get("type") == "null")]
-            return ("string" if not kinds or "string" in kinds else kinds[0]), nullable or any(n for _, n in subs)
-    if "enum" in schema and isinstance(schema["enum"], list):
-        values = schema["enum"]
-        nullable = None in values
-        if all(isinstance(v, str) or v is None for v in values):
-            return "string", nullable
-        first = next((v for v in values if v is not None), None)
-        return {bool: "boolean", int: "integer", float: "number"}.get(type(first), "string"), nullable
-    if "properties" in schema:
-        return "object", False
-    if "items" in schema:
-        return "array", False
-    return "string", False
-
-
-def schema_type(schema: Mapping[str, Any] | None) -> str:
-    return param_kind(schema)[0]
-
-
-def convert_value(text: str, kind: str) -> str:
-    """JSON text for a non-string parameter value; falls back to a JSON string when it does not
-    parse as the declared type (the model's text is never dropped). ``null`` is null."""
-    raw = text.strip()
-    if raw in ("null", "None"):
-        return "null"
-    try:
-        if kind == "integer":
-            return json.dumps(int(raw))
-        if kind == "number":
-            value = float(raw)
-            return json.dumps(int(value) if value.is_integer() and "." not in raw and "e" not in raw.lower()
-                              else value)
-        if kind == "boolean":
-            lowered = raw.lower()
-            if lowered in ("true", "false"):
-                return lowered
-            raise ValueError(raw)
-        value = json.loads(raw)
-        return json.dumps(value, ensure_ascii=False)
-    except (ValueError, OverflowError):
-        pass
-    try:  # Python literals: {'a': 1}, [1, 2], True, None
-        value = ast.literal_eval(raw)
-        return json.dumps(value, ensure_ascii=False)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return json.dumps(text, ensure_ascii=False)
-
-
-def escape(text: str) -> str:
-    """``text`` JSON-escaped, without the surrounding quotes (per-character, so chunk-safe)."""
-    return _quote(text)[1:-1]
-
-
-class ArgsObject:
-    """Writes one call's arguments object fragment by fragment."""
-
-    __slots__ = ("_calls", "_count")
-
-    def __init__(self, calls: CallWriter) -> None:
-        self._calls = calls
-        self._count = 0
-
-    def key(self, key: str) -> None:
-        self._calls.args(("{" if self._count == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
-        self._count += 1
-
-    def raw(self, text: str) -> None:
-        self._calls.args(text)
-
-    def value(self, kind: str, trim_newline: bool, nullable: bool,
-              read: Callable[[Callable[[str], None]], Generator[None, None, object]]) -> Generator[None, None, bool]:
-        """One parameter value of schema ``kind``, its text produced by ``read(write)`` (falsy
-        result: the value did not end properly → ``False``). Strings stream as they arrive;
-        other kinds are converted (``convert_value``) once the whole text is in, with one
-        newline trimmed at each end when ``trim_newline``."""
-        if kind == "string":
-            value = StringValue(self.raw, trim_newline, nullable)
-            if not (yield from read(value.write)):
-                return False
-            value.close()
-            return True
-        parts: list[str] = []
-        if not (yield from read(parts.append)):
-            return False
-        text = "".join(parts)
-        if trim_newline:
-            text = text.removeprefix("\n").removesuffix("\n")
-        self.raw(convert_value(text, kind))
-        return True
-
-    def close(self) -> None:
-        self._calls.args("}" if self._count else "{}")
-
-
-class StringValue:
-    """Streams one string value, JSON-escaped, optionally trimming one newline at each end.
-
-    When the parameter may be ``null``, the first characters are held while they could still
-    spell ``null`` (at most four), so a literal ``null`` becomes JSON null and anything else a
-    string — still streamed as it arrives."""
-
-    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started", "_trim")
-
-    def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool) -> None:
-        self._emit = emit
-        self._trim = trim_newline
-        self._started = False
-        self._held = ""
-        self._maybe_null: str | None = "" if nullable else None
-        self._opened = False
-
-    def write(self, text: str) -> None:
-        if not text:
-            return
-        if self._trim:
-            if not self._started and text.startswith("\n"):
-                text = text[1:]
-            self._started = True
-            text = self._held + text
-            self._held = ""
-            if text.endswith("\n"):
-                text, self._held = text[:-1], "\n"
-        self._started = True
-        if text:
-            if self._opened and self._maybe_null is None:  # the common case, inlined
-                self._emit(_quote(text)[1:-1])
-            else:
-                self._out(text)
-
-    def _out(self, text: str) -> None:
-        if self._maybe_null is not None:
-            candidate = self._maybe_null + text
-            if "null".startswith(candidate):
-                self._maybe_null = candidate
-                return
-            self._maybe_null = None
-            text = candidate
-        if not self._opened:
-            self._emit('"')
-            self._opened = True
-        self._emit(_quote(text)[1:-1])
-
-    def close(self) -> None:
-        if self._maybe_null == "null":
-            self._emit("null")
-            return
-        if self._maybe_null:
-            self._maybe_null, pending = None, self._maybe_null
-            self._out(pending)
-        if not self._opened:
-            self._emit('"')
-        self._emit('"')
-
-
 _HEADER_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
 
 
@@ -250,7 +84,7 @@ def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet, MarkerSet, 
             MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks)))
 
 
-def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Out,
+def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, out: Out,
              name: str | None = None) -> Generator[None, None, bool]:
     """Read one call after its opening marker (the name follows, unless already known),
     up to and including its ``call_end``."""
@@ -270,8 +104,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, Any], cur: Cursor, out: Ou
     out.calls.header(name)
     args = ArgsObject(out.calls)
     tool = tools.get(name)
-    properties = tool.parameters.get("properties", {}) if tool is not None and isinstance(tool.parameters, Mapping) \
-        else {}
+    properties = tool.parameters.get("properties", {}) if tool is not None else {}
     if not isinstance(properties, Mapping):
         properties = {}
     while not ended:
@@ -331,3 +164,97 @@ def _read_value(cur: Cursor, a: XmlArgs, ends: MarkerSet, write: Callable[[str],
         if not closing:
             cur.unread(len(marker))
         return True
+
+
+# ------------------------------------------------------------------------------ declaring formats
+
+
+def xml_params(args: XmlArgs, newlines: bool = True) -> XmlParams:
+    """How parameters of ``args`` are written: key (or key attribute, with the type attribute),
+    the string attribute, the value (padded with one newline on each side where ``trim_newline``
+    strips one), the closing tag; one per line with ``newlines``."""
+    if args.key_attribute:
+        typed = f' {args.type_attribute}="$type"' if args.type_attribute else ""
+        head = lit(args.key_start) + f' {args.key_attribute}="$key"' + typed + lit(args.key_end)
+    else:
+        head = lit(args.key_start) + "$key" + lit(args.key_end)
+    if args.string_attribute:
+        head += f' {args.string_attribute}="$is_string"'
+    if args.attributes:
+        head += ">"
+    if args.value_start:
+        head += ("\n" if newlines else "") + lit(args.value_start)
+    pad = "\n" if args.trim_newline else ""
+    param = head + pad + "$value" + pad + lit(args.value_end) + ("\n" if newlines else "")
+    return XmlParams(param, string_end=pad + args.value_end, forbidden=(args.value_end, *args.value_breaks),
+                     escape_keys=bool(args.key_attribute))
+
+
+def xml_call_template(call_start: str, shape: XmlCallShape, newlines: bool = True, attributes: str = "") -> str:
+    """How one call of ``shape`` is written (``$name``, ``$args``; ``attributes`` — a template —
+    follows the name attribute: Kimi K3's `` index="$ordinal"``)."""
+    if shape.name_attribute:
+        head = lit(call_start) + f' {shape.name_attribute}="$name"' + attributes + lit(shape.name_end[0])
+    else:
+        name_end = shape.name_end[0] if newlines or not shape.name_end[0].isspace() else ""
+        head = lit(call_start) + "$name" + attributes + lit(name_end)
+    if newlines and not head.endswith("\n"):
+        head += "\n"
+    return head + "$args" + lit(shape.call_end)
+
+
+def _markers(shape: XmlCallShape) -> tuple[str, ...]:
+    a = shape.args
+    key_end = (a.key_end,) if a.key_end.startswith("</") else ()
+    return (shape.call_end, a.key_start, *key_end, a.value_start, a.value_end)
+
+
+def xml_wire(call_start: str, shape: XmlCallShape, section: Sections | None = None, *, newlines: bool = True,
+             attributes: str = "", wrapper: tuple[str, str] | None = None) -> WireFormat:
+    """How a format of ``shape`` writes a run of calls (the first section, if any; one call per
+    ``wrapper`` if given; one per line with ``newlines``)."""
+    nl = "\n" if newlines else ""
+    call = xml_call_template(call_start, shape, newlines, attributes)
+    if wrapper is not None:
+        call = lit(wrapper[0]) + nl + call + nl + lit(wrapper[1])
+    pairs = section_pairs(section)
+    around = (lit(pairs[0][0]) + nl, nl + lit(pairs[0][1])) if pairs else ("", "")
+    return WireFormat(call, section=around, separator=nl, args=xml_params(shape.args, newlines))
+
+
+def tagged_xml(call_start: str | tuple[str, ...], shape: XmlCallShape, section: Sections | None = None, *,
+               bare_calls: bool = False, newlines: bool = True, attributes: str = "",
+               markers: tuple[str, ...] = (), trim_around_calls: bool = True) -> ToolFormat:
+    """Calls with XML-style parameters after ``call_start``, optionally inside a section;
+    ``markers`` adds marker texts the shape does not spell (DSML's ``｜DSML｜``)."""
+    starts = as_tuple(call_start)
+
+    def read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+        return (yield from xml_call(shape, ctx.tools_by_name, cur, out))
+
+    wire = xml_wire(starts[0], shape, section, newlines=newlines, attributes=attributes)
+    return calls_format(starts, read_call, wire=wire, section=section, bare_calls=bare_calls,
+                        markers=(*_markers(shape), *markers), trim_around_calls=trim_around_calls)
+
+
+def wrapped_xml(wrapper: tuple[str, str], call_start: str, shape: XmlCallShape, *, newlines: bool = True) -> ToolFormat:
+    """One call per wrapper — ``WRAPPER_OPEN CALL_START … CALL_END WRAPPER_CLOSE`` (Qwen3-Coder's
+    ``<tool_call><function=…>``, Seed-OSS's ``<seed:tool_call><function=…>``). A bare call without
+    the wrapper is accepted too; a stray closing wrapper after it is markup."""
+    opener, closer = wrapper
+
+    def read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+        if marker == opener:
+            yield from cur.skip_ws()
+            if not (yield from cur.expect(call_start)):
+                return False
+        if not (yield from xml_call(shape, ctx.tools_by_name, cur, out)):
+            return False
+        if marker == opener:
+            return (yield from cur.closing(closer))
+        yield from cur.skip_ws()
+        yield from cur.match((closer,))
+        return True
+
+    wire = xml_wire(call_start, shape, newlines=newlines, wrapper=wrapper)
+    return calls_format((opener, call_start), read_call, wire=wire, markers=(closer, *_markers(shape)))

@@ -36,9 +36,10 @@ import re
 import unicodedata
 from collections.abc import Generator
 
+from parsers.core.args import ArgsObject, escape
 from parsers.core.cursor import Cursor, Write, separated
-from parsers.core.program import Out
-from parsers.core.xmlcall import ArgsObject, escape
+from parsers.core.driver import Out
+from parsers.wire import PYTHON_KWARGS, WireFormat, lit
 
 _WS = "[ \\t\\r\\n]*"
 _NAME = r"[^\W\d][\w.]*"
@@ -474,3 +475,11 @@ def peek_past_ws(cur: Cursor, offset: int = 0, limit: int = 256) -> Generator[No
         if cur.eof or len(buf) - start >= limit:
             return "", -1
         yield
+
+
+def python_list_wire(opening: str = "[", closing: str = "]") -> WireFormat:
+    """How a pythonic format writes calls: ``[f(a=1), g()]`` between ``opening`` and ``closing``.
+    A bare list has no distinctive first word (no lazy-grammar trigger); a wrapped one starts with
+    its wrapper."""
+    return WireFormat("$name($args)", section=(lit(opening), lit(closing)), separator=", ", args=PYTHON_KWARGS,
+                      trigger_word="" if opening == "[" else None)

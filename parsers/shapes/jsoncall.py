@@ -14,6 +14,8 @@ formats differ only in data:
 Arguments written before the name are held until the name arrives (the first delta of a call
 must carry its name). Arguments written as a JSON string holding a JSON object (double-encoded)
 are decoded once complete; ``null`` arguments become ``{}``.
+
+``tagged_json`` declares the commonest format of all: one call object between two markers.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from collections.abc import Generator
 from dataclasses import dataclass
 
 from parsers.core.cursor import Cursor, discard
+from parsers.core.driver import Out, is_json_object
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out, is_json_object
+from parsers.format import CallContext, ToolFormat
+from parsers.shapes.sections import as_tuple, calls_format
+from parsers.wire import WireFormat
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,16 @@ class JsonCallShape:
 
 
 DEFAULT_SHAPE = JsonCallShape()  # ``{"name": …, "arguments"|"parameters": …}``, optionally under ``function``
+
+
+def call_template(shape: JsonCallShape) -> str:
+    """How a call object of ``shape`` is written, as a wire template (``$name``, ``$args``): the
+    first name key and the first arguments key, or ``{"NAME": {…}}``."""
+    if shape.name_is_key:
+        return '{"$name": $args}'
+    name_key, args_key = (json.dumps(k, ensure_ascii=False).replace("$", "$$")
+                          for k in (shape.name_keys[0], shape.args_keys[0]))
+    return "{" + name_key + ': "$name", ' + args_key + ": $args}"
 
 
 class _CallState:
@@ -226,3 +241,21 @@ def decode_json_string(text: str) -> str | None:
     except ValueError:
         return None
     return value if isinstance(value, str) else None
+
+
+def tagged_json(start: str | tuple[str, ...], end: str, shape: JsonCallShape = DEFAULT_SHAPE, *,
+                separator: str = "\n", pad: str = "\n", trim_around_calls: bool = True) -> ToolFormat:
+    """``START {"name": …, "arguments": {…}} END``, repeated; anything else is content. A start or
+    end marker outside any JSON string breaks the call; the end marker may be missing where the
+    model itself ended the output. Written as the first start marker, ``pad``, the call object,
+    ``pad``, the end marker; calls joined by ``separator``."""
+    starts = as_tuple(start)
+    stop = MarkerSet((*starts, end))
+
+    def read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:
+        if not (yield from json_call(cur, out, shape, stop)):
+            return False
+        return (yield from cur.closing(end))
+
+    wire = WireFormat(starts[0] + pad + call_template(shape) + pad + end, separator=separator)
+    return calls_format(starts, read_call, wire=wire, markers=(end,), trim_around_calls=trim_around_calls)

@@ -52,8 +52,10 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from parsers.core.cursor import Cursor, Write, discard
+from parsers.core.driver import Out, Program
 from parsers.core.markers import MarkerSet
-from parsers.core.program import Out, ProgramBody
+from parsers.format import CallContext, ToolFormat
+from parsers.wire import WireFormat, lit
 
 START = "<|start|>"
 END = "<|end|>"
@@ -427,10 +429,31 @@ def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
 
 
 def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
-                    tool_names: frozenset[str] = frozenset()) -> ProgramBody:
-    """``harmony_messages`` bound to its settings, as a ``ProgramBody``."""
+                    tool_names: frozenset[str] = frozenset()) -> Program:
+    """``harmony_messages`` bound to its settings, as a ``Program``."""
 
     def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
         yield from harmony_messages(cur, out, dialect, start, tool_names, calls)
 
     return program
+
+
+#: How calls are written: after the generation prompt's ``<|start|>assistant``, each call is a
+#: ``commentary`` message to ``functions.NAME`` with a JSON body, ended by ``<|call|>``; a further
+#: call opens a new message (``<|start|>assistant``).
+HARMONY_WIRE = WireFormat(lit(CHANNEL + "commentary to=functions.") + "$name" + lit(" " + CONSTRAIN + "json" + MESSAGE)
+                          + "$args" + lit(CALL), separator=lit(START + "assistant"))
+
+
+def harmony(dialect: Dialect) -> ToolFormat:
+    """A Harmony-like envelope as a tool-call format: it carries reasoning and content too
+    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``)."""
+
+    def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        # a generator: the prompt is read when parsing begins, i.e. after the detector's ``prepare``
+        start = start_from_prompt(ctx.prompt)
+        yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True)
+
+    return ToolFormat(read=read, start_markers=(START, CHANNEL), markers=dialect.markers, wire=HARMONY_WIRE,
+                      trim_around_calls=False,  # messages are separated by markers; the program places whitespace
+                      handles_reasoning=True, sniff=lambda text: "to=functions." in text)

@@ -1,0 +1,189 @@
+"""Writing one call's arguments object as JSON, fragment by fragment, from text that is not JSON.
+
+Formats whose arguments are not written as JSON (XML-style parameters, Python keyword arguments,
+object notation, learned tagged parameters) build the object with ``ArgsObject``: ``{`` with the
+first key, ``"KEY": `` per key, the value, ``}`` at the end — so a call's fragments always
+concatenate to one JSON object. String values stream JSON-escaped as they arrive
+(``StringValue``); other values are converted once complete (``convert_value``), typed by the
+tool's JSON schema (``param_kind``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable, Generator, Mapping
+from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]  # json.dumps(s, ensure_ascii=False)
+from typing import Any
+
+from parsers.core.driver import CallWriter
+
+def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
+    """The JSON type a parameter schema asks for, and whether it allows ``null``. The type is
+    ``"string"`` when unknown or when a string is among the allowed types."""
+    if not isinstance(schema, Mapping):
+        return "string", False
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        return ("string" if not kinds or "string" in kinds else str(kinds[0])), "null" in kind
+    if isinstance(kind, str):
+        return kind, kind == "null"
+    for combinator in ("anyOf", "oneOf"):
+        options = schema.get(combinator)
+        if isinstance(options, list):
+            subs = [param_kind(o) for o in options if isinstance(o, Mapping)]
+            nullable = any(isinstance(o, Mapping) and o.get("type") == "null" for o in options)
+            kinds = [k for (k, _), o in zip(subs, options) if not (isinstance(o, Mapping) and o.get("type") == "null")]
+            return ("string" if not kinds or "string" in kinds else kinds[0]), nullable or any(n for _, n in subs)
+    if "enum" in schema and isinstance(schema["enum"], list):
+        values = schema["enum"]
+        nullable = None in values
+        if all(isinstance(v, str) or v is None for v in values):
+            return "string", nullable
+        first = next((v for v in values if v is not None), None)
+        return {bool: "boolean", int: "integer", float: "number"}.get(type(first), "string"), nullable
+    if "properties" in schema:
+        return "object", False
+    if "items" in schema:
+        return "array", False
+    return "string", False
+
+
+def schema_type(schema: Mapping[str, Any] | None) -> str:
+    return param_kind(schema)[0]
+
+
+def convert_value(text: str, kind: str) -> str:
+    """JSON text for a non-string parameter value; falls back to a JSON string when it does not
+    parse as the declared type (the model's text is never dropped). ``null`` is null."""
+    raw = text.strip()
+    if raw in ("null", "None"):
+        return "null"
+    try:
+        if kind == "integer":
+            return json.dumps(int(raw))
+        if kind == "number":
+            value = float(raw)
+            return json.dumps(int(value) if value.is_integer() and "." not in raw and "e" not in raw.lower()
+                              else value)
+        if kind == "boolean":
+            lowered = raw.lower()
+            if lowered in ("true", "false"):
+                return lowered
+            raise ValueError(raw)
+        value = json.loads(raw)
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, OverflowError):
+        pass
+    try:  # Python literals: {'a': 1}, [1, 2], True, None
+        value = ast.literal_eval(raw)
+        return json.dumps(value, ensure_ascii=False)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return json.dumps(text, ensure_ascii=False)
+
+
+def escape(text: str) -> str:
+    """``text`` JSON-escaped, without the surrounding quotes (per-character, so chunk-safe)."""
+    return _quote(text)[1:-1]
+
+
+class ArgsObject:
+    """Writes one call's arguments object fragment by fragment."""
+
+    __slots__ = ("_calls", "_count")
+
+    def __init__(self, calls: CallWriter) -> None:
+        self._calls = calls
+        self._count = 0
+
+    def key(self, key: str) -> None:
+        self._calls.args(("{" if self._count == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": ")
+        self._count += 1
+
+    def raw(self, text: str) -> None:
+        self._calls.args(text)
+
+    def value(self, kind: str, trim_newline: bool, nullable: bool,
+              read: Callable[[Callable[[str], None]], Generator[None, None, object]]) -> Generator[None, None, bool]:
+        """One parameter value of schema ``kind``, its text produced by ``read(write)`` (falsy
+        result: the value did not end properly → ``False``). Strings stream as they arrive;
+        other kinds are converted (``convert_value``) once the whole text is in, with one
+        newline trimmed at each end when ``trim_newline``."""
+        if kind == "string":
+            value = StringValue(self.raw, trim_newline, nullable)
+            if not (yield from read(value.write)):
+                return False
+            value.close()
+            return True
+        parts: list[str] = []
+        if not (yield from read(parts.append)):
+            return False
+        text = "".join(parts)
+        if trim_newline:
+            text = text.removeprefix("\n").removesuffix("\n")
+        self.raw(convert_value(text, kind))
+        return True
+
+    def close(self) -> None:
+        self._calls.args("}" if self._count else "{}")
+
+
+class StringValue:
+    """Streams one string value, JSON-escaped, optionally trimming one newline at each end.
+
+    When the parameter may be ``null``, the first characters are held while they could still
+    spell ``null`` (at most four), so a literal ``null`` becomes JSON null and anything else a
+    string — still streamed as it arrives."""
+
+    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started", "_trim")
+
+    def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool) -> None:
+        self._emit = emit
+        self._trim = trim_newline
+        self._started = False
+        self._held = ""
+        self._maybe_null: str | None = "" if nullable else None
+        self._opened = False
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        if self._trim:
+            if not self._started and text.startswith("\n"):
+                text = text[1:]
+            self._started = True
+            text = self._held + text
+            self._held = ""
+            if text.endswith("\n"):
+                text, self._held = text[:-1], "\n"
+        self._started = True
+        if text:
+            if self._opened and self._maybe_null is None:  # the common case, inlined
+                self._emit(_quote(text)[1:-1])
+            else:
+                self._out(text)
+
+    def _out(self, text: str) -> None:
+        if self._maybe_null is not None:
+            candidate = self._maybe_null + text
+            if "null".startswith(candidate):
+                self._maybe_null = candidate
+                return
+            self._maybe_null = None
+            text = candidate
+        if not self._opened:
+            self._emit('"')
+            self._opened = True
+        self._emit(_quote(text)[1:-1])
+
+    def close(self) -> None:
+        if self._maybe_null == "null":
+            self._emit("null")
+            return
+        if self._maybe_null:
+            self._maybe_null, pending = None, self._maybe_null
+            self._out(pending)
+        if not self._opened:
+            self._emit('"')
+        self._emit('"')

@@ -1,0 +1,111 @@
+"""The outer loop most tool-call formats share: content, then calls (optionally inside a section).
+
+``marker_calls(...)`` builds a format's program (``parsers.format.Read``) from:
+
+* ``call_starts`` — markers that open one call (``<tool_call>``, ``<｜tool▁call▁begin｜>`` …);
+* ``read_call(ctx, cursor, out, marker)`` — reads one call after its opening marker (the call is
+  begun and ended here), returning whether it was complete;
+* ``section`` — an optional ``(begin, end)`` pair (or several alternative pairs) wrapping a run of
+  calls (``<|tool_calls_section_begin|>`` … ``<|tool_calls_section_end|>``). Text between calls
+  inside a section is markup, not content. With ``bare_calls`` a call may also appear outside any
+  section.
+
+After a malformed call the rest of a section is read as content again, so nothing is lost.
+``calls_format(...)`` wraps such a program in a ``ToolFormat`` whose start markers and markers are
+derived from the same call starts and sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+
+from parsers.core.cursor import Cursor, discard
+from parsers.core.driver import Out
+from parsers.core.markers import MarkerSet
+from parsers.format import CallContext, Read, ReadCall, ToolFormat
+from parsers.wire import WireFormat
+
+Section = tuple[str, str]
+#: one section pair or several alternative pairs
+Sections = Section | tuple[Section, ...]
+ReadOne = Callable[[str], Generator[None, None, bool]]
+
+
+def as_tuple(texts: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (texts,) if isinstance(texts, str) else tuple(texts)
+
+
+def section_pairs(section: Sections | None) -> tuple[Section, ...]:
+    """``section`` as a tuple of ``(begin, end)`` pairs."""
+    if not section:
+        return ()
+    if isinstance(section[0], str):
+        begin, end = section
+        assert isinstance(begin, str) and isinstance(end, str)
+        return ((begin, end),)
+    return tuple(pair for pair in section if isinstance(pair, tuple))
+
+
+def section_calls(cur: Cursor, out: Out, inside: MarkerSet, end: str, read_one: ReadOne) -> Generator[None, None, bool]:
+    """The calls inside one section, up to its ``end`` marker (consumed). ``inside`` holds the
+    call openers and ``end``; text between calls is markup. ``read_one(marker)`` reads one call
+    after its opener (begun and ended here). After a malformed call this returns, so the rest is
+    read as content again. Returns ``False`` when the output ended inside the section."""
+    opened = False
+    while True:
+        marker = yield from cur.until(inside, discard)
+        if marker is None:
+            if not opened:  # a section that ends before any call: its opener is markup
+                out.content.boundary()
+            return False
+        if marker == end:
+            out.content.boundary()
+            return True
+        opened = True
+        out.calls.begin(marker)
+        if not out.calls.end((yield from read_one(marker))):
+            return True
+
+
+def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
+                 section: Sections | None = None, bare_calls: bool = False) -> Read:
+    """A format's program: content, and calls after ``call_starts`` (see the module docstring)."""
+    starts = as_tuple(call_starts)
+    sections = dict(section_pairs(section))
+    outer = MarkerSet((*sections, *starts) if bare_calls or not sections else tuple(sections))
+    inner = {begin: MarkerSet((*starts, end)) for begin, end in sections.items()}
+
+    def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        def read_one(opener: str) -> Generator[None, None, bool]:
+            return (yield from read_call(ctx, cur, out, opener))
+
+        while True:
+            marker = yield from cur.until(outer, out.content.write)
+            if marker is None:
+                return
+            if marker not in sections:
+                out.calls.begin(marker)
+                out.calls.end((yield from read_call(ctx, cur, out, marker)))
+                continue
+            if not (yield from section_calls(cur, out, inner[marker], sections[marker], read_one)):
+                return
+
+    return read
+
+
+def calls_format(call_starts: str | tuple[str, ...], read_call: ReadCall, *, wire: WireFormat,
+                 section: Sections | None = None, bare_calls: bool = False, markers: tuple[str, ...] = (),
+                 trim_around_calls: bool = True) -> ToolFormat:
+    """A ``ToolFormat`` over ``marker_calls``: its start markers are the section openers (and the
+    call starts where calls may stand outside a section), its markers the sections, the call
+    starts and ``markers`` (the other marker texts ``read_call`` knows)."""
+    starts = as_tuple(call_starts)
+    pairs = section_pairs(section)
+    openers = tuple(begin for begin, _ in pairs)
+    return ToolFormat(
+        read=marker_calls(starts, read_call, section, bare_calls),
+        start_markers=(*openers, *starts) if bare_calls or not pairs else openers,
+        markers=(*(m for pair in pairs for m in pair), *starts, *markers),
+        wire=wire,
+        trim_around_calls=trim_around_calls,
+    )
