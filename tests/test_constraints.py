@@ -17,6 +17,7 @@ from app.constraints.tools import ReasoningGate, build_constraint, calls_array_s
 from parsers import FunctionCallParser
 from parsers.registry import TOOL_PARSERS, tool_detector_class
 from parsers.tools import to_specs
+from parsers.wire import JsonArgs, XmlParams
 from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.gbnf_check import accepts
 from tests.scripted_backend import Script
@@ -58,7 +59,7 @@ def test_required_grammar_accepts_own_calls_and_rejects_bad_ones(name: str) -> N
     assert not accepts(grammar, wire.render([("get_weather", {"city": "Paris", "unit": "kelvin"})])), "enum"
     assert not accepts(grammar, wire.render([("launch_rocket", {})])), "unknown tool"
     assert not accepts(grammar, wire.render([("get_weather", {"city": "Paris"})])), "missing required"
-    if wire.params is None:
+    if not isinstance(wire.args, XmlParams):  # XML-style parameters are untyped text
         assert not accepts(grammar, wire.render([("get_weather", {"city": 5, "unit": "c"})])), "type"
     single = calls_grammar(wire, SPECS, 1)
     assert accepts(single, wire.render(GOOD[:1])) and not accepts(single, wire.render(GOOD))
@@ -88,7 +89,7 @@ def test_vllm_required_schema_is_an_array_of_calls() -> None:
         jsonschema.validate([{"name": "get_time", "arguments": {}}] * 2, calls_array_schema(SPECS, 1))
 
 
-@pytest.mark.parametrize("name", [n for n in WIRE_DETECTORS if tool_detector_class(n).wire.params is None])
+@pytest.mark.parametrize("name", [n for n in WIRE_DETECTORS if isinstance(tool_detector_class(n).wire.args, JsonArgs)])
 def test_structural_tag_spells_the_wire_format(name: str) -> None:
     wire = tool_detector_class(name).wire
     tag = structural_tag(wire, SPECS)

@@ -6,14 +6,21 @@ the JSON values a schema allows (objects with their declared properties — requ
 optional ones optional — arrays, strings with length bounds, enums/consts, numbers, integers,
 booleans, null, ``anyOf``/``oneOf``, ``allOf`` of objects, local ``$ref``s). Unknown constructs
 fall back to any JSON value, so a grammar is never stricter than the schema.
+
+Values are written in a ``Syntax``: JSON by default, or the spelling of a format whose arguments
+are not JSON — Python literals (``PYTHON``: pythonic calls, top-level keyword arguments) or
+Google's object notation (``object_notation(delim)``: Gemma 4, FunctionGemma).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from parsers.wire import obj_key, obj_literal, py_literal
 
 _SAFE = re.compile(r"[^a-zA-Z0-9-]+")
 
@@ -32,6 +39,56 @@ PRIMITIVES = {
 }
 
 MAX_OPTIONAL_PERMUTED = 12  # beyond this many optional properties an object falls back to any object
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """How JSON values are spelled: primitive rule names (``value``, ``string`` …), extra rules they
+    need, how a constant and an object key are written, and whether the top-level object is
+    written as keyword arguments (``KEY=VALUE, …``, no braces)."""
+
+    value: str = "json-value"
+    object: str = "json-object"
+    string: str = "json-string"
+    boolean: str = "json-boolean"
+    null: str = "json-null"
+    #: the character rule of a length-bounded string (``None``: bounds are not expressed)
+    string_char: str | None = "json-char"
+    rules: Mapping[str, str] = field(default_factory=dict)
+    constant: Callable[[Any], str] = lambda v: json.dumps(v, ensure_ascii=False)
+    key: Callable[[str], str] = lambda k: json.dumps(k, ensure_ascii=False)
+    kwargs: bool = False
+
+
+JSON = Syntax()
+PYTHON = Syntax(
+    value="py-value", object="py-object", string="py-string", boolean="py-boolean", null="py-null",
+    string_char="py-char", constant=py_literal, kwargs=True, rules={
+        "py-char": '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})',
+        "py-string": '"\\"" py-char* "\\""',
+        "py-boolean": '"True" | "False"',
+        "py-null": '"None"',
+        "py-value": "py-object | py-array | py-string | json-number | py-boolean | py-null",
+        "py-object": '"{" ws ( py-string ws ":" ws py-value ws ( "," ws py-string ws ":" ws py-value ws )* )? "}"',
+        "py-array": '"[" ws ( py-value ws ( "," ws py-value ws )* )? "]"',
+        "py-kwargs": '( py-ident "=" py-value ( "," ws py-ident "=" py-value )* )?',
+        "py-ident": "[a-zA-Z_] [a-zA-Z0-9_]*",
+    })
+
+
+def object_notation(delim: str) -> Syntax:
+    """Google's object notation with string delimiter ``delim``: ``{key:<|"|>text<|"|>,n:3}``."""
+    d = literal(delim)
+    return Syntax(
+        value="obj-value", object="obj-object", string="obj-string", string_char=None,
+        constant=lambda v: obj_literal(v, delim), key=lambda k: obj_key(k, delim), rules={
+            "obj-string": f"{d} obj-text {d}",
+            "obj-text": _text_until(delim),
+            "obj-key": f'[^:,{{}}\\[\\]<" \\t\\n]+ | {d} obj-text {d}',
+            "obj-value": "obj-object | obj-array | obj-string | json-number | json-boolean | json-null",
+            "obj-object": '"{" ws ( obj-key ws ":" ws obj-value ws ( "," ws obj-key ws ":" ws obj-value ws )* )? "}"',
+            "obj-array": '"[" ws ( obj-value ws ( "," ws obj-value ws )* )? "]"',
+        })
 
 
 def literal(text: str) -> str:
@@ -67,11 +124,25 @@ def _char_class_escape(ch: str) -> str:
     return ch
 
 
+def _text_until(terminator: str) -> str:
+    """Rule body: any text that does not contain ``terminator`` (nor end in a proper prefix of it)."""
+    if not terminator:
+        return "[^\\x00]*"
+    alts = []
+    for k in range(len(terminator)):
+        prefix = terminator[:k]
+        head = (literal(prefix) + " ") if prefix else ""
+        alts.append(f"{head}[^{_char_class_escape(terminator[k])}]")
+    return "( " + " | ".join(alts) + " )*"
+
+
 class Grammar:
-    def __init__(self) -> None:
+    def __init__(self, syntax: Syntax = JSON) -> None:
         self.rules: dict[str, str] = {}
         self._defs: Mapping[str, Any] = {}
         self._used_primitives: set[str] = set()
+        self.syntax = syntax
+        self._primitives = {**PRIMITIVES, **syntax.rules}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -91,22 +162,21 @@ class Grammar:
 
     def render(self, root: str) -> str:
         """The grammar text with ``root`` as its start rule."""
+        primitives = self._primitives
         needed = set(self._used_primitives)
+        for body in (root, *self.rules.values()):
+            needed |= {p for p in primitives if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", body)}
         changed = True
         while changed:  # primitives reference each other
             changed = False
             for name in list(needed):
-                for other in PRIMITIVES:
-                    if other not in needed and re.search(rf"(?<![\w-]){re.escape(other)}(?![\w-])", PRIMITIVES[name]):
+                for other in primitives:
+                    if other not in needed and re.search(rf"(?<![\w-]){re.escape(other)}(?![\w-])", primitives[name]):
                         needed.add(other)
                         changed = True
-        for name in self.rules.values():
-            for other in PRIMITIVES:
-                if other not in needed and re.search(rf"(?<![\w-]){re.escape(other)}(?![\w-])", name):
-                    needed.add(other)
         lines = [f"root ::= {root}"]
         lines += [f"{name} ::= {body}" for name, body in self.rules.items()]
-        lines += [f"{name} ::= {PRIMITIVES[name]}" for name in PRIMITIVES if name in needed]
+        lines += [f"{name} ::= {primitives[name]}" for name in primitives if name in needed]
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ text
@@ -114,32 +184,35 @@ class Grammar:
     def text_until(self, terminator: str, name: str = "text") -> str:
         """A rule for any text that does not contain ``terminator`` (nor end in a proper prefix
         of it); the terminator itself is not included."""
-        if not terminator:
-            return self.add(name, "[^\\x00]*")
-        alts = []
-        for k in range(len(terminator)):
-            prefix = terminator[:k]
-            head = (literal(prefix) + " ") if prefix else ""
-            alts.append(f"{head}[^{_char_class_escape(terminator[k])}]")
-        return self.add(name, "( " + " | ".join(alts) + " )*")
+        return self.add(name, _text_until(terminator))
 
     # ------------------------------------------------------------------ JSON schema
 
+    def arguments(self, schema: Any, name: str = "args") -> str:
+        """A rule for a call's arguments object: ``schema`` in this syntax, written as keyword
+        arguments where the syntax says so."""
+        if not self.syntax.kwargs:
+            return self.schema(schema, name)
+        schema = self._resolve(schema) if isinstance(schema, Mapping) else schema
+        if not isinstance(schema, Mapping):
+            return self.primitive("py-kwargs")
+        return self._object(schema, name, kwargs=True)
+
     def schema(self, schema: Any, name: str = "value", defs: Mapping[str, Any] | None = None) -> str:
-        """A rule accepting the JSON text of values valid for ``schema``."""
+        """A rule accepting the text of values valid for ``schema`` (in the grammar's syntax)."""
+        syntax = self.syntax
         if defs is not None:
             self._defs = defs
         if schema is True or not isinstance(schema, Mapping) or not schema:
-            return self.primitive("json-value")
+            return self.primitive(syntax.value)
         if "$defs" in schema or "definitions" in schema:
             self._defs = {**self._defs, **schema.get("$defs", {}), **schema.get("definitions", {})}
         if "$ref" in schema:
             return self._ref(str(schema["$ref"]))
         if "const" in schema:
-            return self.add(name + "-const", literal(json.dumps(schema["const"], ensure_ascii=False)))
+            return self.add(name + "-const", literal(syntax.constant(schema["const"])))
         if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
-            return self.add(name + "-enum", " | ".join(literal(json.dumps(v, ensure_ascii=False))
-                                                      for v in schema["enum"]))
+            return self.add(name + "-enum", " | ".join(literal(syntax.constant(v)) for v in schema["enum"]))
         for key in ("anyOf", "oneOf"):
             options = schema.get(key)
             if isinstance(options, list) and options:
@@ -168,10 +241,10 @@ class Grammar:
         if kind == "number":
             return self.primitive("json-number")
         if kind == "boolean":
-            return self.primitive("json-boolean")
+            return self.primitive(syntax.boolean)
         if kind == "null":
-            return self.primitive("json-null")
-        return self.primitive("json-value")
+            return self.primitive(syntax.null)
+        return self.primitive(syntax.value)
 
     def _resolve(self, schema: Any) -> Any:
         if isinstance(schema, Mapping) and "$ref" in schema:
@@ -185,8 +258,7 @@ class Grammar:
         safe = _SAFE.sub("-", rule).strip("-").lower()
         if safe in self.rules:
             return safe
-        self.rules[safe] = "json-value"  # placeholder so recursive references terminate
-        self._used_primitives.add("json-value")
+        self.rules[safe] = self.primitive(self.syntax.value)  # placeholder so recursive references terminate
         body = self.schema(self._defs.get(target, {}), safe + "-body")
         self.rules[safe] = body
         return safe
@@ -194,12 +266,13 @@ class Grammar:
     def _string(self, schema: Mapping[str, Any], name: str) -> str:
         low = schema.get("minLength")
         high = schema.get("maxLength")
-        if low is None and high is None:
-            return self.primitive("json-string")
-        self.primitive("json-char")
+        char = self.syntax.string_char
+        if (low is None and high is None) or char is None:
+            return self.primitive(self.syntax.string)
+        self.primitive(char)
         low = int(low or 0)
         bounds = f"{{{low},{int(high)}}}" if high is not None else f"{{{low},}}"
-        return self.add(name + "-string", f'"\\"" json-char{bounds} "\\""')
+        return self.add(name + "-string", f'"\\"" {char}{bounds} "\\""')
 
     def _array(self, schema: Mapping[str, Any], name: str) -> str:
         item = self.schema(schema.get("items", True), name + "-item")
@@ -216,18 +289,20 @@ class Grammar:
             body = f"( {body} )?"
         return self.add(name + "-array", f'"[" {ws} {body} "]"')
 
-    def _object(self, schema: Mapping[str, Any], name: str) -> str:
+    def _object(self, schema: Mapping[str, Any], name: str, kwargs: bool = False) -> str:
+        """An object (``kwargs``: keyword arguments ``KEY=VALUE, …``, without braces)."""
         props = schema.get("properties")
         ws = self.primitive("ws")
+        anything = "py-kwargs" if kwargs else self.syntax.object
         if not isinstance(props, Mapping) or not props:
             if schema.get("additionalProperties") is False or props == {}:
-                return self.add(name + "-object", f'"{{" {ws} "}}"')
-            return self.primitive("json-object")
+                return '""' if kwargs else self.add(name + "-object", f'"{{" {ws} "}}"')
+            return self.primitive(anything)
         required = [k for k in props if k in set(schema.get("required", []))]
         optional = [k for k in props if k not in required]
-        pairs = {k: self._pair(k, props[k], f"{name}-{k}") for k in props}
+        pairs = {k: self._pair(k, props[k], f"{name}-{k}", kwargs) for k in props}
         if len(optional) > MAX_OPTIONAL_PERMUTED:
-            return self.primitive("json-object")
+            return self.primitive(anything)
         sep = f'"," {ws}'
         parts = [pairs[k] for k in required]
         body = f" {sep} ".join(parts)
@@ -241,9 +316,13 @@ class Grammar:
                     tail = " ".join(f"( {sep} {pairs[o]} )?" for o in optional[i + 1:])
                     alts.append(f"{pairs[k]} {tail}".strip())
                 body = f"( {' | '.join(alts)} )?"
+        if kwargs:
+            return self.add(name + "-kwargs", body)
         return self.add(name + "-object", f'"{{" {ws} {body} {ws} "}}"')
 
-    def _pair(self, key: str, schema: Any, name: str) -> str:
+    def _pair(self, key: str, schema: Any, name: str, kwargs: bool = False) -> str:
         ws = self.primitive("ws")
         value = self.schema(schema, name)
-        return self.add(name + "-kv", f'{literal(json.dumps(key, ensure_ascii=False))} {ws} ":" {ws} {value} {ws}')
+        if kwargs:
+            return self.add(name + "-kv", f"{literal(key + '=')} {value} {ws}")
+        return self.add(name + "-kv", f'{literal(self.syntax.key(key))} {ws} ":" {ws} {value} {ws}')

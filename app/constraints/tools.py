@@ -13,6 +13,11 @@
     start marker) for ``auto`` with strict tools, ``json``/``json_object`` for ``response_format``;
     the legacy ``guided_json`` / ``guided_grammar`` fields when ``legacy_vllm`` is set;
   - generic OpenAI completions: nothing (``required`` is then best effort).
+
+  A format without a wire, or whose arguments encoding has no grammar (``wire.grammar_supported``),
+  is not constrained on llama.cpp; nor is ``auto`` for a format without a trigger word (a bare
+  list or name: a lazy grammar would fire on any bracket). Grammars spell values in the wire's own
+  syntax (JSON, XML-style parameters, Python literals, object notation: ``app.constraints.gbnf``).
 * ``output`` — what the constrained output looks like, so the right parser reads it: the
   detector's own format (``"wire"``), a JSON array of calls (``"json_array"``), or one arguments
   object for the named tool (``"named_args"``).
@@ -20,20 +25,22 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
-from app.constraints.gbnf import Grammar, literal
-from parsers.core.xmlcall import param_kind
+from app.constraints.gbnf import JSON, PYTHON, Grammar, Syntax, literal, object_notation
+from parsers.core.args import param_kind
 from parsers.reasoning import ReasoningDetector
 from parsers.tools import ToolSpec
-from parsers.wire import WireFormat
+from parsers.wire import JsonArgs, ObjectNotation, PythonKwargs, WireFormat, XmlParams
 
 WORD_TRIGGER = 1  # llama.cpp COMMON_GRAMMAR_TRIGGER_TYPE_WORD
-INDEX_GBNF = "[0-9]{1,3}"
+INDEX_GBNF = {"$index": "[0-9]{1,3}", "$ordinal": "[1-9] [0-9]{0,2}"}
 
 
 @dataclass
@@ -69,39 +76,49 @@ def _object_schema(tool: ToolSpec) -> Mapping[str, Any]:
 
 
 def _template_gbnf(text: str) -> str:
-    """A literal template fragment (``$name`` already filled) as GBNF, ``$index`` as digits."""
-    pieces = text.split("$index")
+    """A literal template fragment (``$name`` already filled) as GBNF, ``$index`` / ``$ordinal`` as digits."""
     out: list[str] = []
-    for i, piece in enumerate(pieces):
-        if piece:
+    for piece in re.split(r"(\$index|\$ordinal)", text):
+        if piece in INDEX_GBNF:
+            out.append(INDEX_GBNF[piece])
+        elif piece:
             out.append(literal(piece))
-        if i < len(pieces) - 1:
-            out.append(INDEX_GBNF)
     return " ".join(out) if out else '""'
 
 
-def _xml_args(g: Grammar, wire: WireFormat, tool: ToolSpec, name: str) -> str:
-    assert wire.params is not None
+def _syntax(wire: WireFormat) -> Syntax:
+    """The value syntax of a wire's arguments."""
+    if isinstance(wire.args, PythonKwargs):
+        return PYTHON
+    if isinstance(wire.args, ObjectNotation):
+        return object_notation(wire.args.delim)
+    return JSON
+
+
+def _xml_args(g: Grammar, params: XmlParams, tool: ToolSpec, name: str) -> str:
     schema = _object_schema(tool)
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(props, Mapping) or not props:
         return '""'
     required = set(schema.get("required", [])) if isinstance(schema, Mapping) else set()
-    before_t, _, after_t = wire.params.partition("$value")
+    before_t, _, after_t = params.param.partition("$value")
     parts = []
     for key, prop in props.items():
         kind, _ = param_kind(prop if isinstance(prop, Mapping) else None)
         is_string = kind == "string"
-        values = {"key": key, "is_string": str(is_string).lower()}
+        values = {"key": html.escape(key) if params.escape_keys else key, "is_string": str(is_string).lower(),
+                  "type": kind}
         before = Template(before_t).safe_substitute(values)
         after = Template(after_t).safe_substitute(values)
         enum = prop.get("enum") if isinstance(prop, Mapping) else None
         if is_string and isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
             value = g.add(f"{name}-{key}-enum", " | ".join(literal(v) for v in enum))
         elif is_string:
-            value = g.text_until(wire.string_value_end, f"{name}-{key}-text")
+            value = g.text_until(params.string_end, f"{name}-{key}-text")
         else:
             value = g.schema(prop, f"{name}-{key}")
+        if params.cdata and is_string:
+            value = f'"<![CDATA[" {value} "]]>"'
         param = g.add(f"{name}-{key}-param", f"{literal(before)} {value} {literal(after)}")
         parts.append(param if key in required else f"{param}?")
     return " ".join(parts)
@@ -113,10 +130,10 @@ def call_rule(g: Grammar, wire: WireFormat, tools: Sequence[ToolSpec]) -> str:
     for i, tool in enumerate(tools):
         name = f"call-{i}-{tool.name}"
         before, after = (Template(s).safe_substitute(name=tool.name) for s in wire.call.split("$args", 1))
-        if wire.params is None:
-            args = g.schema(_object_schema(tool), f"{name}-args")
+        if isinstance(wire.args, XmlParams):
+            args = _xml_args(g, wire.args, tool, name)
         else:
-            args = _xml_args(g, wire, tool, name)
+            args = g.arguments(_object_schema(tool), f"{name}-args")
         alternatives.append(g.add(name, f"{_template_gbnf(before)} {args} {_template_gbnf(after)}"))
     return g.add("call", " | ".join(alternatives))
 
@@ -125,7 +142,7 @@ def calls_grammar(wire: WireFormat, tools: Sequence[ToolSpec], max_calls: int | 
                   reasoning: ReasoningGate | None = None, lazy: bool = False) -> str:
     """GBNF for one or more calls in the wire format. ``lazy`` grammars start at the trigger word
     (llama.cpp applies them from there), so they carry no reasoning prefix."""
-    g = Grammar()
+    g = Grammar(_syntax(wire))
     call = call_rule(g, wire, tools)
     sep = literal(wire.separator) + " " if wire.separator else ""
     if max_calls == 1:
@@ -212,7 +229,8 @@ def llamacpp_constraint(request: ConstraintRequest) -> Constraint:
     """llama.cpp: GBNF in the tool format's own wire format, or ``json_schema`` for a response format."""
     constraint = Constraint(max_calls=request.max_calls)
     wire, tools, mode = request.wire, request.tools, request.mode
-    if mode == "none" or not tools or wire is None:
+    if mode == "none" or not tools or wire is None or not wire.grammar_supported \
+            or (mode == "auto" and not wire.trigger):  # a lazy grammar needs a trigger word
         return _response_format(constraint, "llamacpp", request.response_format, False)
     if mode in ("required", "named"):
         constraint.fields = {"grammar": calls_grammar(wire, tools, request.max_calls, request.reasoning),
@@ -243,7 +261,8 @@ def vllm_constraint(request: ConstraintRequest) -> Constraint:
     if request.response_format and request.response_format.get("type") != "text":
         return _response_format(constraint, "vllm", request.response_format, legacy)
     wire = request.wire
-    if any(t.strict for t in tools) and wire is not None and wire.params is None and not legacy:
+    if any(t.strict for t in tools) and wire is not None and isinstance(wire.args, JsonArgs) and wire.trigger \
+            and not legacy:
         tag = structural_tag(wire, [t for t in tools if t.strict] or tools)
         constraint.fields = {"structured_outputs": {"structural_tag": json.dumps(tag, ensure_ascii=False)}}
     return constraint
