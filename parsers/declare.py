@@ -85,7 +85,7 @@ from parsers.wire import (
     lit,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not sorted
     # declarations
     "ToolCallDetector", "ReasoningDetector", "ToolFormat", "CallContext", "Read", "ReadCall", "ToolSpec",
     # how a format writes calls

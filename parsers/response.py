@@ -24,7 +24,7 @@ class ResponseParser:
         return bool((self.reasoning and self.reasoning._program.failed) or (self.tools and self.tools._program.failed))
 
     def feed(self, text: str) -> list[Event]:
-        events = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
+        events: list[Event] = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
         return self._through_tools(events, final=False)
 
     def end(self, truncated: bool = False) -> list[Event]:

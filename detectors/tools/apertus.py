@@ -12,8 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from parsers.declare import CallContext, Cursor, JsonCallShape, MarkerSet, Out, ToolCallDetector, ToolFormat, \
-    WireFormat, call_template, json_calls, lit
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    JsonCallShape,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    WireFormat,
+    call_template,
+    json_calls,
+    lit,
+)
 
 PREFIX, SUFFIX = "<|tools_prefix|>", "<|tools_suffix|>"
 SHAPE = JsonCallShape(name_keys=(), args_keys=(), nest_keys=(), name_is_key=True)

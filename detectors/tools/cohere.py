@@ -20,8 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from parsers.declare import CallContext, Cursor, JsonCallShape, MarkerSet, Out, ToolCallDetector, ToolFormat, \
-    WireFormat, json_call_list, lit
+from parsers.declare import (
+    CallContext,
+    Cursor,
+    JsonCallShape,
+    MarkerSet,
+    Out,
+    ToolCallDetector,
+    ToolFormat,
+    WireFormat,
+    json_call_list,
+    lit,
+)
 
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
 #: answer wrappers (R7B, Command A): markup around content, dropped

@@ -64,7 +64,7 @@ def _match_value(match: re.Match[str]) -> Any:
 
 
 def _jmespath(expression: str, value: Any) -> Any:
-    import jmespath  # optional dependency, imported only where a schema uses a transform
+    import jmespath  # type: ignore[import-untyped]  # optional dependency, imported only where a schema uses a transform
 
     return jmespath.search(expression, value)
 
@@ -214,7 +214,8 @@ def _calls(value: Any) -> list[tuple[str, str, str | None]] | None:
     for item in value or ():
         if not isinstance(item, Mapping):
             return None
-        function = item.get("function") if isinstance(item.get("function"), Mapping) else item
+        nested = item.get("function")
+        function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else item
         name = function.get("name")
         arguments = _arguments(function.get("arguments", function.get("parameters")))
         if not isinstance(name, str) or not name or arguments is None:
@@ -284,7 +285,8 @@ def load_response_schema(path: str | Path) -> dict[str, Any]:
         path = path / "tokenizer_config.json"
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, dict) and isinstance(data.get("response_schema"), dict):
-        return data["response_schema"]
+        schema: dict[str, Any] = data["response_schema"]
+        return schema
     if isinstance(data, dict) and ("properties" in data or "x-regex" in data or "type" in data) \
             and "chat_template" not in data:
         return data

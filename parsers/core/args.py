@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable, Generator, Mapping
-from json.encoder import encode_basestring as _quote  # type: ignore[attr-defined]  # json.dumps(s, ensure_ascii=False)
+from json.encoder import encode_basestring as _quote  # json.dumps(s, ensure_ascii=False)
 from typing import Any
 
 from parsers.core.driver import CallWriter
+
 
 def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
     """The JSON type a parameter schema asks for, and whether it allows ``null``. The type is
@@ -182,7 +183,8 @@ class StringValue:
             self._emit("null")
             return
         if self._maybe_null:
-            self._maybe_null, pending = None, self._maybe_null
+            pending = self._maybe_null
+            self._maybe_null = None
             self._out(pending)
         if not self._opened:
             self._emit('"')

@@ -247,7 +247,7 @@ class Cursor:
                 except ValueError:
                     return None
                 self.pos = end
-                return value
+                return value if isinstance(value, str) else None
             scanned = end - pos
             if self.eof or scanned > limit:
                 return None

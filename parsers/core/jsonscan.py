@@ -55,7 +55,9 @@ class JsonValueScan:
             else:
                 self.kind = "scalar"
         if self.kind == "scalar":
-            end = _SCALAR_CHARS.match(buf, pos).end()
+            found = _SCALAR_CHARS.match(buf, pos)  # matches at least ""
+            assert found is not None
+            end = found.end()
             if end < n or eof:
                 return end, Scan.DONE
             return end, Scan.MORE

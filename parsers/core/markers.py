@@ -15,8 +15,8 @@ times however the text is split.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Self
+from collections.abc import Callable, Iterable
+from typing import Self, cast
 
 _CACHE: dict[tuple[type, tuple[str, ...]], MarkerSet] = {}
 _CACHE_LIMIT = 1024
@@ -29,13 +29,21 @@ class MarkerSet:
     __slots__ = ("_extensions", "_first", "_first_re", "_longest", "_prefixes", "_regex", "first_char_at", "markers")
 
     markers: tuple[str, ...]
+    _regex: re.Pattern[str]
+    _prefixes: frozenset[str]
+    _first: frozenset[str]
+    _first_re: re.Pattern[str]
+    #: ``first_char_at(buf, pos)``: a match at the first character that can begin a marker, or None
+    first_char_at: Callable[[str, int], re.Match[str] | None]
+    _longest: int
+    _extensions: dict[str, tuple[str, ...]]
 
     def __new__(cls, markers: Iterable[str]) -> Self:
         # longest first (the regex prefers the longest marker at a place); ties in text order
         unique = tuple(sorted({m for m in markers if m}, key=lambda m: (-len(m), m)))
         cached = _CACHE.get((cls, unique))
         if cached is not None:
-            return cached
+            return cast(Self, cached)
         if not unique:
             raise ValueError("a MarkerSet needs at least one non-empty marker")
         self = super().__new__(cls)
@@ -44,7 +52,6 @@ class MarkerSet:
         self._prefixes = frozenset(m[:k] for m in unique for k in range(1, len(m)))
         self._first = frozenset(m[0] for m in unique)
         self._first_re = re.compile("[" + re.escape("".join(sorted(self._first))) + "]")
-        #: ``first_char_at(buf, pos)``: a match at the first character that can begin a marker, or None
         self.first_char_at = self._first_re.search
         self._longest = len(unique[0])
         # markers that strictly extend another marker: finding the shorter one must wait until the

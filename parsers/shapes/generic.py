@@ -33,6 +33,7 @@ import itertools
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from parsers.core.args import ArgsObject, param_kind
 from parsers.core.cursor import Cursor, discard
@@ -368,8 +369,7 @@ def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
         kind, nullable = param_kind(properties.get(key))
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
-        if not (yield from args.value(kind, p.trim_newline, nullable,
-                                      lambda write, ends=ends: cur.until(ends, write))):
+        if not (yield from args.value(kind, p.trim_newline, nullable, partial(cur.until, ends))):
             return False
     args.close()
     return True

@@ -71,10 +71,10 @@ def _key(cur: Cursor, delim: str) -> Generator[None, None, str | None]:
         if term is None:
             return None
     else:
-        key = yield from read_run(cur, _BARE_KEY, 256)
-        if key is None:
+        bare = yield from read_run(cur, _BARE_KEY, 256)
+        if bare is None:
             return None
-        key = key.strip()
+        key = bare.strip()
     yield from cur.skip_ws()
     if not key or not (yield from cur.expect(":")):
         return None

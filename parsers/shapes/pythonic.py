@@ -336,7 +336,7 @@ def _braces(cur: Cursor, write: Write, depth: int) -> Generator[None, None, bool
 
     def member() -> Generator[None, None, bool]:
         if pending:
-            member_key: str | None = pending.pop()
+            member_key = pending.pop()
         else:
             parts: list[str] = []
             if not (yield from _element(cur, parts.append, depth)):
@@ -344,9 +344,10 @@ def _braces(cur: Cursor, write: Write, depth: int) -> Generator[None, None, bool
             yield from cur.skip_ws()
             if not (yield from cur.expect(":")):
                 return False
-            member_key = _key("".join(parts))
-            if member_key is None:
+            found = _key("".join(parts))
+            if found is None:
                 return False
+            member_key = found
         write(member_key + ": ")
         return (yield from _element(cur, write, depth))
 
@@ -354,6 +355,12 @@ def _braces(cur: Cursor, write: Write, depth: int) -> Generator[None, None, bool
 
 
 # ---------------------------------------------------------------------------------- calls
+
+
+def _head_prefix_end(buf: str, pos: int) -> int:
+    """Where the longest prefix of a call head at ``pos`` ends (every part is optional: it always matches)."""
+    found = _HEAD_PREFIX.match(buf, pos)
+    return found.end() if found is not None else pos
 
 
 def call_head(cur: Cursor, limit: int = 256) -> Generator[None, None, bool]:
@@ -365,7 +372,7 @@ def call_head(cur: Cursor, limit: int = 256) -> Generator[None, None, bool]:
             return True
         if cur.eof or len(buf) - pos > limit:
             return False
-        if _HEAD_PREFIX.match(buf, pos).end() < len(buf):
+        if _head_prefix_end(buf, pos) < len(buf):
             return False
         yield
 
@@ -375,7 +382,7 @@ def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
     must have been begun (``out.calls.begin``); this sends its header once ``NAME(`` is confirmed
     and streams its arguments. Returns ``True`` when the call closed with ``)``."""
     if not (yield from call_head(cur)):
-        if cur.eof and _HEAD_PREFIX.match(cur.buf, cur.pos).end() == len(cur.buf):
+        if cur.eof and _head_prefix_end(cur.buf, cur.pos) == len(cur.buf):
             cur.pos = len(cur.buf)  # cut off inside the head: an unfinished call
         return False
     head = _HEAD.match(cur.buf, cur.pos)
