@@ -229,7 +229,8 @@ class Cursor:
 
     def json_string(self, limit: int = 4096) -> Generator[None, None, str | None]:
         """Read one complete JSON string (at a ``"``) and return it decoded; ``None`` (nothing
-        consumed) if there is no string here, it is longer than ``limit`` or never ends."""
+        consumed) if there is no string here, its text (quotes included) is longer than ``limit``
+        characters, or it never ends. The answer does not depend on how the text was split."""
         while self.available == 0:
             if self.eof:
                 return None
@@ -242,6 +243,8 @@ class Cursor:
             buf, pos = self.buf, self.pos
             end, state = scan.advance(buf, pos + scanned, self.eof)
             if state is Scan.DONE:
+                if end - pos > limit:
+                    return None
                 try:
                     value = json.loads(buf[pos:end])
                 except ValueError:
