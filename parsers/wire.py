@@ -208,7 +208,18 @@ class WireFormat:
     @property
     def call_prefix(self) -> str:
         """The literal text of a call before its first placeholder."""
-        return self.call.split("$", 1)[0]
+        for match in Template.pattern.finditer(self.call):
+            if match.group("escaped") is None:
+                return Template(self.call[:match.start()]).safe_substitute()
+        return Template(self.call).safe_substitute()
+
+    @property
+    def call_parts(self) -> tuple[str, str]:
+        """The call template before and after its ``$args`` placeholder (placeholders unfilled)."""
+        for match in Template.pattern.finditer(self.call):
+            if "args" in (match.group("named"), match.group("braced")):
+                return self.call[:match.start()], self.call[match.end():]
+        return self.call, ""
 
     @property
     def grammar_supported(self) -> bool:
@@ -217,7 +228,7 @@ class WireFormat:
 
     def split_call(self, name: str, index: int = 0) -> tuple[str, str]:
         """The literal text before and after ``$args`` for one call of ``name``."""
-        before, _, after = self.call.partition("$args")
+        before, after = self.call_parts
         values = {"name": name, "index": str(index), "ordinal": str(index + 1)}
         return Template(before).safe_substitute(values), Template(after).safe_substitute(values)
 

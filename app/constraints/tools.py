@@ -129,7 +129,7 @@ def call_rule(g: Grammar, wire: WireFormat, tools: Sequence[ToolSpec]) -> str:
     alternatives = []
     for i, tool in enumerate(tools):
         name = f"call-{i}-{tool.name}"
-        before, after = (Template(s).safe_substitute(name=tool.name) for s in wire.call.split("$args", 1))
+        before, after = (Template(s).safe_substitute(name=tool.name) for s in wire.call_parts)
         if isinstance(wire.args, XmlParams):
             args = _xml_args(g, wire.args, tool, name)
         else:
