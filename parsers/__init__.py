@@ -3,6 +3,11 @@
 Usable on its own (it imports nothing from the HTTP layer)::
 
     from parsers import FunctionCallParser, ReasoningParser
+
+Inside: ``core`` (streaming primitives), ``shapes`` (format shapes and their builders),
+``format`` / ``wire`` (a format declared once: how it is read and how it writes calls),
+``declare`` (everything a detector author imports), the parser surfaces (``function_call``,
+``reasoning``, ``response``), the event types and the registry of detectors (``detectors/``).
 """
 
 from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
