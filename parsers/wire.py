@@ -99,6 +99,13 @@ class XmlParams(ArgsEncoding):
     #: keys are XML attribute values, written escaped (Kimi K3's ``key="…"``)
     escape_keys: bool = False
 
+    def writable(self, value: object) -> bool:
+        """Whether a value can be written: its parameter, as written (padding included), holds no
+        more of the ``forbidden`` texts than a plain value's does (Seed-OSS pads a value with a
+        newline, so one that starts with ``<parameter=`` becomes a value break)."""
+        written, plain = self.render({"k": value}), self.render({"k": "x"})
+        return all(written.count(f) == plain.count(f) for f in self.forbidden)
+
     def render(self, arguments: Mapping[str, Any]) -> str:
         out = []
         for key, value in arguments.items():
