@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import types
@@ -129,6 +130,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         if settings.workers > 1:
+            if settings.thinking_secret is None:  # workers must agree on thinking-block signatures
+                settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)
             uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
                         workers=settings.workers, log_config=None, timeout_graceful_shutdown=settings.shutdown_grace)

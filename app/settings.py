@@ -43,6 +43,10 @@ class Settings(BaseSettings):
         False, description="send vLLM constraints as guided_json (vLLM < 0.12) instead of structured_outputs")
     hold_tool_calls: bool = Field(
         False, description="deliver each streamed tool call whole, once complete (never a partial call)")
+    thinking_secret: SecretStr | None = Field(
+        None, description="key that signs the Messages API's thinking blocks, so a client cannot hand back "
+        "reasoning toolwire did not write (default: random per process; set it to keep signatures valid "
+        "across restarts and replicas)")
 
     # HTTP edge
     host: str = Field("127.0.0.1", description="address to listen on")

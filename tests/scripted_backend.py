@@ -30,6 +30,7 @@ class Script:
     fault_after: int = 0  # pieces sent before the fault
     stall_seconds: float = 30.0
     connect_delay: float = 0.0  # seconds before the response head is sent
+    stop_word: str | None = None  # the request's stop string that ended the output (finish "stop")
 
 
 @dataclass
@@ -53,6 +54,7 @@ class ScriptedBackend:
         self.default = Script()
         self.responder: Callable[[dict[str, Any]], Script] | None = None
         self.seen: list[Seen] = []
+        self.tokenized: list[dict[str, Any]] = []  # bodies of /tokenize requests
         self.healthy = True
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,8 +149,15 @@ class ScriptedBackend:
             return await self._send_json(writer, 200, {
                 "default_generation_settings": {}, "chat_template": self.chat_template or "",
                 "bos_token": self.bos_token, "eos_token": self.eos_token})
-        if method == "POST" and path == "/tokenize" and self.kind == "llamacpp":
-            return await self._send_json(writer, 200, {"tokens": [1] if self.adds_bos else []})
+        if method == "POST" and path == "/tokenize":  # one token per UTF-8 byte (and BOS where added)
+            self.tokenized.append(body)
+            if self.kind == "llamacpp":
+                bos = [1] if self.adds_bos and body.get("add_special") else []
+                return await self._send_json(writer, 200, {"tokens": bos + list(body.get("content", "").encode())})
+            if self.kind == "vllm":
+                tokens = list(body.get("prompt", "").encode())
+                return await self._send_json(writer, 200, {"count": len(tokens), "max_model_len": 32768,
+                                                           "tokens": tokens})
         generation = {"vllm": "/v1/completions", "openai": "/v1/completions", "llamacpp": "/completion"}[self.kind]
         if method == "POST" and path in (generation, "/v1/completions"):
             seen = Seen(path, body, time.monotonic())
@@ -178,7 +187,7 @@ class ScriptedBackend:
                 if script.fault and i == script.fault_after:
                     await self._fault(script, writer)
                     return
-                event = self._piece_event(llama, piece, i)
+                event = self._piece_event(llama, piece, i, script, body)
                 await self._chunk(writer, event)
                 if script.delay:
                     try:
@@ -228,25 +237,29 @@ class ScriptedBackend:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
 
-    def _piece_event(self, llama: bool, piece: str, i: int) -> bytes:
+    def _piece_event(self, llama: bool, piece: str, i: int, script: Script, body: dict[str, Any]) -> bytes:
         if llama:
             payload = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
-                       "tokens_predicted": i + 1, "tokens_evaluated": 7}
+                       "tokens_predicted": i + 1, "tokens_evaluated": script.prompt_tokens}
         else:
+            continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+            usage = ({"prompt_tokens": script.prompt_tokens, "completion_tokens": i + 1,
+                      "total_tokens": script.prompt_tokens + i + 1} if continuous else None)
             payload = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
                        "choices": [{"index": 0, "text": piece, "logprobs": None, "finish_reason": None,
-                                    "stop_reason": None}], "usage": None}
+                                    "stop_reason": None}], "usage": usage}
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
     def _final_events(self, llama: bool, script: Script, n: int) -> list[bytes]:
         if llama:
+            stop_type = "limit" if script.finish == "length" else ("word" if script.stop_word else "eos")
             payload = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0,
-                       "stop_type": "limit" if script.finish == "length" else "eos", "tokens_predicted": n,
+                       "stop_type": stop_type, "stopping_word": script.stop_word or "", "tokens_predicted": n,
                        "tokens_evaluated": script.prompt_tokens, "timings": {"cache_n": 0, "prompt_n": 7}}
             return [b"data: " + json.dumps(payload).encode() + b"\n\n"]
         finish = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
                   "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": script.finish,
-                               "stop_reason": None}], "usage": None}
+                               "stop_reason": script.stop_word}], "usage": None}
         usage = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
                  "choices": [], "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": n,
                                           "total_tokens": script.prompt_tokens + n}}

@@ -56,7 +56,7 @@ def test_backend_request_body_for_vllm(qwen3_vllm) -> None:
     expected_prompt = ChatTemplate.load(QWEN3_TEMPLATE).render(MESSAGES, TOOLS)
     assert body["prompt"] == expected_prompt
     assert body["model"] == "Qwen/Qwen3-8B"
-    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["skip_special_tokens"] is False and body["spaces_between_special_tokens"] is False
     assert body["add_special_tokens"] is False
     assert (body["max_tokens"], body["temperature"], body["top_p"], body["stop"], body["seed"]) == \

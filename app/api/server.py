@@ -25,6 +25,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.chat import chat_completions
+from app.api.messages import count_tokens, create_message
+from app.api.messages_protocol import error_body as messages_error_body
+from app.api.messages_protocol import error_response as messages_error_response
 from app.api.respond import RequestScope, error_response
 from app.backends.streamhttp import StreamError
 from app.errors import APIError, BackendError, bad_request, error_body
@@ -36,7 +39,8 @@ from app.settings import Settings
 log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/messages",
+             "/v1/messages/count_tokens")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -80,9 +84,10 @@ class EdgeMiddleware:
         if not self.keys:
             return True
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        if scheme.lower() != b"bearer" or not token.strip():
+        given = token.strip() if scheme.lower() == b"bearer" else b""
+        given = given or headers.get(b"x-api-key", b"").strip()  # Anthropic clients' header
+        if not given:
             return False
-        given = token.strip()
         matched = False
         for key in self.keys:  # compare with every key: the time taken does not depend on which matched
             matched |= hmac.compare_digest(given, key)
@@ -111,9 +116,10 @@ class EdgeMiddleware:
             protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
             if protected and not self._authorized(headers):
                 self.metrics.rejected.labels("auth").inc()
-                response = JSONResponse(error_body("invalid or missing API key", "invalid_request_error", None,
-                                                   "invalid_api_key"), status_code=401,
-                                        headers={"WWW-Authenticate": "Bearer"})
+                body = (messages_error_body("authentication_error", "invalid or missing API key")
+                        if path.startswith("/v1/messages") else
+                        error_body("invalid or missing API key", "invalid_request_error", None, "invalid_api_key"))
+                response = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
                 await response(scope, receive, send_with_id)
                 return
             await self.app(scope, receive, send_with_id)
@@ -242,7 +248,43 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
     app.add_route("/v1/completions", completions, methods=["POST"])
+    add_messages_routes(app, runtime, take_slot)
     return app
+
+
+def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Any) -> None:
+    """The Anthropic Messages API (``app.api.messages``); every error on its paths in Anthropic's shape."""
+    limit = runtime.settings.max_body_bytes
+
+    async def answer(work: Any) -> Response:
+        try:
+            return await work
+        except APIError as exc:
+            if isinstance(exc, BackendError):
+                log.warning("backend error: %s", exc.message)
+            return messages_error_response(exc)
+        except Exception:  # never a stack trace to the client
+            log.exception("unexpected error")
+            return messages_error_response(APIError(500, "internal error", "server_error"))
+
+    async def create(request: Request) -> Response:
+        async def work() -> Response:
+            body = await read_json(request, limit)
+            release = take_slot()
+            return await create_message(body, runtime, RequestScope(request=request, release=release))
+        return await answer(work())
+
+    async def tokens(request: Request) -> Response:
+        async def work() -> Response:
+            return await count_tokens(await read_json(request, limit), runtime)
+        return await answer(work())
+
+    async def not_found(request: Request) -> Response:
+        return messages_error_response(APIError(404, f"{request.method} {request.url.path} is not served here"))
+
+    app.add_route("/v1/messages", create, methods=["POST"])
+    app.add_route("/v1/messages/count_tokens", tokens, methods=["POST"])
+    app.add_route("/v1/messages/{rest:path}", not_found, methods=["GET", "POST", "DELETE"])
 
 
 def app_from_env() -> FastAPI:

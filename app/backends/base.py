@@ -24,8 +24,8 @@ from app.backends.streamhttp import (
     StreamError,
     StreamingClient,
 )
-from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
-from app.errors import BackendError
+from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate, unconstrained
+from app.errors import APIError, BackendError
 
 
 @dataclass
@@ -50,11 +50,17 @@ class GenerationRequest:
     preserved_tokens: tuple[str, ...] = ()
     #: backend-specific constraint fields merged into the upstream body (grammar, structured_outputs …)
     constraint: dict[str, Any] = field(default_factory=dict)
+    #: most tokens to spend inside the reasoning block, for backends that can enforce it; ``reasoning``
+    #: says which block (its markers, and whether the prompt already opened it)
+    reasoning_budget: int | None = None
+    reasoning: ReasoningGate | None = None
 
 
 @dataclass
 class TextDelta:
     text: str
+    #: the prompt's token count, when the backend tells it before the end (set on the first delta)
+    prompt_tokens: int | None = None
 
 
 @dataclass
@@ -78,6 +84,8 @@ class Usage:
 class Finish:
     reason: str  # "stop" | "length"
     usage: Usage | None = None
+    #: the request's stop string that ended the output (``None``: end of sequence, length, or not reported)
+    stop_sequence: str | None = None
 
 
 Generation = AsyncIterator[TextDelta | Finish]
@@ -120,6 +128,29 @@ class Backend:
     async def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
         raise NotImplementedError
         yield
+
+    async def count_tokens(self, prompt: str) -> int:
+        """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of
+        a generation request). The base knows no tokenizer endpoint: a clear 400."""
+        raise APIError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with",
+                       code="count_tokens_unsupported")
+
+    async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """A short JSON POST to the backend (tokenizer and the like); failures as ``BackendError``."""
+        try:
+            response = await self.client.post(self.url(path), json=body, headers=self.headers,
+                                              timeout=probe_timeout(self.client))
+        except httpx.TimeoutException as exc:
+            raise BackendError(504, f"backend timed out on {path}", code="backend_timeout", kind="read_timeout") from exc
+        except httpx.HTTPError as exc:
+            raise BackendError(503, f"backend unreachable: {self.base_url}", retryable=True,
+                               code="backend_unreachable", kind="unreachable") from exc
+        if response.status_code >= 400:
+            raise _status_error(response.status_code, response.content)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise BackendError(502, f"backend sent invalid JSON from {path}", kind="bad_json") from exc
 
     async def health(self) -> bool:
         try:

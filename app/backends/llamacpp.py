@@ -20,6 +20,17 @@ from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constr
 from app.errors import BackendError
 
 
+def reasoning_budget_fields(request: GenerationRequest) -> dict[str, Any]:
+    """llama-server's reasoning-budget sampler: the budget, the block's markers (it counts tokens
+    between them and forces the end marker when the budget is spent), armed at once when the prompt
+    already opened the block. Nothing without a budget or without a reasoning format."""
+    gate = request.reasoning
+    if request.reasoning_budget is None or gate is None:
+        return {}
+    return {"reasoning_budget_tokens": request.reasoning_budget, "reasoning_budget_start_tag": gate.start,
+            "reasoning_budget_end_tag": gate.end, "reasoning_budget_arm_immediately": gate.inside}
+
+
 class LlamaCppBackend(Backend):
     kind = "llamacpp"
 
@@ -46,12 +57,15 @@ class LlamaCppBackend(Backend):
             "repeat_penalty": s.repetition_penalty,
             "preserved_tokens": list(request.preserved_tokens) or None,
             "cache_prompt": True,
+            **reasoning_budget_fields(request),
             **request.constraint,
         })
 
     async def generate(self, request: GenerationRequest) -> Generation:
         response = await self.open_stream("/completion", self.body(request))
         finish: Finish | None = None
+        prompt_tokens: Any = None  # llama-server tells it with every token; handed on with the first delta
+        told = False
         try:
             async for batch in self.sse_batches(response):
                 texts: list[str] = []
@@ -61,14 +75,23 @@ class LlamaCppBackend(Backend):
                     text = data.get("content")
                     if text:
                         texts.append(text)
+                    if prompt_tokens is None:
+                        prompt_tokens = data.get("tokens_evaluated")
                     if data.get("stop"):
                         timings = data.get("timings") or {}
                         usage = Usage(int(data.get("tokens_evaluated") or 0), int(data.get("tokens_predicted") or 0),
                                       timings.get("cache_n"))
-                        finish = Finish("length" if data.get("stop_type") == "limit" else "stop", usage)
+                        stop_type = data.get("stop_type")
+                        word = data.get("stopping_word") if stop_type == "word" else None
+                        finish = Finish("length" if stop_type == "limit" else "stop", usage,
+                                        word if isinstance(word, str) and word else None)
                         break
                 if texts:
-                    yield TextDelta("".join(texts))
+                    delta = TextDelta("".join(texts))
+                    if not told and isinstance(prompt_tokens, int):
+                        delta.prompt_tokens = prompt_tokens
+                        told = True
+                    yield delta
                 if finish is not None or (batch and batch[-1] is None):
                     break
         finally:
@@ -76,6 +99,15 @@ class LlamaCppBackend(Backend):
         if finish is None:
             raise BackendError(502, "backend stream ended before the final event", kind="dropped")
         yield finish
+
+    async def count_tokens(self, prompt: str) -> int:
+        """``POST /tokenize`` with the special-token handling ``/completion`` applies to a prompt (BOS
+        added where the model adds one, special tokens parsed)."""
+        data = await self._post_json("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise BackendError(502, "backend /tokenize answered without tokens", kind="bad_json")
+        return len(tokens)
 
     async def chat_template(self) -> dict[str, str] | None:
         try:

@@ -35,7 +35,9 @@ class OpenAICompletionsBackend(Backend):
     async def generate(self, request: GenerationRequest) -> Generation:
         response = await self.open_stream("/v1/completions", self.body(request))
         reason: str | None = None
-        usage: Usage | None = None
+        stop_string: str | None = None
+        last_usage: Any = None  # the latest usage object (vLLM's continuous stats put one in every chunk)
+        told = False
         done = False
         try:
             async for batch in self.sse_batches(response):
@@ -44,26 +46,37 @@ class OpenAICompletionsBackend(Backend):
                     if data is None:
                         done = True
                         break
-                    if data.get("usage"):
-                        u = data["usage"]
-                        details = u.get("prompt_tokens_details") or {}
-                        usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-                                      details.get("cached_tokens"))
+                    u = data.get("usage")
+                    if u:
+                        last_usage = u
                     for choice in data.get("choices") or ():
                         text = choice.get("text")
                         if text:
                             texts.append(text)
                         if choice.get("finish_reason"):
                             reason = choice["finish_reason"]
+                            matched = choice.get("stop_reason")  # vLLM: the stop string that matched
+                            stop_string = matched if isinstance(matched, str) and matched else None
                 if texts:
-                    yield TextDelta("".join(texts))
+                    delta = TextDelta("".join(texts))
+                    if not told and isinstance(last_usage, dict):
+                        prompt = last_usage.get("prompt_tokens")
+                        delta.prompt_tokens = prompt if isinstance(prompt, int) else None
+                        told = True
+                    yield delta
                 if done:
                     break
         finally:
             await response.aclose(finished=done or reason is not None)
         if reason is None:
             raise BackendError(502, "backend stream ended without a finish reason", kind="dropped")
-        yield Finish("length" if reason == "length" else "stop", usage)
+        usage: Usage | None = None
+        if isinstance(last_usage, dict):
+            details = last_usage.get("prompt_tokens_details") or {}
+            usage = Usage(int(last_usage.get("prompt_tokens") or 0), int(last_usage.get("completion_tokens") or 0),
+                          details.get("cached_tokens"))
+        yield Finish("length" if reason == "length" else "stop", usage,
+                     stop_string if reason == "stop" else None)
 
 
 class VllmBackend(OpenAICompletionsBackend):
@@ -87,5 +100,21 @@ class VllmBackend(OpenAICompletionsBackend):
             "top_k": s.top_k,
             "min_p": s.min_p,
             "repetition_penalty": s.repetition_penalty,
+            # vLLM's reasoning budget (its own reasoning config decides the block's markers)
+            "thinking_token_budget": request.reasoning_budget if request.reasoning is not None else None,
         }))
+        # usage in every chunk: the prompt's token count is known with the first token
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         return body
+
+    async def count_tokens(self, prompt: str) -> int:
+        """vLLM's ``POST /tokenize``, without added special tokens (as generation requests are sent)."""
+        data = await self._post_json("/tokenize", _drop_none({"model": self.model, "prompt": prompt,
+                                                              "add_special_tokens": False}))
+        count = data.get("count") if isinstance(data, dict) else None
+        if not isinstance(count, int):
+            tokens = data.get("tokens") if isinstance(data, dict) else None
+            if not isinstance(tokens, list):
+                raise BackendError(502, "backend /tokenize answered without a count", kind="bad_json")
+            count = len(tokens)
+        return count

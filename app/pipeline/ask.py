@@ -20,7 +20,9 @@ class Ask:
     ``named_tool`` forces one tool by name. ``response_format`` is Chat Completions' shape
     (``{"type": "json_schema", "json_schema": {"schema": …}}``). ``template_kwargs`` reach the chat
     template (``enable_thinking``, ``reasoning_effort``, …). ``hold_tool_calls`` ``None`` means the
-    server's setting.
+    server's setting. ``thinking`` turns reasoning on or off through whichever switch the template
+    reads (``None``: the template's default; explicit ``template_kwargs`` win); ``thinking_budget``
+    caps the reasoning block's tokens where the backend can enforce it.
     """
 
     turns: list[Turn]
@@ -32,3 +34,5 @@ class Ask:
     sampling: Sampling = field(default_factory=Sampling)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     hold_tool_calls: bool | None = None
+    thinking: bool | None = None
+    thinking_budget: int | None = None

@@ -23,6 +23,7 @@ from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import CallText, json_call_text, render_conversation
+from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, to_specs
 from parsers.fold import CallHolder, CallLimit
@@ -142,8 +143,10 @@ class Plan:
         return filters
 
     def generation_request(self) -> GenerationRequest:
+        budget = self.ask.thinking_budget if self.ask.thinking is not False else None
+        gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
         return GenerationRequest(self.prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
-                                 self.constraint.fields)
+                                 self.constraint.fields, budget, gate)
 
 
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend) -> Plan:
@@ -152,7 +155,8 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     tools: list[dict[str, Any]] = []
     if ask.tools and ask.tool_choice != "none":
         tools = [t for t in ask.tools if ask.named_tool is None or t["function"]["name"] == ask.named_tool]
-    prompt = render_conversation(template, ask.turns, tools or None, formats.call_text(), **ask.template_kwargs)
+    kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
+    prompt = render_conversation(template, ask.turns, tools or None, formats.call_text(), **kwargs)
     if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)

@@ -33,12 +33,14 @@ log = logging.getLogger("toolwire")
 @dataclass
 class Finished:
     """How a run ended. ``reason`` is the backend's (``stop`` / ``length``); ``calls`` counts calls
-    that completed, ``unfinished`` calls shown in part that never completed."""
+    that completed, ``unfinished`` calls shown in part that never completed; ``stop_sequence`` is
+    the request's stop string that ended the output, when the backend says which."""
 
     reason: str
     usage: Usage | None
     calls: int
     unfinished: int
+    stop_sequence: str | None = None
 
 
 async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
@@ -102,6 +104,10 @@ class Run:
         self.tally = ParseTally()
         self.filters = [self.tally, *plan.filters(hold)]
         self.finished: Finished | None = None
+        #: the prompt's token count if the backend told it with the first item (else known at the end)
+        self.prompt_tokens: int | None = (first.prompt_tokens if isinstance(first, TextDelta)
+                                          else first.usage.prompt_tokens if isinstance(first, Finish) and first.usage
+                                          else None)
         self.text: list[str] | None = None  # the raw output, when content logging asked for it
         self.closed = False
 
@@ -125,7 +131,7 @@ class Run:
 
     def _finish(self, item: Finish) -> list[Event]:
         events = self._apply(self.parser.end(truncated=item.reason == "length"))
-        self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished)
+        self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished, item.stop_sequence)
         usage = item.usage
         if usage is not None:
             self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)

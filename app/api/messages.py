@@ -1,0 +1,264 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: the Anthropic Messages face.
+
+It decodes the request into the shared ``Ask`` (``app.pipeline``) and encodes the parser events as
+Anthropic's SSE events or one ``message`` (``app.api.message_events``) — nothing else.
+
+Decoding, block by block:
+
+* ``system`` (a string or text blocks) is system text; a line Claude Code adds to it on every
+  request (``x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;``) is removed, so the
+  prompt's prefix stays the same from one request to the next and backend prefix caches keep
+  working. A ``system`` message inside ``messages`` (Claude Code 2.1 sends one) is system text there;
+* user ``text`` blocks are the user's turn; each ``tool_result`` is a tool turn answering its
+  ``tool_use_id`` (``is_error`` shown as an ``Error:`` prefix; a ``tool_reference`` block inside it
+  loads that deferred tool);
+* assistant ``text`` and ``tool_use`` blocks are the assistant's turn and its calls (with their ids);
+  ``thinking`` / ``redacted_thinking`` blocks are its reasoning, when their signature verifies
+  (``app.api.thinking_signature``), and are dropped otherwise;
+* tools with ``defer_loading`` are offered to the model only once a ``tool_reference`` loaded them;
+* ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` are ``auto`` / ``required`` / a named tool /
+  ``none``; ``disable_parallel_tool_use`` allows one call;
+* ``thinking`` ``enabled`` / ``adaptive`` turn the template's thinking switch on, ``disabled`` (or no
+  ``thinking``, as Anthropic defaults) off; ``budget_tokens`` goes to backends that enforce one;
+  ``output_config.effort`` is the template's ``reasoning_effort``.
+
+Image and document blocks, server tools and a trailing assistant message (prefill) are 400s.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from app.api.message_events import PING, MessageBuilder, MessageEvents, new_message_id
+from app.api.messages_protocol import (
+    Conversation,
+    MessagesRequest,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolReferenceBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block,
+    invalid,
+    parse,
+)
+from app.api.respond import RequestScope, start, stream_response, whole_response
+from app.api.thinking_signature import ThinkingSigner, signer_for
+from app.backends.base import Sampling
+from app.conversation import Call, Turn
+from app.pipeline.ask import Ask
+from app.pipeline.plan import Plan, plan_request
+from app.pipeline.run import Finished
+from app.pipeline.validate import check_ask
+from app.runtime import Runtime, render_error
+from app.templates.chat_template import TemplateError
+from parsers.events import Event
+from parsers.fold import CallHolder
+
+log = logging.getLogger("toolwire")
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+#: Anthropic effort levels → reasoning_effort values templates know (low / medium / high)
+EFFORT = {"max": "high", "xhigh": "high", "minimal": "low"}
+
+
+def without_billing_header(text: str) -> str:
+    """``text`` without the lines Claude Code adds per request (they change every time)."""
+    if BILLING_HEADER not in text:
+        return text
+    return "\n".join(line for line in text.split("\n") if not line.startswith(BILLING_HEADER))
+
+
+def system_text(system: str | list[dict[str, Any]] | None, where: str = "system") -> str:
+    """The system prompt as one string (text blocks joined by newlines), billing lines removed."""
+    if system is None:
+        return ""
+    if isinstance(system, str):
+        return without_billing_header(system)
+    texts = []
+    for j, raw in enumerate(system):
+        part = block(raw, f"{where}[{j}]", "system")
+        assert isinstance(part, TextBlock)
+        text = without_billing_header(part.text)
+        if text.strip():
+            texts.append(text)
+    return "\n".join(texts)
+
+
+class Decoder:
+    """The request's messages as the shared conversation (see the module docstring)."""
+
+    def __init__(self, signer: ThinkingSigner) -> None:
+        self.signer = signer
+        self.turns: list[Turn] = []
+        self.loaded_tools: set[str] = set()  # deferred tools a tool_reference loaded
+        self.dropped_thinking = 0  # handed-back thinking blocks that did not verify
+
+    def decode(self, request: Conversation) -> list[Turn]:
+        system = system_text(request.system)
+        if system:
+            self.turns.append(Turn("system", system))
+        last = len(request.messages) - 1
+        for i, message in enumerate(request.messages):
+            where = f"messages[{i}]"
+            if message.role == "assistant" and i == last:
+                raise invalid(f"{where}: a final assistant message (prefill) is not supported; end the "
+                              "conversation with a user message")
+            content = message.content
+            if message.role == "system":
+                text = content if isinstance(content, str) else system_text(content, f"{where}.content")
+                self.turns.append(Turn("system", without_billing_header(text)))
+            elif isinstance(content, str):
+                self.turns.append(Turn(message.role, content))
+            elif message.role == "user":
+                self._user(content, f"{where}.content")
+            else:
+                self._assistant(content, f"{where}.content")
+        return self.turns
+
+    def _user(self, blocks: list[dict[str, Any]], where: str) -> None:
+        texts: list[str] = []
+        for j, raw in enumerate(blocks):
+            part = block(raw, f"{where}[{j}]", "user")
+            if isinstance(part, TextBlock):
+                texts.append(part.text)
+                continue
+            assert isinstance(part, ToolResultBlock)
+            if texts:  # text written before a result stays before it
+                self.turns.append(Turn("user", "\n".join(texts)))
+                texts = []
+            self.turns.append(Turn("tool", self._result_text(part, f"{where}[{j}]"), tool_call_id=part.tool_use_id))
+        if texts or not blocks:
+            self.turns.append(Turn("user", "\n".join(texts)))
+
+    def _result_text(self, result: ToolResultBlock, where: str) -> str:
+        content = result.content
+        if content is None:
+            text = ""
+        elif isinstance(content, str):
+            text = content
+        else:
+            texts = []
+            for k, raw in enumerate(content):
+                part = block(raw, f"{where}.content[{k}]", "tool_result")
+                if isinstance(part, ToolReferenceBlock):
+                    self.loaded_tools.add(part.tool_name)
+                    texts.append(f"Tool loaded: {part.tool_name}")
+                else:
+                    assert isinstance(part, TextBlock)
+                    texts.append(part.text)
+            text = "\n".join(texts)
+        return f"Error: {text}" if result.is_error else text
+
+    def _assistant(self, blocks: list[dict[str, Any]], where: str) -> None:
+        texts: list[str] = []
+        calls: list[Call] = []
+        reasoning: list[str] = []
+        for j, raw in enumerate(blocks):
+            part = block(raw, f"{where}[{j}]", "assistant")
+            if isinstance(part, TextBlock):
+                texts.append(part.text)
+            elif isinstance(part, ToolUseBlock):
+                calls.append(Call(part.id, part.name, part.input))
+            else:
+                if isinstance(part, ThinkingBlock):
+                    recovered = self.signer.recover(part.thinking, part.signature)
+                else:
+                    assert isinstance(part, RedactedThinkingBlock)
+                    recovered = self.signer.unseal(part.data)
+                if recovered is None:
+                    self.dropped_thinking += 1
+                elif recovered:
+                    reasoning.append(recovered)
+        self.turns.append(Turn("assistant", "".join(texts), tuple(calls), "\n".join(reasoning) if reasoning else None))
+
+
+def tools_offered(request: Conversation, loaded: set[str]) -> list[dict[str, Any]]:
+    """The request's tools as OpenAI function tools; deferred ones only once loaded. An empty
+    ``input_schema`` is an object without properties."""
+    tools = []
+    for tool in request.tools or ():
+        if tool.defer_loading and tool.name not in loaded:
+            continue
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description is not None:
+            function["description"] = tool.description
+        function["parameters"] = tool.input_schema or {"type": "object", "properties": {}}
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
+    """The request as the shared ``Ask`` (``max_tokens`` and sampling when it is a ``MessagesRequest``)."""
+    decoder = Decoder(signer)
+    turns = decoder.decode(request)
+    if decoder.dropped_thinking:
+        log.info("dropped %d handed-back thinking block(s) whose signature did not verify", decoder.dropped_thinking)
+    choice = request.tool_choice
+    kwargs: dict[str, Any] = {}
+    effort = request.output_config.effort if request.output_config else None
+    if effort:
+        kwargs["reasoning_effort"] = EFFORT.get(effort, effort)
+    thinking = request.thinking
+    sampling = Sampling()
+    if isinstance(request, MessagesRequest):
+        sampling = Sampling(max_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
+                            top_k=request.top_k, stop=list(request.stop_sequences or []))
+    return Ask(
+        turns=turns,
+        tools=tools_offered(request, decoder.loaded_tools),
+        tool_choice={"auto": "auto", "any": "required", "none": "none"}.get(choice.type) if choice else None,  # type: ignore[arg-type]
+        named_tool=choice.name if choice and choice.type == "tool" else None,
+        parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
+        sampling=sampling,
+        template_kwargs=kwargs,
+        thinking=thinking is not None and thinking.type != "disabled",
+        thinking_budget=thinking.budget_tokens if thinking is not None and thinking.type == "enabled" else None,
+    )
+
+
+def omits_thinking(request: Conversation) -> bool:
+    return bool(request.thinking and request.thinking.display == "omitted")
+
+
+async def create_message(body: Any, runtime: Runtime, scope: RequestScope) -> Response:
+    """``POST /v1/messages``: a stream of message events, or one message."""
+    signer = signer_for(runtime.settings)
+    try:
+        request: MessagesRequest = parse(MessagesRequest, body)
+        ask = messages_ask(request, signer)
+        check_ask(ask, runtime.settings, schema_key="input_schema")
+    except BaseException:
+        scope.release()
+        raise
+    run = await start(ask, runtime, scope)
+    omit = omits_thinking(request)
+    if request.stream:
+        encoder = MessageEvents(new_message_id(), runtime.model_name, signer, omit, run.prompt_tokens)
+        return await stream_response(run, encoder, runtime, scope, ping=PING)
+    prompt_tokens = run.prompt_tokens
+
+    def answer(plan: Plan, events: list[Event], finished: Finished) -> Response:
+        builder = MessageBuilder(signer, omit)
+        builder.feed(CallHolder()(events))  # a call counts once complete; an unfinished one is its text
+        return JSONResponse(builder.message(new_message_id(), runtime.model_name, finished, prompt_tokens))
+
+    return await whole_response(run, answer, scope)
+
+
+async def count_tokens(body: Any, runtime: Runtime) -> Response:
+    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
+    request: Conversation = parse(Conversation, body)
+    ask = messages_ask(request, signer_for(runtime.settings))
+    check_ask(ask, runtime.settings, schema_key="input_schema")
+    backend = await runtime.ready_backend()
+    try:
+        plan = plan_request(ask, runtime.formats, runtime.require_template(), backend)
+    except TemplateError as exc:
+        raise render_error(exc) from None
+    return JSONResponse({"input_tokens": await backend.count_tokens(plan.prompt)})
