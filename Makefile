@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# llama-server (built once per machine from PyPI's llama-cpp-python sdist) and the SmolLM2 GGUF
+# llama-server (built once per machine from PyPI's llama-cpp-python sdist), the SmolLM2 GGUF, and
+# Claude Code from npm (its test drives it; skipped without npm)
 artifacts: $(STAMP)
 	$(PY) -m app.local.artifacts all
 

@@ -237,3 +237,31 @@ def test_generation_under_each_wire_grammar_parses(llama: LlamaServerProcess, na
     assert len(calls) == 1 and calls[0].name == "get_weather", text
     jsonschema.validate(json.loads(calls[0].parameters), WEATHER_TOOL["function"]["parameters"])
     assert not content.strip()
+
+
+# ------------------------------------------------------------------------- Anthropic Messages API
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_use_through_the_messages_api(tool_proxy: ProxyServer, stream: bool) -> None:
+    """The real model, constrained to the tool named in ``tool_choice``, answers one ``tool_use``
+    block whose input validates against the tool's schema (the anthropic SDK as client)."""
+    import anthropic
+    import jsonschema
+
+    client = anthropic.Anthropic(base_url=tool_proxy.url, api_key="unused", max_retries=0, timeout=120)
+    schema = WEATHER_TOOL["function"]["parameters"]
+    kwargs = {"model": "smollm2", "max_tokens": 120, "extra_body": {"temperature": 0},
+              "messages": [{"role": "user", "content": "What is the weather in Paris for 3 days?"}],
+              "tools": [{"name": "get_weather", "description": "Weather forecast for a city", "input_schema": schema}],
+              "tool_choice": {"type": "tool", "name": "get_weather"}}
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**kwargs)
+    assert message.stop_reason == "tool_use", message
+    calls = [b for b in message.content if b.type == "tool_use"]
+    assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("toolu_")
+    jsonschema.validate(calls[0].input, schema)
+    assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0

@@ -7,6 +7,8 @@ switches and signatures, count_tokens, Claude Code's request shape, and errors i
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -345,6 +347,18 @@ def test_max_tokens_cut(qwen3_vllm) -> None:
     assert whole.stop_reason == "max_tokens" and not [b for b in whole.content if b.type == "tool_use"]
 
 
+def test_sampling_fields_reach_the_backend(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
+    backend.script(Script(pieces=["Hi."]))
+    response = httpx.post(proxy.url + "/v1/messages", timeout=30, json={
+        "model": "m", "max_tokens": 77, "messages": ASK, "temperature": 0.3, "top_p": 0.9, "top_k": 20,
+        "metadata": {"user_id": "u-1"}, "stop_sequences": ["\n\nHuman:"]})
+    assert response.status_code == 200, response.text
+    body = backend.bodies()[-1]
+    assert (body["max_tokens"], body["temperature"], body["top_p"], body["top_k"], body["stop"]) == \
+        (77, 0.3, 0.9, 20, ["\n\nHuman:"])
+
+
 # ------------------------------------------------------------------------ thinking switches
 
 
@@ -555,6 +569,27 @@ def test_sdk_sees_its_own_error_classes(qwen3_vllm, proxy_factory) -> None:
                          backend_type="vllm")
     with pytest.raises(anthropic.OverloadedError):
         client_for(gone).messages.create(model="m", max_tokens=5, messages=ASK)
+
+
+def test_limits_answer_in_anthropic_shape(backend_factory, proxy_factory) -> None:
+    backend = backend_factory("vllm")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), max_body_bytes=2048,
+                          max_concurrency=1)
+    big = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 4096}]}
+    assert error_of(httpx.post(proxy.url + "/v1/messages", json=big, timeout=30))[:2] == (413, "request_too_large")
+    backend.script(Script(pieces=["slow"] * 20, delay=0.05))
+    first = threading.Thread(target=lambda: httpx.post(proxy.url + "/v1/messages", timeout=30, json={
+        "model": "m", "max_tokens": 50, "messages": ASK, "stream": True}))
+    first.start()
+    try:
+        deadline = time.monotonic() + 5
+        while proxy.runtime.slots.used < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            client_for(proxy).messages.create(model="m", max_tokens=5, messages=ASK)
+        assert limited.value.response.headers["retry-after"] == "1"
+    finally:
+        first.join()
 
 
 def test_backend_failure_mid_stream_is_an_error_event(qwen3_vllm) -> None:

