@@ -98,7 +98,7 @@ def test_thinking_text_and_parallel_tool_use(qwen3_vllm) -> None:
     assert (whole.usage.input_tokens, whole.usage.output_tokens) == (31, len(THINK_TEXT_TWO_CALLS))
     assert whole.role == "assistant" and whole.model == "Qwen/Qwen3-8B" and whole.id.startswith("msg_")
 
-    backend.script(Script(pieces=THINK_TEXT_TWO_CALLS, prompt_tokens=31, delay=0.003))
+    backend.script(Script(pieces=THINK_TEXT_TWO_CALLS, prompt_tokens=31, delay=0.03))  # one piece per read
     seen: dict[str, list[Any]] = {"text": [], "thinking": [], "input_json": []}
     with client.messages.stream(**kwargs) as stream:
         for event in stream:
