@@ -259,6 +259,14 @@ def test_omitted_thinking_streams_no_text_but_comes_back_sealed(qwen3_vllm) -> N
         "role": "user", "content": [{"type": "tool_result", "tool_use_id": b.id, "content": "sunny"}
                                     for b in final.content if b.type == "tool_use"]}]})
     assert "<think>\nLet me check both cities.\n</think>" in backend.bodies()[-1]["prompt"]
+    # the sealed text opens from a redacted_thinking block too
+    redacted = {"type": "redacted_thinking", "data": final.content[0].signature}
+    backend.script(Script(pieces=["Done."]))
+    client.messages.create(**{**kwargs, "messages": [*ASK, {"role": "assistant", "content": [
+        redacted, *final.content[1:]]}, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": b.id, "content": "sunny"} for b in final.content
+            if b.type == "tool_use"]}]})
+    assert "<think>\nLet me check both cities.\n</think>" in backend.bodies()[-1]["prompt"]
 
 
 # ---------------------------------------------------------------------------- tool_choice
