@@ -1,5 +1,5 @@
 """The FastAPI application: routes, the edge middleware (request ids, auth, metrics, access log),
-concurrency limits, and errors as OpenAI error objects.
+concurrency limits, and errors as OpenAI error objects (Anthropic's on the ``/v1/messages`` paths).
 
 ``create_app(settings)`` builds an app; ``app_from_env()`` is the factory uvicorn workers use
 (settings from ``TOOLWIRE_*``).
@@ -12,7 +12,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -252,7 +252,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     return app
 
 
-def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Any) -> None:
+def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], Callable[[], None]]) -> None:
     """The Anthropic Messages API (``app.api.messages``); every error on its paths in Anthropic's shape."""
     limit = runtime.settings.max_body_bytes
 
