@@ -145,7 +145,8 @@ def test_summary_of_picks() -> None:
     assert {report(n).tools.label for n in ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja")} == {"qwen25"}
     assert report("Qwen3-Coder.jinja").tools.parser == "qwen3_coder"
     assert report("Qwen3.5-4B.jinja").tools.parser == "qwen3_coder"
-    assert report("GLM-4.7-Flash.jinja").tools.parser == "glm45"
+    assert report("GLM-4.7-Flash.jinja").tools.parser == "glm47"  # it writes calls without newlines
+    assert report("GLM-4.6.jinja").tools.parser == "glm45"
     assert report("deepseek-ai-DeepSeek-V3.1.jinja").tools.parser == "deepseekv31"
     assert report("Qwen-Qwen3-0.6B.jinja").reasoning.parser == "qwen3"
     assert report("MiniMax-M2.jinja").reasoning.parser == "minimax"  # the tool parser's family wins the tie

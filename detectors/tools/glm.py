@@ -28,4 +28,7 @@ class Glm45(ToolCallDetector):
 
 
 class Glm47(Glm45):
-    """GLM-4.7: the compact spelling of the same format (read alike; written like GLM-4.5)."""
+    """GLM-4.7: the compact spelling of the same format (read alike; written without newlines, as
+    GLM-4.7's own template writes calls)."""
+
+    format = tagged_xml("<tool_call>", SHAPE, newlines=False)
