@@ -2,6 +2,9 @@
 #   make run    the proxy on http://127.0.0.1:8000 in front of an embedded llama-server + SmolLM2
 #               (make run BACKEND=http://host:port  for an existing backend; ARGS="..." adds flags)
 #   make test   venv + install + every test (unit, API, conformance, end-to-end on a real model)
+# and for contributors:
+#   make check      ruff + mypy (strict on parsers/ and detectors/, checked on app/); CI runs it first
+#   make test-fast  every test but the end-to-end tier (no llama-server build needed)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -9,7 +12,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 
-.PHONY: run test install artifacts bench clean
+.PHONY: run test test-fast check install artifacts bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +28,13 @@ artifacts: $(STAMP)
 
 test: $(STAMP) artifacts
 	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not e2e"
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
 
 run: $(STAMP)
 ifdef BACKEND

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -134,12 +135,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)
             uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
-                        workers=settings.workers, log_config=None, timeout_graceful_shutdown=settings.shutdown_grace)
+                        workers=settings.workers, log_config=None, timeout_graceful_shutdown=math.ceil(settings.shutdown_grace))
         else:
             from app.api.server import create_app
 
             uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                        timeout_graceful_shutdown=settings.shutdown_grace)
+                        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace))
     finally:
         if local is not None:
             local.stop()

@@ -29,7 +29,7 @@ class SSEResponse(StreamingResponse):
                  ping_interval: float = 15.0, lead: bytes = b"", ping: bytes = PING) -> None:
         super().__init__(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
                          media_type="text/event-stream")
-        self.body = body
+        self.events = body
         self.ping_interval = ping_interval
         self.lead = lead
         self.ping = ping
@@ -65,7 +65,7 @@ class SSEResponse(StreamingResponse):
                 await send({"type": "http.response.body", "body": self.lead, "more_body": True})
                 last_sent = loop.time()
             watcher = asyncio.ensure_future(watch())
-            async for data in self.body:
+            async for data in self.events:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 last_sent = loop.time()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -77,7 +77,7 @@ class SSEResponse(StreamingResponse):
         finally:
             if watcher is not None:
                 watcher.cancel()
-            aclose = getattr(self.body, "aclose", None)
+            aclose = getattr(self.events, "aclose", None)
             if aclose is not None:  # however the response ended: the body's cleanup closes upstream
                 with contextlib.suppress(Exception):
                     await aclose()

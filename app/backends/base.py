@@ -9,7 +9,7 @@ request is closed upstream as soon as the iterator is closed (client disconnect)
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,7 @@ class Finish:
     stop_sequence: str | None = None
 
 
-Generation = AsyncIterator[TextDelta | Finish]
+Generation = AsyncGenerator[TextDelta | Finish, None]
 
 
 def probe_timeout(client: httpx.AsyncClient) -> httpx.Timeout:

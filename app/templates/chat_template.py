@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import jinja2
 from jinja2 import nodes
@@ -47,7 +47,7 @@ class JsonArguments(dict):
 class _GenerationBlock(Extension):
     """``{% generation %}…{% endgeneration %}`` (HF's assistant-mask marker) renders its body."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 - jinja reads it as a class attribute
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno

@@ -64,7 +64,7 @@ def _match_value(match: re.Match[str]) -> Any:
 
 
 def _jmespath(expression: str, value: Any) -> Any:
-    import jmespath  # type: ignore[import-untyped]  # optional dependency, imported only where a schema uses a transform
+    import jmespath  # optional dependency, imported only where a schema uses a transform
 
     return jmespath.search(expression, value)
 

@@ -142,7 +142,7 @@ def synthetic_reasoning(analysis: TemplateAnalysis, fmt: ReasoningFormat) -> lis
         if prompt is None or not fmt.end:
             continue
         opened = fmt.forced_open.get(mode, False) or not fmt.start
-        text = ("" if opened else fmt.start + "\n") + REASONING + "\n" + fmt.end + "\n\n" + CONTENT
+        text = ("" if opened or fmt.start is None else fmt.start + "\n") + REASONING + "\n" + fmt.end + "\n\n" + CONTENT
         out.append(Turn(WITH_REASONING, mode, prompt, prompt + text, text))
         break
     return out
@@ -186,7 +186,7 @@ def choose_reasoning(analysis: TemplateAnalysis, known: Sequence[Known]) -> tupl
     cls = reasoning_detector(fmt)
     checks = check_turns(samples, None, cls)
     if all(c.ok for c in checks):
-        return Selection(cls, f"{_describe(fmt)}: no registered parser matches; built {cls.label}", "generic",
+        return Selection(cls, f"{_describe(fmt)}: no registered parser matches; built {getattr(cls, 'label', cls.__name__)}", "generic",
                          checks), []
     return Selection(None, f"{_describe(fmt)}: no parser reads the renders back", "none", checks), []
 
@@ -234,7 +234,7 @@ def _known_reasoning(analysis: TemplateAnalysis, known: Known) -> Selection:
     if isinstance(spec, ReasoningFormat):
         cls = reasoning_detector(spec)
         checks = check_turns(synthetic_reasoning(analysis, spec), None, cls)
-        return Selection(cls, f"known template ({known.name}): {known.why}; built {cls.label}", "known", checks)
+        return Selection(cls, f"known template ({known.name}): {known.why}; built {getattr(cls, 'label', cls.__name__)}", "known", checks)
     samples = reasoning_samples(analysis)
     checks = check_turns(samples, None, spec) if samples else []
     return Selection(spec, f"known template ({known.name}): {known.why}", "known", checks)
@@ -316,7 +316,7 @@ def choose_tools(analysis: TemplateAnalysis, known: Sequence[Known], reasoning: 
         cls = tool_detector(fmt)
         checks = check_turns(turns, cls, reasoning)
         if all(c.ok for c in checks):
-            return Selection(cls, f"{shape}: no registered parser matches; built {cls.label}", "generic", checks)
+            return Selection(cls, f"{shape}: no registered parser matches; built {getattr(cls, 'label', cls.__name__)}", "generic", checks)
         return Selection(None, f"{shape}: the generic parser does not read the renders back", "none", checks)
     note = "; ".join(fmt.notes) if fmt is not None and fmt.notes else "the format could not be learned"
     return Selection(None, f"no registered parser reads the renders back and {note}")
