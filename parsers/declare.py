@@ -16,7 +16,16 @@ This module only re-exports; the names live in ``parsers.core`` (primitives), ``
 (format shapes), ``parsers.format`` / ``parsers.wire`` (the declaration types) and the parser modules.
 """
 
-from parsers.core.args import ArgsObject, StringValue, convert_value, escape, param_kind, schema_type
+from parsers.core.args import (
+    ArgsObject,
+    StringValue,
+    convert_value,
+    escape,
+    param_kind,
+    resolve_ref,
+    schema_type,
+    typed_value,
+)
 from parsers.core.channels import TextChannel
 from parsers.core.cursor import Cursor, Write, discard, separated
 from parsers.core.driver import CallWriter, Out, Program, is_json_object
@@ -53,6 +62,7 @@ from parsers.shapes.jsoncall import (
 )
 from parsers.shapes.listcalls import Opener, json_list, starts_with_list
 from parsers.shapes.namedcall import NamedJsonShape, named_json, named_json_call
+from parsers.shapes.nestedxml import NestedXml, NestedXmlShape, nested_xml, nested_xml_call
 from parsers.shapes.objnotation import ObjNotationShape, object_notation
 from parsers.shapes.pythonic import (
     call_head,
@@ -90,19 +100,21 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "ToolCallDetector", "ReasoningDetector", "ToolFormat", "CallContext", "Read", "ReadCall", "ToolSpec",
     # how a format writes calls
     "WireFormat", "ArgsEncoding", "JsonArgs", "JSON_ARGS", "XmlParams", "PythonKwargs", "PYTHON_KWARGS",
-    "ObjectNotation", "lit",
+    "ObjectNotation", "NestedXml", "lit",
     # shape builders (a whole format from one spelling)
-    "tagged_json", "named_json", "tagged_xml", "wrapped_xml", "json_list", "object_notation", "harmony", "generic",
+    "tagged_json", "named_json", "tagged_xml", "wrapped_xml", "nested_xml", "json_list", "object_notation", "harmony",
+    "generic",
     "calls_format", "marker_calls",
     # shape data
-    "JsonCallShape", "DEFAULT_SHAPE", "NamedJsonShape", "XmlArgs", "XmlCallShape", "Opener", "ObjNotationShape",
+    "JsonCallShape", "DEFAULT_SHAPE", "NamedJsonShape", "XmlArgs", "XmlCallShape", "NestedXmlShape", "Opener", "ObjNotationShape",
     "GenericFormat", "Section", "Sections", "Dialect", "Start",
     # shape readers, for formats that need code
-    "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call",
+    "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call", "nested_xml_call",
     "xml_params", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "call_head", "peek_past_ws",
     "python_list_wire", "starts_with_list", "harmony_program", "parse_header", "start_from_prompt",
     "HARMONY", "OPENCHATML", "START", "END", "CHANNEL", "MESSAGE", "GENERATION_PROMPT", "ANALYSIS_BODY",
     # primitives
     "Cursor", "Write", "discard", "separated", "MarkerSet", "TextChannel", "Out", "CallWriter", "Program",
     "is_json_object", "ArgsObject", "StringValue", "escape", "param_kind", "schema_type", "convert_value",
+    "typed_value", "resolve_ref",
 ]

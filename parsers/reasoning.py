@@ -79,8 +79,12 @@ class ReasoningDetector:
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             lead: list[str] = []
             yield from cur.skip_ws(lead.append)
-            opened = (yield from cur.match(starts)) is not None
-            if opened or in_reasoning:
+            first = yield from cur.match((*starts, *ends))
+            if first is not None and first not in starts:
+                # the block closed as the output began (empty, or closed before it: a template
+                # that prefixes answers with a bare end marker): the marker is markup
+                out.content.strip_next()
+            elif first is not None or in_reasoning:
                 marker = yield from cur.until(closing, out.reasoning.write)
                 if marker is None:  # cut off inside reasoning: its text stays as written
                     return

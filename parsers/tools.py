@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from parsers.core.args import resolve_ref
+
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
@@ -20,13 +22,16 @@ class ToolSpec:
     strict: bool = False
 
     def param_schema(self, param: str) -> Mapping[str, Any] | None:
-        """The JSON schema of one top-level parameter, if the tool declares it."""
-        props = self.parameters.get("properties") if isinstance(self.parameters, Mapping) else None
-        if isinstance(props, Mapping):
-            schema = props.get(param)
-            if isinstance(schema, Mapping):
-                return schema
-        return None
+        """The JSON schema of one top-level parameter, if the tool declares it (a local ``$ref``
+        followed; ``additionalProperties`` when it is a schema and the parameter is not listed)."""
+        root = resolve_ref(self.parameters, self.parameters)
+        if root is None:
+            return None
+        props = root.get("properties")
+        schema = props.get(param) if isinstance(props, Mapping) else None
+        if schema is None and isinstance(root.get("additionalProperties"), Mapping):
+            schema = root["additionalProperties"]
+        return resolve_ref(schema, self.parameters)
 
 
 def _get(obj: Any, key: str) -> Any:

@@ -269,11 +269,6 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
      ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
      '"arguments": {"query": "q"}}]</TOOLCALL>'),
      {"content": "", "calls": [("get_weather", {"city": "日本"}), ("find_place", {"query": "q"})]}),
-    ("MiniMax-M3.jinja",
-     ('ok]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>a\nb "c"'
-     ']<]minimax[>[</city>]<]minimax[>[<days>3]<]minimax[>[</days>]<]minimax[>[</invoke>\n'
-     ']<]minimax[>[</tool_call>'),
-     {"content": "ok", "calls": [("get_weather", {"city": 'a\nb "c"', "days": 3})]}),
     ("muse-glimmer.jinja",
      (' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
      '<atem:parameter name="city">Lyon</atem:parameter>\n</atem:invoke>\n</atem:function_calls>'),

@@ -16,6 +16,7 @@ from app.constraints.gbnf import Grammar
 from app.constraints.tools import ReasoningGate, build_constraint, calls_array_schema, calls_grammar, structural_tag
 from parsers import FunctionCallParser
 from parsers.registry import TOOL_PARSERS, tool_detector_class
+from parsers.shapes.nestedxml import NestedXml
 from parsers.tools import to_specs
 from parsers.wire import JsonArgs, XmlParams
 from tests.conftest import QWEN3_TEMPLATE, client_for
@@ -59,7 +60,7 @@ def test_required_grammar_accepts_own_calls_and_rejects_bad_ones(name: str) -> N
     assert not accepts(grammar, wire.render([("get_weather", {"city": "Paris", "unit": "kelvin"})])), "enum"
     assert not accepts(grammar, wire.render([("launch_rocket", {})])), "unknown tool"
     assert not accepts(grammar, wire.render([("get_weather", {"city": "Paris"})])), "missing required"
-    if not isinstance(wire.args, XmlParams):  # XML-style parameters are untyped text
+    if not isinstance(wire.args, XmlParams | NestedXml):  # XML-style parameters are untyped text
         assert not accepts(grammar, wire.render([("get_weather", {"city": 5, "unit": "c"})])), "type"
     single = calls_grammar(wire, SPECS, 1)
     assert accepts(single, wire.render(GOOD[:1])) and not accepts(single, wire.render(GOOD))
@@ -254,3 +255,21 @@ def test_invalid_tool_choice_combinations(qwen3_vllm) -> None:
         response = httpx.post(proxy.url + "/v1/chat/completions",
                               json={"messages": [{"role": "user", "content": "hi"}], **extra}, timeout=30)
         assert response.status_code == 400 and response.json()["error"]["param"] == "tool_choice"
+
+
+def test_nested_element_grammar_follows_the_schema_into_objects_and_arrays() -> None:
+    wire = tool_detector_class("minimax-m3").wire
+    assert wire is not None
+    schema = {"type": "object", "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}},
+                                                 "required": ["x"]}},
+              "properties": {"points": {"type": "array", "items": {"$ref": "#/$defs/pt"}},
+                             "label": {"type": "string"}}, "required": ["points"]}
+    specs = to_specs([{"type": "function", "function": {"name": "plot", "parameters": schema}}])
+    grammar = calls_grammar(wire, specs, None)
+    good = {"points": [{"x": 1.5}, {"x": -2}], "label": "a <b> c"}
+    assert accepts(grammar, wire.render([("plot", good)]))
+    _, calls = FunctionCallParser(specs, "minimax-m3").parse_non_stream(wire.render([("plot", good)]))
+    assert [json.loads(c.parameters) for c in calls] == [good]
+    assert not accepts(grammar, wire.render([("plot", {"points": [{"x": "left"}]})])), "nested type"
+    assert not accepts(grammar, wire.render([("plot", {"points": [{}]})])), "nested required"
+    assert not accepts(grammar, wire.render([("plot", {"label": "x"})])), "missing required"

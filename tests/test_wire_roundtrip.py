@@ -20,6 +20,9 @@ What a format genuinely cannot represent is not generated; the limits, per encod
   (no ``-``, no leading digit).
 * Object notation (``ObjectNotation``): a string (or key) cannot contain the delimiter token, and an
   object key cannot be empty; keys are identifiers at the top level.
+* Nested elements (``NestedXml``, MiniMax-M3): the schema here types the top-level parameters only,
+  so inside an object or array every leaf reads back as a string: only containers of strings
+  (without surrounding spacing), of tag-name keys, and not empty, are written (``writable``).
 * Functionary v3.2: a tool named ``all`` is the content recipient, not a call.
 """
 
@@ -37,6 +40,7 @@ from hypothesis import strategies as st
 
 from parsers import FunctionCallParser, ResponseParser, build_response_parser, fold
 from parsers.registry import TOOL_PARSERS, tool_detector_class
+from parsers.shapes.nestedxml import NestedXml
 from parsers.wire import JsonArgs, ObjectNotation, PythonKwargs, WireFormat, XmlParams
 from tests.harness import check_stream_invariants, comparable, held, run_all_chunkings
 
@@ -76,6 +80,8 @@ def limits(name: str, wire: WireFormat) -> Limits:
         return Limits(name=IDENT, key=IDENT, **extra)
     if isinstance(wire.args, ObjectNotation):
         return Limits(key=IDENT, forbidden=(wire.args.delim,), nested_keys_nonempty=True, **extra)
+    if isinstance(wire.args, NestedXml):
+        return Limits(key=IDENT, forbidden=(wire.args.shape.prefix,), writable=wire.args.writable, **extra)
     assert isinstance(wire.args, JsonArgs), wire.args
     return Limits(**extra)
 

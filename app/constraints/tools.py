@@ -34,8 +34,9 @@ from string import Template
 from typing import Any
 
 from app.constraints.gbnf import JSON, PYTHON, Grammar, Syntax, literal, object_notation
-from parsers.core.args import param_kind
+from parsers.core.args import param_kind, resolve_ref
 from parsers.reasoning import ReasoningDetector
+from parsers.shapes.nestedxml import NestedXml
 from parsers.tools import ToolSpec
 from parsers.wire import JsonArgs, ObjectNotation, PythonKwargs, WireFormat, XmlParams
 
@@ -124,6 +125,43 @@ def _xml_args(g: Grammar, params: XmlParams, tool: ToolSpec, name: str) -> str:
     return " ".join(parts)
 
 
+def _nested_value(g: Grammar, enc: NestedXml, schema: Any, root: Mapping[str, Any], name: str, depth: int) -> str:
+    """A rule for one nested-element value typed by ``schema``: text for strings (and for what
+    the schema leaves open), JSON spellings for scalars, child elements for objects and arrays."""
+    prefix = enc.shape.prefix
+    resolved = resolve_ref(schema, root)
+    kind, _ = param_kind(resolved, root)
+    if resolved is None or depth > 8:
+        return g.text_until(prefix, f"{name}-text")
+    if kind == "string":
+        enum = resolved.get("enum")
+        if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+            return g.add(f"{name}-enum", " | ".join(literal(v) for v in enum))
+        return g.text_until(prefix, f"{name}-text")
+    if kind == "array":
+        items = resolved.get("items")
+        element = _nested_value(g, enc, items if isinstance(items, Mapping) else None, root, f"{name}-item", depth + 1)
+        item = enc.shape.item
+        return g.add(f"{name}-items", f"( {literal(f'{prefix}<{item}>')} {element} {literal(f'{prefix}</{item}>')} )*")
+    if kind == "object":
+        props = resolved.get("properties")
+        if not isinstance(props, Mapping) or not props:
+            return '""'
+        required = set(resolved.get("required", []))
+        parts = []
+        for key, prop in props.items():
+            value = _nested_value(g, enc, prop, root, f"{name}-{key}", depth + 1)
+            child = g.add(f"{name}-{key}-el", f"{literal(f'{prefix}<{key}>')} {value} {literal(f'{prefix}</{key}>')}")
+            parts.append(child if key in required else f"{child}?")
+        return " ".join(parts)
+    return g.schema(resolved, f"{name}-value")
+
+
+def _nested_args(g: Grammar, enc: NestedXml, tool: ToolSpec, name: str) -> str:
+    root = _object_schema(tool)
+    return _nested_value(g, enc, root, root, name, 0)
+
+
 def call_rule(g: Grammar, wire: WireFormat, tools: Sequence[ToolSpec]) -> str:
     """A rule for one call of any of ``tools`` in the wire format."""
     alternatives = []
@@ -132,6 +170,8 @@ def call_rule(g: Grammar, wire: WireFormat, tools: Sequence[ToolSpec]) -> str:
         before, after = (Template(s).safe_substitute(name=tool.name) for s in wire.call_parts)
         if isinstance(wire.args, XmlParams):
             args = _xml_args(g, wire.args, tool, name)
+        elif isinstance(wire.args, NestedXml):
+            args = _nested_args(g, wire.args, tool, name)
         else:
             args = g.arguments(_object_schema(tool), f"{name}-args")
         alternatives.append(g.add(name, f"{_template_gbnf(before)} {args} {_template_gbnf(after)}"))

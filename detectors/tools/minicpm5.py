@@ -189,7 +189,7 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
         key = yield from _tag_rest(cur, opened[-1])
         if key is None:
             return False
-        kind, nullable = param_kind(tool.param_schema(key) if tool is not None else None)
+        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
         args.key(key)
         if kind == "string":
             value = _StringArg(args.raw, nullable)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Callable, Generator, Mapping
 from json.encoder import encode_basestring as _quote  # json.dumps(s, ensure_ascii=False)
 from typing import Any
@@ -19,9 +20,29 @@ from typing import Any
 from parsers.core.driver import CallWriter
 
 
-def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
-    """The JSON type a parameter schema asks for, and whether it allows ``null``. The type is
-    ``"string"`` when unknown or when a string is among the allowed types."""
+def resolve_ref(schema: Any, root: Mapping[str, Any] | None, depth: int = 0) -> Mapping[str, Any] | None:
+    """``schema`` with a local ``$ref`` (``#/$defs/X``, ``#/definitions/X``, any ``#/…`` pointer
+    into ``root``, the tool's parameters schema) followed; ``None`` when it is not a schema or the
+    reference cannot be followed (then the value is untyped)."""
+    while isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str) and depth < 16:
+        ref: str = schema["$ref"]
+        if not ref.startswith("#") or root is None:
+            return None
+        target: Any = root
+        for part in ref[1:].split("/")[1:] if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            target = target.get(part) if isinstance(target, Mapping) else None
+        schema, depth = target, depth + 1
+    return schema if isinstance(schema, Mapping) and "$ref" not in schema else None
+
+
+def param_kind(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+    """The JSON type a parameter schema asks for, and whether it allows ``null`` — the one rule
+    every format whose values are text uses. ``type`` (a list: the first non-null type, ``string``
+    if a string is allowed), ``anyOf`` / ``oneOf`` / ``allOf`` (the same over the options), a
+    local ``$ref`` into ``root`` (followed), ``enum`` (the type of its values), ``properties`` /
+    ``items`` (object / array); ``"string"`` when nothing says (an untyped value stays text)."""
+    schema = resolve_ref(schema, root)
     if not isinstance(schema, Mapping):
         return "string", False
     kind = schema.get("type")
@@ -30,12 +51,13 @@ def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
         return ("string" if not kinds or "string" in kinds else str(kinds[0])), "null" in kind
     if isinstance(kind, str):
         return kind, kind == "null"
-    for combinator in ("anyOf", "oneOf"):
-        options = schema.get(combinator)
-        if isinstance(options, list):
-            subs = [param_kind(o) for o in options if isinstance(o, Mapping)]
-            nullable = any(isinstance(o, Mapping) and o.get("type") == "null" for o in options)
-            kinds = [k for (k, _), o in zip(subs, options) if not (isinstance(o, Mapping) and o.get("type") == "null")]
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        resolved = (resolve_ref(o, root) for o in schema.get(combinator) or () if isinstance(o, Mapping))
+        options = [o for o in resolved if o is not None]
+        if options:
+            subs = [param_kind(o, root) for o in options]
+            nullable = any(o.get("type") == "null" for o in options)
+            kinds = [k for (k, _), o in zip(subs, options) if o.get("type") != "null"]
             return ("string" if not kinds or "string" in kinds else kinds[0]), nullable or any(n for _, n in subs)
     if "enum" in schema and isinstance(schema["enum"], list):
         values = schema["enum"]
@@ -51,36 +73,50 @@ def param_kind(schema: Mapping[str, Any] | None) -> tuple[str, bool]:
     return "string", False
 
 
-def schema_type(schema: Mapping[str, Any] | None) -> str:
-    return param_kind(schema)[0]
+def schema_type(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None = None) -> str:
+    return param_kind(schema, root)[0]
 
 
-def convert_value(text: str, kind: str) -> str:
-    """JSON text for a non-string parameter value; falls back to a JSON string when it does not
-    parse as the declared type (the model's text is never dropped). ``null`` is null."""
+def typed_value(text: str, kind: str) -> Any:
+    """A non-string parameter value of JSON type ``kind`` from the text the model wrote; the text
+    itself (a string) when it does not parse as that type (the model's text is never dropped).
+    ``null`` / ``None`` is null; an empty object or array value is ``{}`` / ``[]``."""
     raw = text.strip()
     if raw in ("null", "None"):
-        return "null"
+        return None
+    if not raw and kind in ("object", "array"):
+        return {} if kind == "object" else []
     try:
         if kind == "integer":
-            return json.dumps(int(raw))
+            return int(raw)
         if kind == "number":
-            value = float(raw)
-            return json.dumps(int(value) if value.is_integer() and "." not in raw and "e" not in raw.lower()
-                              else value)
+            number = float(raw)
+            if not math.isfinite(number):
+                raise ValueError(raw)
+            return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
         if kind == "boolean":
             lowered = raw.lower()
             if lowered in ("true", "false"):
-                return lowered
+                return lowered == "true"
             raise ValueError(raw)
-        value = json.loads(raw)
-        return json.dumps(value, ensure_ascii=False)
-    except (ValueError, OverflowError):
+        return json.loads(raw, parse_constant=_reject)
+    except (ValueError, OverflowError, RecursionError):
         pass
     try:  # Python literals: {'a': 1}, [1, 2], True, None
-        value = ast.literal_eval(raw)
-        return json.dumps(value, ensure_ascii=False)
+        return ast.literal_eval(raw)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def convert_value(text: str, kind: str) -> str:
+    """JSON text for a non-string parameter value (``typed_value``)."""
+    try:
+        return json.dumps(typed_value(text, kind), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):  # a Python literal JSON cannot spell (a set, bytes)
         return json.dumps(text, ensure_ascii=False)
 
 

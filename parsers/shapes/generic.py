@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -339,9 +339,6 @@ def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
     """Tagged parameters up to (not including) ``after`` (the markup that follows the last one,
     which may begin like a key: ``<`` + key vs ``</invoke>``); written as one JSON object. Values
     are typed by the tool's schema (strings stream as they arrive)."""
-    properties = tool.parameters.get("properties", {}) if tool is not None else {}
-    if not isinstance(properties, Mapping):
-        properties = {}
     args = ArgsObject(out.calls)
     key_start = p.key_start.strip() or p.key_start
     key_end = MarkerSet((p.key_end,))
@@ -366,7 +363,7 @@ def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
         key = key.strip()
         if not key:
             return False
-        kind, nullable = param_kind(properties.get(key))
+        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
         if not (yield from args.value(kind, p.trim_newline, nullable, partial(cur.until, ends))):

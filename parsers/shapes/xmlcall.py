@@ -104,9 +104,6 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
     out.calls.header(name)
     args = ArgsObject(out.calls)
     tool = tools.get(name)
-    properties = tool.parameters.get("properties", {}) if tool is not None else {}
-    if not isinstance(properties, Mapping):
-        properties = {}
     while not ended:
         if not pending_key:
             yield from cur.skip_ws()
@@ -125,7 +122,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
             key = attrs.get(a.key_attribute, "")
             declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
         key = key.strip()
-        kind, nullable = param_kind(properties.get(key))
+        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
         if declared_type:
             kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
         if a.attributes:
