@@ -26,7 +26,7 @@ import json
 import re
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from parsers.core.args import ArgsObject, param_kind, resolve_ref, typed_value
@@ -214,8 +214,7 @@ def nested_xml_call(shape: NestedXmlShape, tools: Mapping[str, ToolSpec], cur: C
                 return False
             args.raw(json.dumps(value, ensure_ascii=False))
             continue
-        key = tag
-        if not (yield from args.value(kind, False, nullable, lambda write: _leaf(cur, shape, key, write))):
+        if not (yield from args.value(kind, False, nullable, partial(_leaf, cur, shape, tag))):
             return False
 
 
