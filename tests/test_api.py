@@ -348,3 +348,22 @@ def test_help_documents_every_flag() -> None:
     for name in Settings.model_fields:
         assert "--" + name.replace("_", "-") in result.stdout
         assert "TOOLWIRE_" + name.upper() in result.stdout
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
+def test_reasoning_tokens_are_counted_in_usage(kind: str, backend_factory, proxy_factory) -> None:
+    backend = backend_factory(kind, model="Qwen/Qwen3-8B")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3")
+    pieces = ["<think>", "Let", " me", " think", "</think>", "\n\n", "Hi", "!"]  # one token a piece, apart
+    client = client_for(proxy)
+    backend.script(Script(pieces=pieces, delay=0.05))
+    whole = client.chat.completions.create(model="x", messages=MESSAGES)
+    backend.script(Script(pieces=pieces, delay=0.05))
+    stream = client.chat.completions.create(model="x", messages=MESSAGES, stream=True,
+                                            stream_options={"include_usage": True})
+    streamed = [c.usage for c in stream if c.usage is not None][0]
+    for usage in (whole.usage, streamed):
+        assert usage is not None and usage.completion_tokens == len(pieces)
+        # "<think>" and the three words; "</think>" and the newlines go with the answer
+        assert usage.completion_tokens_details is not None
+        assert usage.completion_tokens_details.reasoning_tokens == 4

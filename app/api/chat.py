@@ -117,6 +117,7 @@ async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | No
         message = fold(events)
         reason = finish_reason(finished.reason, len(message.calls), 0, plan.named_tool is not None)
         return JSONResponse(completion_object(new_completion_id(), runtime.model_name, message, reason,
-                                              finished.usage, runtime.settings.reasoning_field))
+                                              finished.usage, runtime.settings.reasoning_field,
+                                              finished.reasoning_tokens))
 
     return await whole_response(run, answer, scope)

@@ -130,17 +130,17 @@ class ChunkWriter:
         reason = finish_reason(finished.reason, self.calls_completed, self.unfinished_calls, self.named_tool)
         tail = self._chunk({}, reason)
         if self.include_usage:
-            tail += self.usage(finished.usage)
+            tail += self.usage(finished.usage, finished.reasoning_tokens)
         return tail + SSE_DONE
 
     def error(self, exc: APIError) -> bytes:
         return sse(exc.body())
 
-    def usage(self, usage: Usage | None) -> bytes:
+    def usage(self, usage: Usage | None, reasoning_tokens: int = 0) -> bytes:
         return sse({
             "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "system_fingerprint": None, "choices": [],
-            "usage": (usage or Usage()).as_openai(),
+            "usage": (usage or Usage()).as_openai(reasoning_tokens),
         })
 
 
@@ -155,7 +155,7 @@ def finish_reason(backend_reason: str, calls: int, unfinished: int, named_tool: 
 
 
 def completion_object(completion_id: str, model: str, message: FoldedMessage, reason: str,
-                      usage: Usage | None, reasoning_field: str) -> dict[str, Any]:
+                      usage: Usage | None, reasoning_field: str, reasoning_tokens: int = 0) -> dict[str, Any]:
     """The non-streaming ``chat.completion``."""
     body: dict[str, Any] = {"role": "assistant", "content": message.content or None}
     if message.reasoning:
@@ -173,5 +173,5 @@ def completion_object(completion_id: str, model: str, message: FoldedMessage, re
         "model": model,
         "system_fingerprint": None,
         "choices": [{"index": 0, "message": body, "logprobs": None, "finish_reason": reason}],
-        "usage": (usage or Usage()).as_openai(),
+        "usage": (usage or Usage()).as_openai(reasoning_tokens),
     }

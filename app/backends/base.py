@@ -61,6 +61,8 @@ class TextDelta:
     text: str
     #: the prompt's token count, when the backend tells it before the end (set on the first delta)
     prompt_tokens: int | None = None
+    #: how many generated tokens the text holds (the backend's events joined into it)
+    tokens: int = 1
 
 
 @dataclass
@@ -69,11 +71,14 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int | None = None
 
-    def as_openai(self) -> dict[str, Any]:
+    def as_openai(self, reasoning_tokens: int = 0) -> dict[str, Any]:
+        """Chat Completions' usage object (``reasoning_tokens``: of the completion's tokens, those
+        whose text went into reasoning)."""
         usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "completion_tokens_details": {"reasoning_tokens": min(reasoning_tokens, self.completion_tokens)},
         }
         if self.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}

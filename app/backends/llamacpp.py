@@ -87,7 +87,7 @@ class LlamaCppBackend(Backend):
                                         word if isinstance(word, str) and word else None)
                         break
                 if texts:
-                    delta = TextDelta("".join(texts))
+                    delta = TextDelta("".join(texts), tokens=len(texts))
                     if not told and isinstance(prompt_tokens, int):
                         delta.prompt_tokens = prompt_tokens
                         told = True

@@ -58,7 +58,7 @@ class OpenAICompletionsBackend(Backend):
                             matched = choice.get("stop_reason")  # vLLM: the stop string that matched
                             stop_string = matched if isinstance(matched, str) and matched else None
                 if texts:
-                    delta = TextDelta("".join(texts))
+                    delta = TextDelta("".join(texts), tokens=len(texts))
                     if not told and isinstance(last_usage, dict):
                         prompt = last_usage.get("prompt_tokens")
                         delta.prompt_tokens = prompt if isinstance(prompt, int) else None

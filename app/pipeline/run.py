@@ -25,7 +25,7 @@ from app.errors import BackendError
 from app.metrics import Metrics
 from app.pipeline.plan import Plan
 from parsers import ResponseParser
-from parsers.events import CallEnd, Event
+from parsers.events import CallArgs, CallEnd, Content, Event, Reasoning
 
 log = logging.getLogger("toolwire")
 
@@ -41,6 +41,8 @@ class Finished:
     calls: int
     unfinished: int
     stop_sequence: str | None = None
+    #: generated tokens whose text went into reasoning (see ``ReasoningTokens``)
+    reasoning_tokens: int = 0
 
 
 async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
@@ -91,6 +93,37 @@ class ParseTally:
                 events.labels(label, name).inc(count)
 
 
+class ReasoningTokens:
+    """Counts the generated tokens whose text became reasoning. The backend hands text on in
+    pieces of one or more tokens; a piece's tokens are shared out by the share of reasoning in the
+    text the parsers released for it (a piece they held back counts with the next one that was
+    released). Exact when each piece is one token, as when tokens are written one at a time."""
+
+    __slots__ = ("count", "unplaced")
+
+    def __init__(self) -> None:
+        self.count = 0.0
+        self.unplaced = 0
+
+    def add(self, tokens: int, events: list[Event]) -> None:
+        self.unplaced += tokens
+        reasoning = total = 0
+        for event in events:
+            kind = type(event)
+            if kind is Reasoning:
+                n = len(event.text)  # type: ignore[union-attr]
+                reasoning += n
+                total += n
+            elif kind is Content or kind is CallArgs:
+                total += len(event.text)  # type: ignore[union-attr]
+        if total:
+            self.count += self.unplaced * reasoning / total
+            self.unplaced = 0
+
+    def __int__(self) -> int:
+        return round(self.count)
+
+
 class Run:
     """One answer's events (see the module docstring)."""
 
@@ -102,6 +135,7 @@ class Run:
         self.metrics = metrics
         self.parser = parser  # built before the backend was asked: off the first token's path
         self.tally = ParseTally()
+        self.reasoning = ReasoningTokens()
         self.filters = [self.tally, *plan.filters(hold)]
         self.finished: Finished | None = None
         #: the prompt's token count if the backend told it with the first item (else known at the end)
@@ -116,10 +150,12 @@ class Run:
             events = apply(events)
         return events
 
-    def _feed(self, text: str) -> list[Event]:
+    def _feed(self, item: TextDelta) -> list[Event]:
         if self.text is not None:
-            self.text.append(text)
-        return self._apply(self.parser.feed(text))
+            self.text.append(item.text)
+        events = self._apply(self.parser.feed(item.text))
+        self.reasoning.add(item.tokens, events)
+        return events
 
     def lead(self) -> list[Event]:
         """The events of the first backend item, if it is text (``[]`` otherwise)."""
@@ -127,11 +163,13 @@ class Run:
         if not isinstance(item, TextDelta):
             return []
         self.pending = None
-        return self._feed(item.text)
+        return self._feed(item)
 
     def _finish(self, item: Finish) -> list[Event]:
         events = self._apply(self.parser.end(truncated=item.reason == "length"))
-        self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished, item.stop_sequence)
+        self.reasoning.add(0, events)
+        self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished, item.stop_sequence,
+                                 int(self.reasoning))
         usage = item.usage
         if usage is not None:
             self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)
@@ -149,7 +187,7 @@ class Run:
                 if item is None:
                     item = await self.stream.__anext__()
                 if isinstance(item, TextDelta):
-                    events = self._feed(item.text)
+                    events = self._feed(item)
                     if events:
                         yield events
                     item = None
