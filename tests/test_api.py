@@ -361,7 +361,7 @@ def test_reasoning_tokens_are_counted_in_usage(kind: str, backend_factory, proxy
     backend.script(Script(pieces=pieces, delay=0.05))
     stream = client.chat.completions.create(model="x", messages=MESSAGES, stream=True,
                                             stream_options={"include_usage": True})
-    streamed = [c.usage for c in stream if c.usage is not None][0]
+    streamed = next(c.usage for c in stream if c.usage is not None)
     for usage in (whole.usage, streamed):
         assert usage is not None and usage.completion_tokens == len(pieces)
         # "<think>" and the three words; "</think>" and the newlines go with the answer
