@@ -22,6 +22,7 @@ from app.parser_choice import ParserChoice
 from app.pipeline.plan import Formats
 from app.sched import set_slice
 from app.settings import Settings
+from app.state import ResponseStore, open_store
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import profile_of
 from parsers.registry import (
@@ -96,6 +97,7 @@ class Runtime:
         self.template: ChatTemplate | None = None
         self.model_name: str = settings.model or "default"
         self._parsers = ParserChoice()
+        self.responses: ResponseStore | None = None  # stored Responses API responses (opened at start)
         self.formats = Formats()
         self.metrics = Metrics()
         self.slots = Slots(settings.max_concurrency)
@@ -116,6 +118,7 @@ class Runtime:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
+        self.responses = open_store(s)
         if s.chat_template is not None:
             self.template = ChatTemplate.load(s.chat_template)
         try:
@@ -124,6 +127,8 @@ class Runtime:
             log.warning("backend not ready at start-up (%s); will retry on demand", exc)
 
     async def stop(self) -> None:
+        if self.responses is not None:
+            await self.responses.close()
         if self.client is not None:
             await self.client.aclose()
         if self.streaming is not None:

@@ -6,6 +6,7 @@ are comma-separated in the environment.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -47,6 +48,19 @@ class Settings(BaseSettings):
         None, description="key that signs the Messages API's thinking blocks, so a client cannot hand back "
         "reasoning toolwire did not write (default: random per process; set it to keep signatures valid "
         "across restarts and replicas)")
+
+    # Responses API state
+    state_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "toolwire",
+        description="folder for the embedded response store (created on start)")
+    response_store: str | None = Field(
+        None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
+        "shared by several replicas")
+    response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
+    response_store_max: int = Field(100_000, ge=1, description="most responses the SQLite store keeps (oldest go first)")
+    hosted_tools: Literal["ignore", "reject"] = Field(
+        "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
+        "the prompt with a warning (ignore) or answered with a 400 (reject)")
 
     # HTTP edge
     host: str = Field("127.0.0.1", description="address to listen on")

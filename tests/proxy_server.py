@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from typing import Any
@@ -23,6 +24,9 @@ class ProxyServer:
     def __init__(self, **settings: Any) -> None:
         settings.setdefault("port", free_port())
         settings.setdefault("retries", 0)
+        if "state_dir" not in settings:  # the response store of this proxy alone, gone with it
+            self._state = tempfile.TemporaryDirectory(prefix="toolwire-state-")
+            settings["state_dir"] = self._state.name
         self.settings = Settings(**settings)
         self.app = create_app(self.settings)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.settings.port, log_level="warning",
