@@ -71,7 +71,7 @@ async def start(ask: Ask, runtime: Runtime, scope: RequestScope) -> Run:
 
 
 async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: RequestScope,
-                          ping: bytes = PING) -> SSEResponse:
+                          ping: bytes = PING, headers: dict[str, str] | None = None) -> SSEResponse:
     """The run as an SSE stream; what the first backend item holds leaves right behind the head."""
     body = EventStream(run, encoder, runtime.metrics, scope.release)
     try:
@@ -79,7 +79,7 @@ async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: R
     except BaseException:
         await body.aclose()
         raise
-    return SSEResponse(body, lead=lead, ping=ping)
+    return SSEResponse(body, lead=lead, ping=ping, headers=headers)
 
 
 async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Response:

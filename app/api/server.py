@@ -29,6 +29,7 @@ from app.api.messages import count_tokens, create_message
 from app.api.messages_protocol import error_body as messages_error_body
 from app.api.messages_protocol import error_response as messages_error_response
 from app.api.respond import RequestScope, error_response
+from app.api.responses import create_response, delete_response, input_items, retrieve_response
 from app.backends.streamhttp import StreamError
 from app.errors import APIError, BackendError, bad_request, error_body
 from app.logs import request_id
@@ -40,7 +41,7 @@ log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/messages",
-             "/v1/messages/count_tokens")
+             "/v1/messages/count_tokens", "/v1/responses")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -124,7 +125,8 @@ class EdgeMiddleware:
                 return
             await self.app(scope, receive, send_with_id)
         finally:
-            endpoint = path if path in ENDPOINTS else "other"
+            endpoint = path if path in ENDPOINTS else (
+                "/v1/responses/{id}" if path.startswith("/v1/responses/") else "other")
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
@@ -249,7 +251,31 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
     app.add_route("/v1/completions", completions, methods=["POST"])
     add_messages_routes(app, runtime, take_slot)
+    add_responses_routes(app, runtime, take_slot)
     return app
+
+
+def add_responses_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], Callable[[], None]]) -> None:
+    """The OpenAI Responses API (``app.api.responses``); errors in OpenAI's shape, as on chat."""
+    limit = runtime.settings.max_body_bytes
+
+    async def create(request: Request) -> Response:
+        body = await read_json(request, limit)
+        release = take_slot()
+        return await create_response(body, runtime, RequestScope(request=request, release=release))
+
+    async def one(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        if request.method == "DELETE":
+            return await delete_response(response_id, runtime)
+        return await retrieve_response(response_id, runtime)
+
+    async def items(request: Request) -> Response:
+        return await input_items(request.path_params["response_id"], request, runtime)
+
+    app.add_route("/v1/responses", create, methods=["POST"])
+    app.add_route("/v1/responses/{response_id}", one, methods=["GET", "DELETE"])
+    app.add_route("/v1/responses/{response_id}/input_items", items, methods=["GET"])
 
 
 def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], Callable[[], None]]) -> None:

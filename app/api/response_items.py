@@ -1,0 +1,375 @@
+"""Parser events → Responses API output items: the SSE events of a streamed response, and the
+response object itself.
+
+One rule, ``ResponseItems``, decides the items for both answers, so they cannot disagree: items
+come in the order the model wrote them — a run of reasoning is a ``reasoning`` item (its text as
+``reasoning_text`` content; also as its summary when the request asked for one: toolwire does not
+summarise), a run of content a ``message`` with one ``output_text`` part, each call a
+``function_call`` (arguments as the model wrote them) or, for a custom tool, a ``custom_tool_call``
+whose ``input`` is the string the model wrote (streamed decoded as it arrives). A text run of
+nothing but whitespace makes no item.
+
+With events on (streaming), every change is also written as the SSE event the ``openai`` SDK's
+types define — ``response.output_item.added`` / ``.done``, ``response.content_part.added`` /
+``.done``, ``response.output_text.delta`` / ``.done``, ``response.reasoning_text.delta`` /
+``.done``, ``response.reasoning_summary_*``, ``response.function_call_arguments.delta`` / ``.done``,
+``response.custom_tool_call_input.delta`` / ``.done`` — with ``sequence_number`` counting up from
+0, and ``output_index`` / ``item_id`` / ``content_index`` consistent. A delta's envelope is encoded
+once per item; a delta costs one ``orjson.dumps`` of its text.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from app.api.responses_protocol import CUSTOM_INPUT, Offered
+from app.api.thinking_signature import ThinkingSigner
+from app.backends.base import Usage
+from app.errors import APIError
+from app.pipeline.run import Finished
+from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+
+
+def new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_urlsafe(18).replace("-", "a").replace("_", "b")
+
+
+def usage_object(usage: Usage | None, reasoning_tokens: int) -> dict[str, Any]:
+    u = usage or Usage()
+    return {"input_tokens": u.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": u.cached_tokens or 0, "cache_write_tokens": 0},
+            "output_tokens": u.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, u.completion_tokens)},
+            "total_tokens": u.prompt_tokens + u.completion_tokens}
+
+
+_INPUT_OPENING = re.compile(r'\s*\{\s*"' + CUSTOM_INPUT + r'"\s*:\s*"')
+_OPENING_COMPACT = '{"' + CUSTOM_INPUT + '":"'
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class InputString:
+    """The ``input`` string of a custom tool call, decoded from its JSON arguments as they stream
+    (``{"input": "…"}`` — anything else is decoded whole at the end instead). Linear: each
+    character is looked at once, a split escape is held until it completes."""
+
+    __slots__ = ("_head", "_held", "_state")
+
+    def __init__(self) -> None:
+        self._head = ""  # arguments before the string opened
+        self._held = ""  # an escape not complete yet
+        self._state = 0  # 0: before the string, 1: inside it, 2: after it, -1: not the expected shape
+
+    def feed(self, text: str) -> str:
+        if self._state == 0:
+            self._head += text
+            match = _INPUT_OPENING.match(self._head)
+            if match is None:
+                compact = "".join(self._head.split())
+                if len(self._head) > 64 or not _OPENING_COMPACT.startswith(compact):
+                    self._state = -1
+                return ""
+            text, self._state, self._head = self._head[match.end():], 1, ""
+        if self._state != 1:
+            return ""
+        text = self._held + text
+        self._held = ""
+        out: list[str] = []
+        i, n = 0, len(text)
+        while i < n:
+            j = i
+            while j < n and text[j] not in '"\\':
+                j += 1
+            out.append(text[i:j])
+            if j == n:
+                break
+            if text[j] == '"':
+                self._state = 2
+                break
+            if j + 1 >= n:
+                self._held = text[j:]
+                break
+            c = text[j + 1]
+            if c == "u":
+                if j + 6 > n:
+                    self._held = text[j:]
+                    break
+                code = int(text[j + 2:j + 6], 16) if re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2:j + 6]) else None
+                if code is None:
+                    self._state = -1
+                    break
+                if 0xD800 <= code < 0xDC00:  # a high surrogate: its pair follows
+                    if j + 12 > n:
+                        self._held = text[j:]
+                        break
+                    low = text[j + 6:j + 12]
+                    if re.fullmatch(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}", low):
+                        code = 0x10000 + ((code - 0xD800) << 10) + (int(low[2:], 16) - 0xDC00)  # noqa: FURB166
+                        out.append(chr(code))
+                        i = j + 12
+                        continue
+                out.append(chr(code))
+                i = j + 6
+                continue
+            if c not in _ESCAPES:
+                self._state = -1
+                break
+            out.append(_ESCAPES[c])
+            i = j + 2
+        return "".join(out)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the string was decoded as it streamed (else only the final value counts)."""
+        return self._state == 2
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool call's input from its arguments: the ``input`` string, else the arguments."""
+    try:
+        value = orjson.loads(arguments) if arguments else {}
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
+        return value[CUSTOM_INPUT]
+    return arguments
+
+
+class ResponseItems:
+    """Where items open and close, and what they hold (see the module docstring)."""
+
+    def __init__(self, tools: dict[str, Offered], *, events: bool, summary: bool, encrypted: bool,
+                 signer: ThinkingSigner) -> None:
+        self.tools = tools
+        self.emit = events
+        self.summary = summary
+        self.encrypted = encrypted
+        self.signer = signer
+        self.items: list[dict[str, Any]] = []
+        self.out: list[bytes] = []
+        self.seq = 0
+        self.kind: str | None = None  # the open item: "reasoning", "message", "call"
+        self.opened = False
+        self.pending = ""  # leading whitespace of a text item not opened yet
+        self.parts: list[str] = []
+        self.unfinished = 0
+        self._delta_head = b""
+        self._summary_head = b""
+        self._input: InputString | None = None
+        self._input_head = b""
+
+    # ------------------------------------------------------------------ events
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        if self.emit:
+            payload = {"type": kind, "sequence_number": self.seq, **payload}
+            self.out.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n")
+        self.seq += 1
+
+    def _head(self, kind: str, fields: dict[str, Any]) -> bytes:
+        """The bytes of a delta event of ``kind`` up to its sequence number."""
+        inner = orjson.dumps({"type": kind, **fields})[:-1]
+        return b"event: " + kind.encode() + b"\ndata: " + inner + b',"sequence_number":'
+
+    def _delta(self, head: bytes, text: str) -> None:
+        if self.emit:
+            self.out.append(head + str(self.seq).encode() + b',"delta":' + orjson.dumps(text) + b"}\n\n")
+        self.seq += 1
+
+    def take(self) -> bytes:
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+    # ------------------------------------------------------------------ parser events
+
+    def feed(self, events: list[Event]) -> None:
+        for e in events:
+            kind = type(e)
+            if kind is Content:
+                self._text("message", e.text)  # type: ignore[union-attr]
+            elif kind is Reasoning:
+                self._text("reasoning", e.text)  # type: ignore[union-attr]
+            elif kind is CallArgs:
+                if self.kind == "call" and e.text:  # type: ignore[union-attr]
+                    self._call_args(e.text)  # type: ignore[union-attr]
+            elif kind is CallStart:
+                assert isinstance(e, CallStart)
+                self.close()
+                self._call_start(e)
+            elif kind is CallEnd:
+                assert isinstance(e, CallEnd)
+                self.close(ok=e.ok)
+
+    @property
+    def index(self) -> int:
+        return len(self.items) - 1
+
+    def _text(self, kind: str, text: str) -> None:
+        if not text:
+            return
+        if self.kind != kind:
+            self.close()
+            self.kind, self.opened, self.pending = kind, False, ""
+        if not self.opened:
+            if text.isspace():
+                self.pending += text
+                return
+            text, self.pending = self.pending + text, ""
+            self.opened = True
+            self._open_text(kind)
+        self.parts.append(text)
+        self._delta(self._delta_head, text)
+        if kind == "reasoning" and self.summary:
+            self._delta(self._summary_head, text)
+
+    def _open_text(self, kind: str) -> None:
+        self.parts = []
+        index = len(self.items)
+        if kind == "reasoning":
+            item: dict[str, Any] = {"id": new_id("rs_"), "type": "reasoning", "summary": [], "content": [],
+                                    "status": "in_progress"}
+            self.items.append(item)
+            self.event("response.output_item.added", {"output_index": index, "item": item})
+            ids = {"item_id": item["id"], "output_index": index}
+            if self.summary:
+                self.event("response.reasoning_summary_part.added",
+                           {**ids, "summary_index": 0, "part": {"type": "summary_text", "text": ""}})
+                self._summary_head = self._head("response.reasoning_summary_text.delta", {**ids, "summary_index": 0})
+            self.event("response.content_part.added",
+                       {**ids, "content_index": 0, "part": {"type": "reasoning_text", "text": ""}})
+            self._delta_head = self._head("response.reasoning_text.delta", {**ids, "content_index": 0})
+        else:
+            item = {"id": new_id("msg_"), "type": "message", "role": "assistant", "status": "in_progress",
+                    "content": []}
+            self.items.append(item)
+            self.event("response.output_item.added", {"output_index": index, "item": item})
+            ids = {"item_id": item["id"], "output_index": index}
+            self.event("response.content_part.added", {**ids, "content_index": 0, "part": {
+                "type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+            self._delta_head = self._head("response.output_text.delta", {**ids, "content_index": 0, "logprobs": []})
+
+    def _call_start(self, e: CallStart) -> None:
+        offered = self.tools.get(e.name) or Offered(e.name)
+        index = len(self.items)
+        self.kind, self.opened, self.parts = "call", True, []
+        call_id = e.id or new_call_id()
+        if offered.custom:
+            item: dict[str, Any] = {"id": new_id("ctc_"), "type": "custom_tool_call", "call_id": call_id,
+                                    "name": offered.name, "input": "", "status": "in_progress"}
+            self._input = InputString()
+            self._input_head = self._head("response.custom_tool_call_input.delta",
+                                          {"item_id": item["id"], "output_index": index})
+        else:
+            item = {"id": new_id("fc_"), "type": "function_call", "call_id": call_id, "name": offered.name,
+                    "arguments": "", "status": "in_progress"}
+            self._input = None
+            self._delta_head = self._head("response.function_call_arguments.delta",
+                                          {"item_id": item["id"], "output_index": index})
+        if offered.namespace is not None:
+            item["namespace"] = offered.namespace
+        self.items.append(item)
+        self.event("response.output_item.added", {"output_index": index, "item": item})
+
+    def _call_args(self, text: str) -> None:
+        self.parts.append(text)
+        if self._input is None:
+            self._delta(self._delta_head, text)
+            return
+        decoded = self._input.feed(text)
+        if decoded:
+            self._delta(self._input_head, decoded)
+
+    def close(self, ok: bool = True) -> None:
+        """Close the open item, if any (a text run that never opened leaves nothing)."""
+        if self.kind is not None and self.opened:
+            item = self.items[-1]
+            ids = {"item_id": item["id"], "output_index": self.index}
+            text = "".join(self.parts)
+            if self.kind == "reasoning":
+                self.event("response.reasoning_text.done", {**ids, "content_index": 0, "text": text})
+                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
+                self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
+                item["content"] = [part]
+                if self.summary:
+                    summary = {"type": "summary_text", "text": text}
+                    self.event("response.reasoning_summary_text.done", {**ids, "summary_index": 0, "text": text})
+                    self.event("response.reasoning_summary_part.done", {**ids, "summary_index": 0, "part": summary})
+                    item["summary"] = [summary]
+                if self.encrypted:
+                    item["encrypted_content"] = self.signer.seal(text)
+            elif self.kind == "message":
+                self.event("response.output_text.done", {**ids, "content_index": 0, "text": text, "logprobs": []})
+                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+                self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
+                item["content"] = [part]
+            elif item["type"] == "custom_tool_call":
+                item["input"] = custom_input(text)
+                self.event("response.custom_tool_call_input.done", {**ids, "input": item["input"]})
+            else:
+                item["arguments"] = text
+                self.event("response.function_call_arguments.done", {**ids, "name": item["name"], "arguments": text})
+            if not ok:
+                self.unfinished += 1
+            item["status"] = "completed" if ok else "incomplete"
+            self.event("response.output_item.done", {"output_index": self.index, "item": item})
+        self.kind, self.opened, self.pending, self.parts = None, False, "", []
+
+
+def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Finished) -> dict[str, Any]:
+    """The response object once the run is over (``shell`` holds what the request echoes)."""
+    items.close()
+    cut = finished.reason == "length" or items.unfinished > 0
+    return {**shell, "status": "incomplete" if cut else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+            "completed_at": None if cut else int(time.time()),
+            "output": items.items, "usage": usage_object(finished.usage, finished.reasoning_tokens)}
+
+
+class ResponseEvents:
+    """The SSE ``Encoder`` of one streamed response; ``persist`` stores it before the last event leaves."""
+
+    def __init__(self, shell: dict[str, Any], items: ResponseItems,
+                 save: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        self.shell = shell
+        self.items = items
+        self.save = save
+        self.final: dict[str, Any] | None = None
+
+    def head(self) -> bytes:
+        self.items.event("response.created", {"response": self.shell})
+        self.items.event("response.in_progress", {"response": self.shell})
+        return self.items.take()
+
+    def events(self, events: list[Event]) -> bytes:
+        self.items.feed(events)
+        return self.items.take() if self.items.out else b""
+
+    def finish(self, finished: Finished) -> bytes:
+        self.final = finished_response(self.shell, self.items, finished)
+        kind = "response.completed" if self.final["status"] == "completed" else "response.incomplete"
+        self.items.event(kind, {"response": self.final})
+        return self.items.take()
+
+    async def persist(self) -> None:
+        if self.save is not None and self.final is not None:
+            await self.save(self.final)
+
+    def error(self, exc: APIError) -> bytes:
+        self.items.close(ok=False)
+        self.items.event("error", {"code": exc.code or "server_error", "message": exc.message, "param": None})
+        failed = {**self.shell, "status": "failed", "output": self.items.items,
+                  "error": {"code": "server_error", "message": exc.message}}
+        self.items.event("response.failed", {"response": failed})
+        return self.items.take()
