@@ -265,3 +265,31 @@ def test_forced_tool_use_through_the_messages_api(tool_proxy: ProxyServer, strea
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("toolu_")
     jsonschema.validate(calls[0].input, schema)
     assert message.usage.input_tokens > 0 and message.usage.output_tokens > 0
+
+
+# -------------------------------------------------------------------------------- Responses API
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_call_through_the_responses_api(tool_proxy: ProxyServer, stream: bool) -> None:
+    """The real model, constrained to the tool named in ``tool_choice``, answers one ``function_call``
+    item whose arguments validate against the tool's schema (the openai SDK's Responses client)."""
+    import jsonschema
+
+    client = client_for(tool_proxy)
+    schema = WEATHER_TOOL["function"]["parameters"]
+    kwargs = {"model": "smollm2", "max_output_tokens": 120, "temperature": 0,
+              "input": "What is the weather in Paris for 3 days?",
+              "tools": [{"type": "function", "name": "get_weather", "description": "Weather forecast for a city",
+                         "parameters": schema}],
+              "tool_choice": {"type": "function", "name": "get_weather"}}
+    if stream:
+        with client.responses.stream(**kwargs) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(**kwargs)
+    assert response.status == "completed", response
+    calls = [o for o in response.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].arguments), schema)
+    assert response.usage is not None and response.usage.input_tokens > 0 and response.usage.output_tokens > 0

@@ -1,0 +1,371 @@
+"""The Responses API face over HTTP, with the official ``openai`` SDK as client, in front of scripted
+backends: output items in the order the model wrote them, the streaming event contract checked
+event by event with the SDK's own types, stream == non-stream, custom and namespaced tools, hosted
+tools, reasoning handed back, the response store (SQLite and a real Redis), and errors."""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+
+from tests.conftest import QWEN3_TEMPLATE, client_for
+from tests.proxy_server import ProxyServer
+from tests.redis_server import RedisServer
+from tests.scripted_backend import Script, ScriptedBackend
+
+
+def _event_classes() -> dict[str, type]:
+    union = typing.get_args(ResponseStreamEvent)[0]  # Annotated[Union[...], discriminator]
+    return {typing.get_args(cls.model_fields["type"].annotation)[0]: cls for cls in typing.get_args(union)}
+
+
+EVENT_CLASSES = _event_classes()
+
+
+class _Events:
+    """Each event validated with the SDK's own class for its ``type``."""
+
+    @staticmethod
+    def validate_python(event: dict[str, Any]) -> Any:
+        return EVENT_CLASSES[event["type"]].model_validate(event)  # type: ignore[attr-defined]
+
+
+EVENT = _Events()
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "name": "get_weather", "description": "Weather for a city",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+]
+APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Apply a patch to files",
+               "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /(.|\\n)*/'}}
+PATCH = '*** Begin Patch\n*** Add File: a.txt\n+hello "world"\n*** End Patch'
+REASONING_TEXT_CALLS = [
+    "<think>", "\nTwo cities,", " two calls.\n", "</think>", "\n\n", "Checking both.\n", "<tool_call>",
+    '\n{"name": "get_weather", "arguments": {"city": "Pa', 'ris"}}\n', "</tool_call>", "\n",
+    "<tool_call>", '\n{"name": "search", "arguments": {"q": "café \\"ü\\""}}\n', "</tool_call>",
+]
+
+
+@pytest.fixture
+def proxy(backend_factory: Callable[..., ScriptedBackend],
+          proxy_factory: Callable[..., ProxyServer]) -> tuple[ScriptedBackend, ProxyServer]:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    return backend, proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
+                                  tool_call_parser="qwen25")
+
+
+def raw_events(response: httpx.Response) -> list[dict[str, Any]]:
+    """The ``data:`` payloads of an SSE response, checking each ``event:`` line names its payload."""
+    events, name = [], None
+    for line in response.text.splitlines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            payload = json.loads(line[6:])
+            assert payload["type"] == name
+            events.append(payload)
+    return events
+
+
+def stream_raw(proxy: ProxyServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    response = httpx.post(proxy.url + "/v1/responses", json={**body, "stream": True}, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    return raw_events(response)
+
+
+def comparable(response: dict[str, Any]) -> dict[str, Any]:
+    """A response without what differs between two runs (ids, times; the reasoning-token count,
+    which is shared out by how the backend's pieces happened to arrive)."""
+    out = {k: v for k, v in response.items() if k not in ("id", "created_at", "completed_at")}
+    if out.get("usage"):
+        out["usage"] = {k: v for k, v in out["usage"].items() if k != "output_tokens_details"}
+    out["output"] = [{k: v for k, v in item.items() if k not in ("id", "call_id")} for item in response["output"]]
+    return out
+
+
+def check_contract(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The streaming contract: SDK types, sequence numbers, item bookkeeping; the final response."""
+    for event in events:
+        EVENT.validate_python(event)  # the SDK's own event types
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    final = events[-1]["response"]
+    open_items: dict[int, str] = {}
+    texts: dict[str, list[str]] = {}
+    for e in events[2:-1]:
+        if e["type"] == "response.output_item.added":
+            assert e["output_index"] == len(open_items) and e["output_index"] not in open_items
+            open_items[e["output_index"]] = e["item"]["id"]
+        elif "item_id" in e:
+            assert open_items[e["output_index"]] == e["item_id"]
+            if e["type"].endswith(".delta"):
+                texts.setdefault(f"{e['item_id']}/{e['type']}", []).append(e["delta"])
+        if e["type"] == "response.output_item.done":
+            assert final["output"][e["output_index"]] == e["item"]
+    for item in final["output"]:  # the deltas add up to what the item holds
+        if item["type"] == "message":
+            assert "".join(texts[f"{item['id']}/response.output_text.delta"]) == item["content"][0]["text"]
+        elif item["type"] == "reasoning":
+            assert "".join(texts[f"{item['id']}/response.reasoning_text.delta"]) == item["content"][0]["text"]
+        elif item["type"] == "function_call":
+            assert "".join(texts[f"{item['id']}/response.function_call_arguments.delta"]) == item["arguments"]
+        elif item["type"] == "custom_tool_call":
+            assert "".join(texts[f"{item['id']}/response.custom_tool_call_input.delta"]) == item["input"]
+    Response.model_validate(final)
+    return final
+
+
+def test_reasoning_text_and_parallel_calls_streamed_equal_whole(proxy) -> None:
+    backend, server = proxy
+    client = client_for(server)
+    backend.script(Script(pieces=REASONING_TEXT_CALLS))
+    whole = client.responses.create(model="m", input="Weather in Paris, and search?", tools=TOOLS)
+    assert [item.type for item in whole.output] == ["reasoning", "message", "function_call", "function_call"]
+    reasoning, message, first, second = whole.output
+    assert reasoning.content and reasoning.content[0].text == "Two cities, two calls."
+    assert message.content[0].text == "Checking both."  # type: ignore[union-attr]
+    assert (first.name, json.loads(first.arguments)) == ("get_weather", {"city": "Paris"})  # type: ignore[union-attr]
+    assert (second.name, json.loads(second.arguments)) == ("search", {"q": 'café "ü"'})  # type: ignore[union-attr]
+    assert first.call_id != second.call_id  # type: ignore[union-attr]
+    assert whole.status == "completed" and whole.usage is not None
+    assert whole.usage.output_tokens == len(REASONING_TEXT_CALLS)
+    assert whole.usage.output_tokens_details.reasoning_tokens >= 1
+    for split in (1, 3):  # the backend's pieces arrive apart or together: the same events add up
+        backend.script(Script(pieces=REASONING_TEXT_CALLS, delay=0.01 * split))
+        final = check_contract(stream_raw(server, {"model": "m", "input": "Weather in Paris, and search?",
+                                                   "tools": TOOLS}))
+        assert comparable(final) == comparable(whole.model_dump(mode="json", exclude_unset=True))
+
+
+def test_sdk_stream_helper_accumulates_the_same_response(proxy) -> None:
+    backend, server = proxy
+    backend.script(Script(pieces=REASONING_TEXT_CALLS, delay=0.005))
+    with client_for(server).responses.stream(model="m", input="Weather?", tools=TOOLS) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.function_call_arguments.delta"]
+        final = stream.get_final_response()
+    assert len(deltas) >= 2 and "".join(deltas) == '{"city": "Paris"}{"q": "café \\"ü\\""}'
+    assert [o.type for o in final.output] == ["reasoning", "message", "function_call", "function_call"]
+
+
+def test_custom_tool_call_streams_its_input(proxy) -> None:
+    backend, server = proxy
+    arguments = json.dumps({"input": PATCH}, ensure_ascii=False)
+    pieces = ["<tool_call>", '\n{"name": "apply_patch", "arguments": ', arguments[:9], arguments[9:20],
+              arguments[20:], "}\n", "</tool_call>"]
+    backend.script(Script(pieces=pieces, delay=0.005))
+    final = check_contract(stream_raw(server, {"model": "m", "input": "patch it", "tools": [APPLY_PATCH]}))
+    (item,) = final["output"]
+    assert item["type"] == "custom_tool_call" and item["name"] == "apply_patch" and item["input"] == PATCH
+    # the model was offered a function with one string parameter, and told the grammar
+    prompt = backend.bodies()[-1]["prompt"]
+    assert '"name": "apply_patch"' in prompt and "*** Begin Patch" in prompt
+    backend.script(Script(pieces=pieces))
+    whole = client_for(server).responses.create(model="m", input="patch it", tools=[APPLY_PATCH])  # type: ignore[list-item]
+    assert whole.output[0].type == "custom_tool_call" and whole.output[0].input == PATCH  # type: ignore[union-attr]
+
+
+def test_namespaced_and_hosted_tools_as_codex_sends_them(proxy) -> None:
+    backend, server = proxy
+    namespace = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+                 "tools": [{"type": "function", "name": "spawn_agent", "description": "Start one",
+                            "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]}
+    call = {"name": "multi_agent_v1__spawn_agent", "arguments": {"task": "lint"}}
+    backend.script(Script(pieces=[f"<tool_call>\n{json.dumps(call)}\n</tool_call>"]))
+    response = httpx.post(server.url + "/v1/responses", timeout=30, json={
+        "model": "m", "input": "go", "tools": [namespace, {"type": "web_search", "external_web_access": True}]})
+    assert response.status_code == 200, response.text
+    assert "web_search" in response.headers["x-toolwire-warning"]
+    item = response.json()["output"][0]
+    assert (item["type"], item["name"], item["namespace"]) == ("function_call", "spawn_agent", "multi_agent_v1")
+    prompt = backend.bodies()[-1]["prompt"]
+    assert "multi_agent_v1__spawn_agent" in prompt and "web_search" not in prompt
+    # the call handed back with its namespace renders under the name the model was offered
+    backend.script(Script(pieces=["Spawned."]))
+    follow = httpx.post(server.url + "/v1/responses", timeout=30, json={"model": "m", "tools": [namespace], "input": [
+        {"role": "user", "content": "go"}, {**item, "type": "function_call"},
+        {"type": "function_call_output", "call_id": item["call_id"], "output": "agent-7 started"}]})
+    assert follow.status_code == 200, follow.text
+    prompt = backend.bodies()[-1]["prompt"]
+    assert '"name": "multi_agent_v1__spawn_agent", "arguments": {"task": "lint"}' in prompt
+    assert "agent-7 started" in prompt
+
+
+def test_hosted_tools_can_be_refused(backend_factory, proxy_factory) -> None:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), tool_call_parser="qwen25",
+                           hosted_tools="reject")
+    response = httpx.post(server.url + "/v1/responses", timeout=30,
+                          json={"model": "m", "input": "hi", "tools": [{"type": "file_search"}]})
+    assert response.status_code == 400 and "file_search" in response.json()["error"]["message"]
+
+
+def test_stateless_round_trip_hands_reasoning_back_encrypted(proxy) -> None:
+    """Codex's way: store false, include reasoning.encrypted_content, the whole history sent back."""
+    backend, server = proxy
+    client = client_for(server)
+    backend.script(Script(pieces=REASONING_TEXT_CALLS[:9]))
+    first = client.responses.create(model="m", input="Weather?", tools=TOOLS, store=False,
+                                    include=["reasoning.encrypted_content"])
+    reasoning, _, call = first.output
+    assert reasoning.encrypted_content and "Two cities" not in reasoning.encrypted_content  # type: ignore[union-attr]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)  # not stored
+    history: list[Any] = [{"role": "user", "content": "Weather?"}]
+    history += [{**reasoning.model_dump(exclude_none=True), "content": None, "summary": []}]
+    history.append(call.model_dump(exclude_none=True))
+    history.append({"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 24°C"})  # type: ignore[union-attr]
+    history = [{k: v for k, v in item.items() if v is not None} for item in history]
+    backend.script(Script(pieces=["It is sunny."]))
+    second = client.responses.create(model="m", input=history, tools=TOOLS, store=False)
+    assert second.output_text == "It is sunny."
+    prompt = backend.bodies()[-1]["prompt"]
+    assert "Two cities, two calls." in prompt and '"city": "Paris"' in prompt and "sunny, 24°C" in prompt
+    # a tampered encrypted_content is not rendered
+    history[1]["encrypted_content"] = history[1]["encrypted_content"][:-4] + "AAAA"
+    backend.script(Script(pieces=["ok"]))
+    client.responses.create(model="m", input=history, tools=TOOLS, store=False)
+    assert "Two cities" not in backend.bodies()[-1]["prompt"]
+
+
+def test_previous_response_id_continues_and_store_endpoints(proxy) -> None:
+    backend, server = proxy
+    client = client_for(server)
+    backend.script(Script(pieces=REASONING_TEXT_CALLS[:9]))
+    first = client.responses.create(model="m", input="Weather?", tools=TOOLS, instructions="Be brief.")
+    call = first.output[-1]
+    backend.script(Script(pieces=["It is sunny."]))
+    second = client.responses.create(model="m", previous_response_id=first.id, tools=TOOLS, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])  # type: ignore[union-attr]
+    prompt = backend.bodies()[-1]["prompt"]
+    assert "Weather?" in prompt and "Two cities, two calls." in prompt and '"city": "Paris"' in prompt
+    assert "<tool_response>\nsunny\n</tool_response>" in prompt
+    assert "Be brief." not in prompt  # instructions are not carried over
+    assert client.responses.retrieve(second.id).output_text == "It is sunny."
+    items = client.responses.input_items.list(second.id)
+    assert [i.type for i in items.data] == ["function_call_output"]
+    client.responses.delete(second.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(second.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model="m", previous_response_id="resp_missing", input="x")
+
+
+def test_max_output_tokens_cut_is_incomplete(proxy) -> None:
+    backend, server = proxy
+    backend.script(Script(pieces=["<tool_call>", '\n{"name": "get_weather", "arguments": {"ci'], finish="length"))
+    whole = client_for(server).responses.create(model="m", input="x", tools=TOOLS, max_output_tokens=5)
+    assert whole.status == "incomplete" and whole.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
+    assert not any(o.type == "function_call" for o in whole.output)  # never an unfinished call as a call
+    assert backend.bodies()[-1]["max_tokens"] == 5
+    backend.script(Script(pieces=["Hello", " there"], finish="length"))
+    final = check_contract(stream_raw(server, {"model": "m", "input": "x", "max_output_tokens": 2}))
+    assert final["status"] == "incomplete"
+
+
+def test_text_format_and_reasoning_effort_reach_the_backend(backend_factory, proxy_factory) -> None:
+    backend = backend_factory("llamacpp", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    backend.script(Script(pieces=['{"city": "Paris"}']))
+    response = client_for(server).responses.create(
+        model="m", input="city?", reasoning={"effort": "none"},
+        text={"format": {"type": "json_schema", "name": "place", "schema": schema}})
+    assert response.output_text == '{"city": "Paris"}'
+    body = backend.bodies()[-1]
+    assert body["json_schema"] == schema
+    assert body["prompt"].endswith("<think>\n\n</think>\n\n")  # thinking off in Qwen3's template
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"model": "m", "input": "x", "background": True}, "background"),
+    ({"model": "m"}, "input"),
+    ({"model": "m", "input": [{"type": "message", "role": "user",
+                               "content": [{"type": "input_image", "image_url": "x"}]}]}, "input_image"),
+    ({"model": "m", "input": [{"type": "mystery"}]}, "mystery"),
+    ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+    ({"model": "m", "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "nope"),
+    ({"model": "m", "input": "x", "temperature": 7}, "temperature"),
+    ({"model": "m", "input": "x", "text": {"format": {"type": "xml"}}}, "text.format.type"),
+])
+def test_bad_requests_get_openai_errors(proxy, body: dict[str, Any], message: str) -> None:
+    _, server = proxy
+    response = httpx.post(server.url + "/v1/responses", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert message in error["message"] and error["type"] == "invalid_request_error"
+    assert response.headers.get("x-request-id")
+
+
+def test_backend_failure_mid_stream_ends_with_failed(proxy) -> None:
+    backend, server = proxy
+    backend.script(Script(pieces=["Hello", " world", "!"], fault="drop", fault_after=2, delay=0.01))
+    events = stream_raw(server, {"model": "m", "input": "x"})
+    for event in events:
+        EVENT.validate_python(event)
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-1]["response"]["status"] == "failed"
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+def test_two_replicas_share_a_redis_store(redis: RedisServer, backend_factory, proxy_factory) -> None:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    one, two = (proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), tool_call_parser="qwen25",
+                              response_store=redis.url) for _ in range(2))
+    backend.script(Script(pieces=REASONING_TEXT_CALLS[6:9]))
+    first = client_for(one).responses.create(model="m", input="Weather in Lyon?", tools=TOOLS)
+    call = first.output[-1]
+    backend.script(Script(pieces=["Sunny in Lyon."]))
+    second = client_for(two).responses.create(model="m", previous_response_id=first.id, tools=TOOLS, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])  # type: ignore[union-attr]
+    assert second.output_text == "Sunny in Lyon."
+    assert "Weather in Lyon?" in backend.bodies()[-1]["prompt"]
+    assert client_for(one).responses.retrieve(second.id).output_text == "Sunny in Lyon."
+
+
+def test_sqlite_store_is_bounded(tmp_path) -> None:
+    import asyncio
+
+    from app.state.sqlite import SqliteStore
+
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "r.sqlite3", ttl=3600, max_rows=5)
+        for i in range(12):
+            await store.put(f"r{i}", {"i": i})
+        store.sweep()
+        kept = [i for i in range(12) if await store.get(f"r{i}") is not None]
+        assert kept == list(range(7, 12))
+        expired = SqliteStore(tmp_path / "e.sqlite3", ttl=0.01, max_rows=5)
+        await expired.put("x", {"x": 1})
+        await asyncio.sleep(0.05)
+        assert await expired.get("x") is None
+        await store.close()
+        await expired.close()
+
+    asyncio.run(scenario())
+
+
+def test_reasoning_summary_when_asked(proxy) -> None:
+    backend, server = proxy
+    backend.script(Script(pieces=REASONING_TEXT_CALLS[:6], delay=0.005))
+    events = stream_raw(server, {"model": "m", "input": "x", "reasoning": {"summary": "auto"}})
+    final = check_contract(events)
+    reasoning = final["output"][0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "Two cities, two calls."}]
+    deltas = [e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"]
+    assert "".join(deltas) == "Two cities, two calls."
+    assert [e["type"] for e in events].count("response.reasoning_summary_part.done") == 1
