@@ -47,7 +47,7 @@ class ResponseParser:
 
 def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type | None,
                           reasoning_parser: str | type | None, prompt: str | None = None,
-                          in_reasoning: bool | None = None) -> ResponseParser:
+                          in_reasoning: bool | None = None, max_calls: int | None = None) -> ResponseParser:
     """The parser chain for one response.
 
     Parsers are registry names or detector classes. ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
@@ -55,9 +55,10 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
     carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
     reasoning parser is not chained before it.
     Otherwise the reasoning parser ends reasoning at any of the tool format's start markers.
-    ``in_reasoning`` fixes the reasoning parser's start state (else the prompt's tail decides).
+    ``in_reasoning`` fixes the reasoning parser's start state (else the prompt's tail decides);
+    calls beyond ``max_calls`` are content.
     """
-    calls = FunctionCallParser(tools, tool_parser) if tool_parser else None
+    calls = FunctionCallParser(tools, tool_parser, max_calls=max_calls) if tool_parser else None
     if calls is not None:
         calls.detector.prepare(prompt)
         if calls.detector.handles_reasoning:

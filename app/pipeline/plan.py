@@ -108,6 +108,7 @@ class Plan:
     in_reasoning: bool  # the output starts inside a reasoning block
     constraint: Constraint
     parse_tools: bool  # tool calls are parsed out of the output
+    max_calls: int | None = None  # calls one answer may hold; the text of any beyond is content
 
     @property
     def named_tool(self) -> str | None:
@@ -128,10 +129,10 @@ class Plan:
         if self.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
             specs = self.specs
             detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
-            return ResponseParser(None, FunctionCallParser(specs, detector=detector))
+            return ResponseParser(None, FunctionCallParser(specs, detector=detector, max_calls=self.max_calls))
         tool_parser = self.formats.tools if self.parse_tools else None
         return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
-                                     in_reasoning=self.in_reasoning)
+                                     in_reasoning=self.in_reasoning, max_calls=self.max_calls)
 
     def filters(self, hold: bool) -> list[Any]:
         """Post-parse event filters: at most ``max_calls`` calls; calls held until complete."""
@@ -149,7 +150,8 @@ class Plan:
                                  self.constraint.fields, budget, gate)
 
 
-def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend) -> Plan:
+def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
+                 max_calls: int | None = None) -> Plan:
     """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
     template refuses the conversation)."""
     tools: list[dict[str, Any]] = []
@@ -165,4 +167,4 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls)
