@@ -24,10 +24,11 @@ from app.pipeline.ask import Ask
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import CallText, json_call_text, render_conversation
 from app.templates.switches import thinking_kwargs
-from detectors.tools.constrained import JsonCallArray, NamedArguments
-from parsers import FunctionCallParser, ResponseParser, build_response_parser, to_specs
+from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
+from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser, to_specs
 from parsers.fold import CallHolder, CallLimit
 from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.response import OpeningSwitch
 from parsers.tools import ToolSpec
 from parsers.wire import WireFormat
 
@@ -126,13 +127,36 @@ class Plan:
     def parser(self) -> ResponseParser:
         """A fresh parser chain for one answer."""
         output = self.constraint.output
-        if self.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
-            specs = self.specs
-            detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
-            return ResponseParser(None, FunctionCallParser(specs, detector=detector, max_calls=self.max_calls))
         tool_parser = self.formats.tools if self.parse_tools else None
-        return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
-                                     in_reasoning=self.in_reasoning, max_calls=self.max_calls)
+
+        def own_format() -> ResponseParser:
+            return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
+                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls)
+
+        if not self.parse_tools or output == "wire":
+            return own_format()
+        # the backend was asked for JSON; if it did not apply the constraint, the model's own format
+        specs = self.specs
+        constrained = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
+        openers = "[" if output == "json_array" else "{"
+        if self.constraint.reasoning_first and self.formats.reasoning is not None:  # thinks, then the JSON
+            own = tool_detector_class(tool_parser)(specs) if tool_parser is not None else None
+            detector = ConstrainedOrOwn(constrained, own, openers)
+            detector.prepare(self.prompt)
+            reasoning = ReasoningParser(self.formats.reasoning, force_reasoning=True, prompt=self.prompt,
+                                        stop_markers=own.start_markers if own is not None else ())
+            return ResponseParser(reasoning, FunctionCallParser(specs, detector=detector, max_calls=self.max_calls))
+        expected = ResponseParser(None, FunctionCallParser(specs, detector=constrained, max_calls=self.max_calls))
+        return OpeningSwitch(openers, expected, own_format)
+
+    @staticmethod
+    def constraint_ignored(parser: ResponseParser) -> bool:
+        """Whether the answer ``parser`` read came in the model's own format although the backend
+        was asked for constrained JSON (the backend did not apply the constraint)."""
+        if isinstance(parser, OpeningSwitch):
+            return parser.fell_back
+        detector = parser.tools.detector if parser.tools is not None else None
+        return isinstance(detector, ConstrainedOrOwn) and detector.fell_back
 
     def filters(self, hold: bool) -> list[Any]:
         """Post-parse event filters: at most ``max_calls`` calls; calls held until complete."""
