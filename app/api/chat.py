@@ -30,7 +30,7 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     """The first validation problem as ``(message, param)``."""
     error = exc.errors()[0]
     loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
-    msg = error.get("msg", "invalid value")
+    msg = error.get("msg", "invalid value").removeprefix("Value error, ")
     return (f"{loc}: {msg}" if loc else msg), (loc or None)
 
 
@@ -87,6 +87,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         max_tokens=r.token_limit, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
         stop=list(r.stop or []), seed=r.seed, presence_penalty=r.presence_penalty,
         frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
+        logit_bias={int(k): v for k, v in r.logit_bias.items()} if r.logit_bias else None,
     )
     return Ask(
         turns=chat_turns(request),

@@ -91,6 +91,10 @@ def _is_json(headers: dict[bytes, bytes]) -> bool:
     return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
 
 
+def model_object(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}
+
+
 class EdgeMiddleware:
     """Pure ASGI middleware: request id (``X-Request-ID`` honoured and returned), bearer auth on
     ``/v1/*`` (and ``/metrics`` unless open), request counts and latency, one access-log line per
@@ -167,7 +171,8 @@ class EdgeMiddleware:
                 await refuse(500, "internal error", "internal_error", "server_error")(scope, receive, send_with_id)
         finally:
             endpoint = path if path in ENDPOINTS else (
-                "/v1/responses/{id}" if path.startswith("/v1/responses/") else "other")
+                "/v1/responses/{id}" if path.startswith("/v1/responses/") else
+                "/v1/models/{id}" if path.startswith("/v1/models/") else "other")
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
@@ -244,8 +249,19 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             await runtime.ready_backend()
         except APIError:
             pass  # the served name is known without the backend when --model is given
-        return JSONResponse({"object": "list", "data": [
-            {"id": runtime.model_name, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}]})
+        return JSONResponse({"object": "list", "data": [model_object(runtime.model_name)]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> JSONResponse:
+        """The served model by its id (OpenAI's 404 object for any other id)."""
+        try:
+            await runtime.ready_backend()
+        except APIError:
+            pass
+        if model_id != runtime.model_name:
+            raise APIError(404, f"The model {model_id!r} does not exist; this server serves "
+                                f"{runtime.model_name!r}", code="model_not_found", param="model")
+        return JSONResponse(model_object(model_id))
 
     # the two generation endpoints are plain Starlette routes: FastAPI's dependency machinery would
     # add measurable latency before the first token, and they take the raw request anyway

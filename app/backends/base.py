@@ -40,6 +40,7 @@ class Sampling:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None  # by token id
 
 
 @dataclass

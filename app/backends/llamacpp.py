@@ -57,6 +57,7 @@ class LlamaCppBackend(Backend):
             "presence_penalty": s.presence_penalty,
             "frequency_penalty": s.frequency_penalty,
             "repeat_penalty": s.repetition_penalty,
+            "logit_bias": [[k, v] for k, v in s.logit_bias.items()] if s.logit_bias else None,
             "preserved_tokens": list(request.preserved_tokens) or None,
             "cache_prompt": True,
             **reasoning_budget_fields(request),

@@ -39,6 +39,7 @@ class OpenAICompletionsBackend(Backend):
             "seed": s.seed,
             "presence_penalty": s.presence_penalty,
             "frequency_penalty": s.frequency_penalty,
+            "logit_bias": {str(k): v for k, v in s.logit_bias.items()} if s.logit_bias else None,
             **request.constraint,
         })
 
