@@ -122,7 +122,7 @@ def test_hostile_input_is_a_400_naming_the_field(vllm, body: dict[str, Any], whe
     _, make = vllm
     response = post(make(), {"model": "m", "messages": MESSAGES, **body})
     assert response.status_code == 400, response.text
-    assert where in response.json()["error"]["message"]
+    assert where in response.json()["error"]["message"], response.text
     assert response.headers.get("x-request-id")
 
 

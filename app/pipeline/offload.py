@@ -14,6 +14,7 @@ still takes slices of the loop's time; it no longer takes the loop.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -59,7 +60,12 @@ class Offloader:
         loop = asyncio.get_running_loop()
         self.jobs += 1
         future = self._pool.submit(fn, *args)
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._finished))
+
+        def finished(_: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (shutdown): nothing to count
+                loop.call_soon_threadsafe(self._finished)
+
+        future.add_done_callback(finished)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self.deadline_s)
         except TimeoutError:

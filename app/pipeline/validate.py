@@ -9,6 +9,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
+from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -57,6 +58,28 @@ class SchemaVerdicts:
 VERDICTS = SchemaVerdicts()
 
 
+#: objects and arrays inside one another in a tool schema, at most (real schemas use a dozen or two);
+#: checked before the recursive schema check, so the answer never depends on the stack in use
+MAX_SCHEMA_NESTING = 128
+
+
+def nesting(value: Any) -> int:
+    """How deeply objects and arrays nest in ``value`` (iterative: any depth is safe)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
 def schema_problem(encoded: bytes) -> str | None:
     return VERDICTS.problem(encoded)
 
@@ -76,6 +99,9 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         if schema is None:
             continue
         where = f"{tools_param}[{i}].{schema_key}"
+        if nesting(schema) > MAX_SCHEMA_NESTING:
+            raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
+                              f"{tools_param}.{i}.{schema_key}")
         try:
             encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
         except orjson.JSONEncodeError:
