@@ -52,6 +52,7 @@ TOOL_PARSERS: dict[str, str] = {
     "functionary_v31": "detectors.tools.functionary:FunctionaryV31",
     "functionary_v32": "detectors.tools.functionary:FunctionaryV32",
     "firefunction": "detectors.tools.firefunction:FireFunction",
+    "trinity": "detectors.tools.trinity:Trinity",
 }
 
 TOOL_ALIASES: dict[str, str] = {
