@@ -53,6 +53,7 @@ TOOL_PARSERS: dict[str, str] = {
     "functionary_v32": "detectors.tools.functionary:FunctionaryV32",
     "firefunction": "detectors.tools.firefunction:FireFunction",
     "trinity": "detectors.tools.trinity:Trinity",
+    "k2_horizon": "detectors.tools.k2_horizon:K2Horizon",
 }
 
 TOOL_ALIASES: dict[str, str] = {
@@ -115,6 +116,7 @@ REASONING_PARSERS: dict[str, str] = {
     "seed_oss": "detectors.reasoning.seed_oss:SeedOss",
     "granite": "detectors.reasoning.granite:Granite",
     "cohere": "detectors.reasoning.cohere:Cohere",
+    "k2_horizon": "detectors.reasoning.k2_horizon:K2Horizon",
 }
 
 REASONING_ALIASES: dict[str, str] = {
