@@ -117,6 +117,7 @@ REASONING_PARSERS: dict[str, str] = {
     "granite": "detectors.reasoning.granite:Granite",
     "cohere": "detectors.reasoning.cohere:Cohere",
     "k2_horizon": "detectors.reasoning.k2_horizon:K2Horizon",
+    "apertus2509": "detectors.reasoning.apertus:Apertus",
 }
 
 REASONING_ALIASES: dict[str, str] = {

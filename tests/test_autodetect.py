@@ -153,6 +153,16 @@ def test_summary_of_picks() -> None:
     assert report("openai-gpt-oss-120b.jinja").tools.parser == "gpt-oss"
 
 
+def test_apertus_auto_reads_calls_inside_its_reasoning() -> None:
+    # the template renders <|inner_prefix|> only from block content: a known exception picks apertus2509
+    rep = report("Apertus-8B-Instruct.jinja")
+    assert (rep.reasoning.parser, rep.tools.parser) == ("apertus2509", "apertus")
+    out = '<|inner_prefix|>Need it.<|tools_prefix|>[{"get_weather": {"city": "Bern"}}]<|tools_suffix|>'
+    got = _every_chunking_agrees(out, rep.analysis.renderer.prompt(), rep.tools.parser, rep.reasoning.parser)
+    assert got["reasoning"] == "Need it."
+    assert [(n, json.loads(a)) for n, a, _ in got["calls"]] == [("get_weather", {"city": "Bern"})]
+
+
 # ------------------------------------------------------------------------------------- the analysis
 
 

@@ -72,6 +72,11 @@ KNOWN: tuple[Known, ...] = (
     Known("mimo-vl", _all("You are MiMo, an AI assistant developed by Xiaomi."),
           "MiMo-VL writes <think>…</think>; the template never renders reasoning",
           reasoning="qwen3"),
+    # Apertus: the template renders reasoning (<|inner_prefix|>…<|inner_suffix|>) only from block
+    # content ({"blocks": [{"type": "thoughts"}, …]}), which OpenAI messages do not carry.
+    Known("apertus", _all("'<|inner_prefix|>'", "'<|inner_suffix|>'"),
+          "Apertus reasoning (<|inner_prefix|>…<|inner_suffix|>, calls inside it) is rendered only from block content",
+          reasoning="apertus2509"),
     # Apriel 1.5: the system prompt asks for reasoning, then "[BEGIN FINAL RESPONSE] … [END FINAL
     # RESPONSE]"; the template never renders the reasoning, and it has no opening marker.
     Known("apriel-1.5", _all("[BEGIN FINAL RESPONSE] ... [END FINAL RESPONSE]"),
