@@ -163,6 +163,27 @@ def test_apertus_auto_reads_calls_inside_its_reasoning() -> None:
     assert [(n, json.loads(a)) for n, a, _ in got["calls"]] == [("get_weather", {"city": "Bern"})]
 
 
+# the shape of K2 Horizon's template (not in tests/data/templates: it needs a custom validate_tools global)
+K2_STUB = (
+    "{%- for m in messages %}<|ifm|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{%- if m.tool_calls %}<ifm|tool_calls>\n{% for c in m.tool_calls %}<ifm|tool_call>{{ c.function.name }}\n"
+    "{% for k, v in c.function.arguments.items() %}<ifm|arg_key>{{ k }}</ifm|arg_key>\n"
+    "<ifm|arg_value>{{ v }}</ifm|arg_value>\n{% endfor %}</ifm|tool_call>\n{% endfor %}</ifm|tool_calls>{% endif %}"
+    "<|ifm|im_end|>{% endfor %}{% if add_generation_prompt %}<|ifm|im_start|>assistant\n<ifm|think>\n{% endif %}"
+)
+
+
+def test_k2_horizon_auto() -> None:
+    rep = analyse_template(ChatTemplate(K2_STUB))
+    assert (rep.reasoning.parser, rep.tools.parser) == ("k2_horizon", "k2_horizon")
+    assert [k.name for k in rep.known] == ["k2-horizon"]
+    out = ("Weather.\n</ifm|think>\n<ifm|tool_calls>\n<ifm|tool_call>get_weather\n<ifm|arg_key>city</ifm|arg_key>\n"
+           "<ifm|arg_value>Seoul</ifm|arg_value>\n</ifm|tool_call>\n</ifm|tool_calls>")
+    got = _every_chunking_agrees(out, rep.analysis.renderer.prompt(), rep.tools.parser, rep.reasoning.parser)
+    assert got["reasoning"] == "Weather."
+    assert [(n, json.loads(a)) for n, a, _ in got["calls"]] == [("get_weather", {"city": "Seoul"})]
+
+
 # ------------------------------------------------------------------------------------- the analysis
 
 
