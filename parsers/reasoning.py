@@ -31,6 +31,15 @@ from parsers.core.driver import Driver, Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.events import Content, Event, Reasoning
 from parsers.registry import reasoning_detector_class
+from parsers.shapes.harmony import (
+    GENERATION_PROMPT,
+    HARMONY,
+    Dialect,
+    Start,
+    harmony_program,
+    parse_header,
+    start_from_prompt,
+)
 
 
 class ReasoningDetector:
@@ -130,6 +139,38 @@ class ReasoningDetector:
                     return
 
         return program
+
+
+class HarmonyReasoning(ReasoningDetector):
+    """A Harmony-like envelope (``parsers.shapes.harmony``) as a reasoning parser alone: reasoning
+    messages are reasoning, the rest content, a call message's body content as written. A subclass
+    sets ``dialect``, and ``start`` / ``end`` (the reasoning message's header and terminator, for
+    template analysis). The start state comes from the prompt's tail: after ``<|start|>assistant``
+    the output begins with a header; a prompt that ends inside a reasoning body starts inside it
+    (as does ``force_reasoning``). Tool-call stop markers play no part: messages end themselves."""
+
+    dialect: ClassVar[Dialect] = HARMONY
+    _start: Start = GENERATION_PROMPT
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        return cls.dialect.markers
+
+    def initial_state(self, prompt: str | None) -> bool | None:
+        """True when the prompt leaves the output inside a reasoning body; None without a prompt."""
+        self._start = start_from_prompt(prompt, self.dialect)
+        if not prompt:
+            return None
+        start = self._start
+        return start.in_body and self.dialect.is_reasoning(parse_header(start.prefix, start.opened, self.dialect))
+
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+        start = self._start
+        if in_reasoning and not start.in_body:
+            start = Start(prefix=self.dialect.reasoning_header, in_body=True)
+        elif not in_reasoning and start.in_body:
+            start = GENERATION_PROMPT
+        return harmony_program(self.dialect, start, calls=False)
 
 
 class ReasoningParser:

@@ -35,6 +35,7 @@ TOOL_PARSERS: dict[str, str] = {
     # Harmony (gpt-oss) and the OpenChatML 2.2 envelope
     "gpt-oss": "detectors.tools.harmony:GptOss",
     "openchatml": "detectors.tools.openchatml:OpenChatML",
+    "muse": "detectors.tools.muse:Muse",
     # more JSON and XML families
     "step3": "detectors.tools.step3:Step3",
     "interns1": "detectors.tools.interns1:InternS1",
@@ -105,6 +106,7 @@ REASONING_PARSERS: dict[str, str] = {
     "kimi_k2": "detectors.reasoning.think:KimiK2",
     "kimi_k3": "detectors.reasoning.kimi:KimiK3",
     "gpt-oss": "detectors.reasoning.harmony:GptOssReasoning",
+    "muse": "detectors.reasoning.muse:Muse",
     "minimax": "detectors.reasoning.think:Minimax",
     "minimax-append-think": "detectors.reasoning.think:MinimaxAppendThink",
     "minimax-m3": "detectors.reasoning.minimax:MinimaxM3",

@@ -151,6 +151,8 @@ def test_summary_of_picks() -> None:
     assert report("Qwen-Qwen3-0.6B.jinja").reasoning.parser == "qwen3"
     assert report("MiniMax-M2.jinja").reasoning.parser == "minimax"  # the tool parser's family wins the tie
     assert report("openai-gpt-oss-120b.jinja").tools.parser == "gpt-oss"
+    assert (report("muse-glimmer.jinja").reasoning.parser, report("muse-glimmer.jinja").tools.parser) == \
+        ("muse", "muse")
 
 
 def test_apertus_auto_reads_calls_inside_its_reasoning() -> None:
@@ -300,10 +302,6 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
      ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
      '"arguments": {"query": "q"}}]</TOOLCALL>'),
      {"content": "", "calls": [("get_weather", {"city": "日本"}), ("find_place", {"query": "q"})]}),
-    ("muse-glimmer.jinja",
-     (' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
-     '<atem:parameter name="city">Lyon</atem:parameter>\n</atem:invoke>\n</atem:function_calls>'),
-     {"content": "", "calls": [("get_weather", {"city": "Lyon"})]}),
     ("CohereForAI-c4ai-command-r-plus-tool_use.jinja",
      ('Action:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "B"}\n'
      '    }\n]```'),
