@@ -21,7 +21,12 @@ from app.templates.autodetect.select import check_turns, parse, reasoning_sample
 from app.templates.autodetect.table import render_doc
 from app.templates.chat_template import ChatTemplate
 from parsers import fold
-from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.registry import (
+    canonical_reasoning_parser,
+    canonical_tool_parser,
+    reasoning_detector_class,
+    tool_detector_class,
+)
 from parsers.response import build_response_parser
 from tests.harness import check_stream_invariants, comparable, run_all_chunkings
 
@@ -153,6 +158,21 @@ def test_summary_of_picks() -> None:
     assert report("openai-gpt-oss-120b.jinja").tools.parser == "gpt-oss"
     assert (report("muse-glimmer.jinja").reasoning.parser, report("muse-glimmer.jinja").tools.parser) == \
         ("muse", "muse")
+
+
+@pytest.mark.parametrize(("name", "tools", "reasoning"), [
+    ("inclusionai-ling-3.0-flash.jinja", "ling3", "ling3"),
+    ("Spark2.5.jinja", "spark25", None),
+    ("poolside-Laguna-XS.2.jinja", "poolside_v1", None),
+    ("poolside-Laguna-XS-2.1.jinja", "poolside_v1", None),
+    ("Apertus-8B-Instruct.jinja", "apertus2509", "apertus2509"),
+    # Laguna-S-2.1 writes the compact spelling: glm47, which reads what poolside_v1 (glm45) reads
+])
+def test_sglang_alias_templates_pick_the_same_detector(name: str, tools: str, reasoning: str | None) -> None:
+    rep = report(name)
+    assert rep.tools.parser == canonical_tool_parser(tools)
+    if reasoning is not None:
+        assert rep.reasoning.parser == canonical_reasoning_parser(reasoning)
 
 
 def test_apertus_auto_reads_calls_inside_its_reasoning() -> None:
