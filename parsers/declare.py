@@ -32,17 +32,21 @@ from parsers.core.driver import CallWriter, Out, Program, is_json_object
 from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, Read, ReadCall, ToolFormat
 from parsers.function_call import ToolCallDetector
-from parsers.reasoning import ReasoningDetector
+from parsers.reasoning import HarmonyReasoning, ReasoningDetector
 from parsers.shapes.generic import GenericFormat, generic
 from parsers.shapes.harmony import (
     ANALYSIS_BODY,
     CHANNEL,
     END,
+    EOM,
+    EOT,
     GENERATION_PROMPT,
     HARMONY,
     MESSAGE,
+    MUSE,
     OPENCHATML,
     START,
+    CallBody,
     Dialect,
     Start,
     harmony,
@@ -97,7 +101,7 @@ from parsers.wire import (
 
 __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not sorted
     # declarations
-    "ToolCallDetector", "ReasoningDetector", "ToolFormat", "CallContext", "Read", "ReadCall", "ToolSpec",
+    "ToolCallDetector", "ReasoningDetector", "HarmonyReasoning", "ToolFormat", "CallContext", "Read", "ReadCall", "ToolSpec",
     # how a format writes calls
     "WireFormat", "ArgsEncoding", "JsonArgs", "JSON_ARGS", "XmlParams", "PythonKwargs", "PYTHON_KWARGS",
     "ObjectNotation", "NestedXml", "lit",
@@ -107,12 +111,13 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "calls_format", "marker_calls",
     # shape data
     "JsonCallShape", "DEFAULT_SHAPE", "NamedJsonShape", "XmlArgs", "XmlCallShape", "NestedXmlShape", "Opener", "ObjNotationShape",
-    "GenericFormat", "Section", "Sections", "Dialect", "Start",
+    "GenericFormat", "Section", "Sections", "Dialect", "CallBody", "Start",
     # shape readers, for formats that need code
     "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call", "nested_xml_call",
     "xml_params", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "call_head", "peek_past_ws",
     "python_list_wire", "starts_with_list", "harmony_program", "parse_header", "start_from_prompt",
-    "HARMONY", "OPENCHATML", "START", "END", "CHANNEL", "MESSAGE", "GENERATION_PROMPT", "ANALYSIS_BODY",
+    "HARMONY", "OPENCHATML", "MUSE", "START", "END", "EOM", "EOT", "CHANNEL", "MESSAGE", "GENERATION_PROMPT",
+    "ANALYSIS_BODY",
     # primitives
     "Cursor", "Write", "discard", "separated", "MarkerSet", "TextChannel", "Out", "CallWriter", "Program",
     "is_json_object", "ArgsObject", "StringValue", "escape", "param_kind", "schema_type", "convert_value",

@@ -41,13 +41,27 @@ next message boundary (``<|start|>`` or a terminator followed by one).
 A ``Dialect`` declares the variations. ``HARMONY`` is gpt-oss; ``OPENCHATML`` is the OpenChatML 2.2
 envelope (QuixiAI/OpenChatML README.md): ``call_id=`` is the call id, ``commentary`` is hidden
 (reasoning) unless ``intent=preamble``, ``<|literal|>…<|endliteral|>`` is opaque text, ``<<|start|>``
-(a doubled ``<`` before any control token) is the literal token text.
+(a doubled ``<`` before any control token) is the literal token text. ``MUSE`` is Muse Glimmer's
+recipient-only envelope: no channels, messages end with ``<|eom|>`` / ``<|eot|>``, the recipient
+``self`` is reasoning, ``user`` and ``commentary`` are content, and any other recipient is a tool
+whose body holds ATEM invokes (``CallBody``)::
+
+    <|start|>assistant to=self<|message|>Need the weather.<|eom|>
+    <|start|>assistant to=get_weather<|message|><atem:function_calls>
+    <atem:invoke name="get_weather">
+    <atem:parameter name="city">Paris</atem:parameter>
+    </atem:invoke>
+    </atem:function_calls><|eot|>
+
+ATEM parameter values are typed by the tool's JSON schema; an invoke's name that is not an offered
+tool but doubles its namespace (``get_weather.get_weather``) or ends in exactly one offered tool's
+name is that tool. Text in a tool message outside the invokes is content.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -55,6 +69,8 @@ from parsers.core.cursor import Cursor, Write, discard
 from parsers.core.driver import Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, ToolFormat
+from parsers.shapes.xmlcall import XmlArgs, XmlCallShape, xml_call, xml_call_template, xml_params
+from parsers.tools import ToolSpec
 from parsers.wire import WireFormat, lit
 
 START = "<|start|>"
@@ -66,10 +82,10 @@ CALL = "<|call|>"
 RETURN = "<|return|>"
 LITERAL = "<|literal|>"
 END_LITERAL = "<|endliteral|>"
+EOM = "<|eom|>"  # Muse: end of message (more follow)
+EOT = "<|eot|>"  # Muse: end of turn
 
 TERMINATORS = (END, CALL, RETURN)
-#: what may follow a terminator that really ends a message
-FOLLOWERS = (START, CHANNEL, *TERMINATORS)
 #: a header is at most this long; longer "headers" are text
 HEADER_LIMIT = 512
 #: roles (or tool authors) whose messages are not the assistant's
@@ -82,10 +98,32 @@ _RECIPIENT = re.compile(r"\s*to=\S")
 
 
 @dataclass(frozen=True)
+class CallBody:
+    """Calls written in a tool message's body as XML invokes inside a section (Muse's ATEM), not as
+    the JSON arguments of the recipient."""
+
+    section: tuple[str, str]  # ("<atem:function_calls>", "</atem:function_calls>")
+    call_start: str  # '<atem:invoke name="' (the name follows)
+    shape: XmlCallShape  # the rest of one invoke
+
+
+@dataclass(frozen=True)
 class Dialect:
     """What distinguishes one Harmony-like envelope from another (data only)."""
 
     channels: frozenset[str] = frozenset({"analysis", "commentary", "final"})
+    #: what ends a message
+    terminators: tuple[str, ...] = TERMINATORS
+    #: markers inside headers (Harmony's channel and content type; none where headers are plain words)
+    header_markers: tuple[str, ...] = (CHANNEL, CONSTRAIN)
+    #: recipients that are not tools: reasoning (Muse's ``self``) and visible content (``user``)
+    reasoning_recipients: frozenset[str] = frozenset()
+    content_recipients: frozenset[str] = frozenset()
+    #: a tool message holds XML invokes (any recipient but the ones above is a tool); ``None``: the
+    #: recipient names the function and the body is its JSON arguments
+    call_body: CallBody | None = None
+    #: the header of a reasoning message (a forced start inside reasoning opens one)
+    reasoning_header: str = "assistant" + CHANNEL + "analysis"
     #: commentary without a recipient is hidden (reasoning) unless ``intent=preamble``
     hidden_commentary: bool = False
     #: ``(open, close)`` of an opaque literal block inside text bodies
@@ -97,12 +135,41 @@ class Dialect:
 
     @property
     def markers(self) -> tuple[str, ...]:
-        base = (START, END, MESSAGE, CHANNEL, CONSTRAIN, CALL, RETURN)
-        return base + (self.literal or ())
+        base = (START, MESSAGE, *self.header_markers, *self.terminators)
+        body = (*self.call_body.section, self.call_body.call_start.split(" ")[0], *_xml_markers(self.call_body.shape)) \
+            if self.call_body else ()
+        return tuple(dict.fromkeys(base + (self.literal or ()) + body))
+
+    @property
+    def followers(self) -> tuple[str, ...]:
+        """What may follow a terminator that really ends a message."""
+        return (START, *self.header_markers[:1], *self.terminators)
+
+    def is_reasoning(self, header: Header) -> bool:
+        """Whether a message with this header is reasoning."""
+        if header.recipient is not None and header.recipient in self.reasoning_recipients:
+            return True
+        hidden = header.channel == "commentary" and self.hidden_commentary and header.attrs.get("intent") != "preamble"
+        return header.recipient is None and (header.channel == "analysis" or hidden)
+
+
+def _xml_markers(shape: XmlCallShape) -> tuple[str, ...]:
+    a = shape.args
+    return (shape.call_end, a.key_start.split(" ")[0], a.value_end)
 
 
 HARMONY = Dialect()
 OPENCHATML = Dialect(hidden_commentary=True, literal=(LITERAL, END_LITERAL), escapes=True, call_id_key="call_id")
+#: Muse Glimmer (see the module docstring)
+MUSE = Dialect(
+    channels=frozenset(), terminators=(EOM, EOT), header_markers=(),
+    reasoning_recipients=frozenset({"self"}), content_recipients=frozenset({"user", "commentary"}),
+    call_body=CallBody(("<atem:function_calls>", "</atem:function_calls>"), '<atem:invoke name="',
+                       XmlCallShape(name_end=('">',), call_end="</atem:invoke>",
+                                    args=XmlArgs('<atem:parameter name="', '">', "</atem:parameter>",
+                                                 value_breaks=("\n</atem:invoke>",)))),
+    reasoning_header="assistant to=self",
+)
 
 
 @dataclass(frozen=True)
@@ -113,19 +180,24 @@ class _Sets:
     stop: MarkerSet  # any marker outside a JSON string breaks the value
     escapes: frozenset[str]
     literal_end: MarkerSet | None
+    invokes: MarkerSet | None  # in a CallBody section: a call, the section's end, or the message's end
+    name_end: MarkerSet | None  # the end of an invoke's name
 
 
 @cache
 def _sets(dialect: Dialect) -> _Sets:
     escapes = frozenset("<" + m for m in dialect.markers) if dialect.escapes else frozenset()
-    body = (*TERMINATORS, *escapes, *(dialect.literal or ()))
+    body = (*dialect.terminators, *escapes, *(dialect.literal or ()))
+    calls = dialect.call_body
     return _Sets(
-        header=MarkerSet((MESSAGE, START, *TERMINATORS)),
+        header=MarkerSet((MESSAGE, START, *dialect.terminators)),
         body=MarkerSet(body),
-        garbled=MarkerSet((*body, START, MESSAGE, CHANNEL, CONSTRAIN)),
+        garbled=MarkerSet((*body, START, MESSAGE, *dialect.header_markers)),
         stop=MarkerSet(dialect.markers),
         escapes=escapes,
         literal_end=MarkerSet((dialect.literal[1],)) if dialect.literal else None,
+        invokes=MarkerSet((calls.call_start, calls.section[1], START, *dialect.terminators)) if calls else None,
+        name_end=MarkerSet(calls.shape.name_end) if calls else None,
     )
 
 
@@ -208,10 +280,10 @@ class Start:
 
 
 GENERATION_PROMPT = Start()  # the prompt ends with ``<|start|>assistant`` (gpt-oss's template)
-ANALYSIS_BODY = Start(prefix="assistant" + CHANNEL + "analysis", in_body=True)
+ANALYSIS_BODY = Start(prefix=HARMONY.reasoning_header, in_body=True)
 
 
-def start_from_prompt(prompt: str | None) -> Start:
+def start_from_prompt(prompt: str | None, dialect: Dialect = HARMONY) -> Start:
     """The start state for a rendered prompt; without one, assume ``<|start|>assistant``."""
     if not prompt:
         return GENERATION_PROMPT
@@ -219,7 +291,7 @@ def start_from_prompt(prompt: str | None) -> Start:
     if at < 0:
         return GENERATION_PROMPT
     tail = prompt[at + len(START):]
-    if any(t in tail for t in TERMINATORS):  # the prompt closed its last message
+    if any(t in tail for t in dialect.terminators):  # the prompt closed its last message
         return Start(prefix="", opened=False)
     body_at = tail.find(MESSAGE)
     if body_at >= 0:
@@ -276,13 +348,14 @@ class HarmonyRun:
     """One response: the message loop and the body readers (see the module docstring)."""
 
     def __init__(self, cur: Cursor, out: Out, dialect: Dialect, start: Start,
-                 tool_names: frozenset[str], calls: bool) -> None:
+                 tool_names: frozenset[str], calls: bool, tools: Mapping[str, ToolSpec] | None = None) -> None:
         self.cur = cur
         self.out = out
         self.dialect = dialect
         self.sets = _sets(dialect)
         self.start = start
-        self.tool_names = tool_names
+        self.tools: Mapping[str, ToolSpec] = tools or {}
+        self.tool_names = tool_names | frozenset(self.tools)
         self.calls = calls
         self.content = _Joined(out.content.write, "\n\n", strip=False)
         self.reasoning = _Joined(out.reasoning.write, "\n", strip=True)
@@ -335,23 +408,28 @@ class HarmonyRun:
 
     def body(self, header: Header) -> Generator[None, None, Next]:
         """Read one message body (``<|message|>`` consumed) according to its header."""
+        dialect = self.dialect
         if header.role is not None and (header.role in OTHER_ROLES or "." in header.role):
             return (yield from self.skipped_body())
-        recipient = header.recipient if header.recipient != "assistant" else None
-        if recipient is not None:
+        if header.recipient == "assistant":
+            header.recipient = None
+        recipient = header.recipient
+        if dialect.is_reasoning(header):
+            nxt = yield from self.text_body(self.reasoning.open())
+            self.out.reasoning.drop_held()
+            return nxt
+        if recipient is not None and recipient not in dialect.content_recipients:
+            if dialect.call_body is not None:
+                if self.calls:
+                    return (yield from self.invokes_body(dialect.call_body))
+                return (yield from self.text_body(self.content.open()))
             name = self._function_name(recipient)
             if name is None:
                 return (yield from self.skipped_body())
             if self.calls:
-                call_id = header.attrs.get(self.dialect.call_id_key) if self.dialect.call_id_key else None
+                call_id = header.attrs.get(dialect.call_id_key) if dialect.call_id_key else None
                 return (yield from self.call_body(name, call_id or None))
             return (yield from self.json_text_body(self.content.open()))
-        channel = header.channel
-        hidden = channel == "commentary" and self.dialect.hidden_commentary and header.attrs.get("intent") != "preamble"
-        if channel == "analysis" or hidden:
-            nxt = yield from self.text_body(self.reasoning.open())
-            self.out.reasoning.drop_held()
-            return nxt
         return (yield from self.text_body(self.content.open()))
 
     def _function_name(self, recipient: str) -> str | None:
@@ -369,11 +447,11 @@ class HarmonyRun:
             marker = yield from cur.until(stops, write)
             if marker is None:
                 return None
-            if marker in TERMINATORS:
+            if marker in self.dialect.terminators:
                 space: list[str] = []
                 if not (yield from cur.skip_ws(space.append)):
                     return None
-                follower = yield from cur.match(FOLLOWERS)
+                follower = yield from cur.match(self.dialect.followers)
                 if follower is not None:
                     return follower if follower in (START, CHANNEL) else ""
                 write(marker + "".join(space))  # a terminator written as text
@@ -411,7 +489,7 @@ class HarmonyRun:
         ended: str | None = None
         if ok:
             yield from cur.skip_ws()
-            ended = yield from cur.match(TERMINATORS)
+            ended = yield from cur.match(self.dialect.terminators)
             if ended is None:  # the stop token <|call|> is usually not in the text
                 ok = cur.eof and cur.available == 0 and not cur.truncated
         calls.end(ok)
@@ -420,12 +498,56 @@ class HarmonyRun:
         # a failed call's text became content (its ``raw``); the rest of the body follows it
         return (yield from self.text_body(self.content.resume()))
 
+    def invokes_body(self, spec: CallBody) -> Generator[None, None, Next]:
+        """A tool message whose body holds XML invokes in a section (``Dialect.call_body``); any
+        other text in it is content."""
+        cur, calls, sets = self.cur, self.out.calls, self.sets
+        assert sets.invokes is not None and sets.name_end is not None
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(spec.section[0])):
+            return (yield from self.text_body(self.content.open()))
+        while True:
+            marker = yield from cur.until(sets.invokes, discard)
+            if marker is None:
+                return None
+            if marker == START:  # the message ended without its terminator
+                return START
+            if marker in self.dialect.terminators:
+                cur.unread(len(marker))
+                break
+            if marker == spec.section[1]:
+                yield from cur.skip_ws()
+                break
+            calls.begin(marker)
+            ok = False
+            name, term = yield from cur.read_until(sets.name_end, limit=512)
+            if term is not None and name.strip():
+                ok = yield from xml_call(spec.shape, self.tools, cur, self.out, self._offered(name.strip()))
+            if not calls.end(ok):  # its text became content; the rest of the body follows it
+                return (yield from self.text_body(self.content.resume()))
+        return (yield from self.text_body(self.content.open()))
+
+    def _offered(self, name: str) -> str:
+        """An invoke's name as an offered tool: ``NS.NS`` is ``NS``, a dotted name whose last part
+        names exactly one offered tool is that tool; other names are kept."""
+        names = self.tool_names
+        if not names or name in names or "." not in name:
+            return name
+        head, _, tail = name.partition(".")
+        if head == tail and head in names:
+            return head
+        leaf = name.rsplit(".", 1)[-1]
+        matches = [n for n in names if n.rsplit(".", 1)[-1] == leaf]
+        return matches[0] if len(matches) == 1 else name
+
 
 def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
-                     tool_names: frozenset[str] = frozenset(), calls: bool = True) -> Generator[None, None, None]:
+                     tool_names: frozenset[str] = frozenset(), calls: bool = True,
+                     tools: Mapping[str, ToolSpec] | None = None) -> Generator[None, None, None]:
     """The program body for a Harmony-like envelope. With ``calls=False`` (reasoning parser only)
-    a call message's body is passed through as content, as written."""
-    yield from HarmonyRun(cur, out, dialect, start, tool_names, calls).run()
+    a call message's body is passed through as content, as written. ``tools`` (the offered tools
+    by name) types the parameters of XML invokes."""
+    yield from HarmonyRun(cur, out, dialect, start, tool_names, calls, tools).run()
 
 
 def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
@@ -445,15 +567,32 @@ HARMONY_WIRE = WireFormat(lit(CHANNEL + "commentary to=functions.") + "$name" + 
                           + "$args" + lit(CALL), separator=lit(START + "assistant"))
 
 
+def invokes_wire(dialect: Dialect) -> WireFormat:
+    """How a dialect with XML invokes writes calls: after the generation prompt's
+    ``<|start|>assistant``, one message per call, addressed to the tool, its body a section with
+    one invoke; a further call opens a new message after the first terminator."""
+    spec = dialect.call_body
+    assert spec is not None
+    call = (lit(" to=") + "$name" + lit(MESSAGE + spec.section[0] + "\n") + xml_call_template(spec.call_start, spec.shape)
+            + lit("\n" + spec.section[1]))
+    return WireFormat(call, separator=lit(dialect.terminators[0] + START + "assistant"), args=xml_params(spec.shape.args))
+
+
 def harmony(dialect: Dialect) -> ToolFormat:
     """A Harmony-like envelope as a tool-call format: it carries reasoning and content too
     (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``)."""
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         # a generator: the prompt is read when parsing begins, i.e. after the detector's ``prepare``
-        start = start_from_prompt(ctx.prompt)
-        yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True)
+        start = start_from_prompt(ctx.prompt, dialect)
+        yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True,
+                                    tools=ctx.tools_by_name)
 
-    return ToolFormat(read=read, start_markers=(START, CHANNEL), markers=dialect.markers, wire=HARMONY_WIRE,
+    spec = dialect.call_body
+    if spec is None:
+        wire, starts, opener = HARMONY_WIRE, (START, CHANNEL), "to=functions."
+    else:
+        wire, starts, opener = invokes_wire(dialect), (START, spec.section[0]), spec.section[0]
+    return ToolFormat(read=read, start_markers=starts, markers=dialect.markers, wire=wire,
                       trim_around_calls=False,  # messages are separated by markers; the program places whitespace
-                      handles_reasoning=True, sniff=lambda text: "to=functions." in text)
+                      handles_reasoning=True, sniff=lambda text: opener in text)

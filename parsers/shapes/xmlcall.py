@@ -47,6 +47,9 @@ class XmlArgs:
     string_attribute: str | None = None  # attribute saying whether the value is a string (DSML)
     key_attribute: str | None = None  # the key is this attribute of the text before key_end (K3: key="…")
     type_attribute: str | None = None  # attribute naming the value's JSON type (K3: type="number")
+    #: optional tag pair between key and value naming the value's JSON type
+    #: (K2 Horizon: ``<ifm|arg_type>integer</ifm|arg_type>``); read, not written
+    type_tag: tuple[str, str] | None = None
     trim_newline: bool = False  # strip one newline after the opening and one before the closing tag
     #: the closing tag counts only when one of these follows it (or the output ends); otherwise it
     #: is text inside the value (Qwen3.6+: "</parameter>" mid-line is text, "\n</parameter>\n" is markup)
@@ -76,12 +79,13 @@ def _attributes(text: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=256)
-def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet]:
+def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet]:
     """The marker sets one call of ``shape`` scans with (built once per shape, not per call)."""
     a = shape.args
     return (MarkerSet((a.key_start, shape.call_end)),
             MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ()))),
-            MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks)))
+            MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks)),
+            MarkerSet((a.type_tag[1],) if a.type_tag else (">",)))
 
 
 def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, out: Out,
@@ -89,7 +93,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
     """Read one call after its opening marker (the name follows, unless already known),
     up to and including its ``call_end``."""
     a = shape.args
-    params, name_ends, key_end, attr_end, value_ends = _marker_sets(shape)
+    params, name_ends, key_end, attr_end, value_ends, type_end = _marker_sets(shape)
     pending_key = False
     ended = False
     if name is None:
@@ -123,8 +127,6 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
             declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
         key = key.strip()
         kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
-        if declared_type:
-            kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
         if a.attributes:
             attrs_text, term = yield from cur.read_until(attr_end, limit=512)
             if term is None:
@@ -133,6 +135,16 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
                 flag = _attributes(attrs_text).get(a.string_attribute)
                 if flag is not None:
                     kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
+        if a.type_tag:
+            yield from cur.skip_ws()
+            if (yield from cur.expect(a.type_tag[0])):
+                written, term = yield from cur.read_until(type_end, limit=64)
+                if term is None:
+                    return False
+                if written.strip():
+                    declared_type = written.strip()
+        if declared_type:
+            kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
         if a.value_start:
             yield from cur.skip_ws()
             if not (yield from cur.expect(a.value_start)):
@@ -203,7 +215,7 @@ def xml_call_template(call_start: str, shape: XmlCallShape, newlines: bool = Tru
 def _markers(shape: XmlCallShape) -> tuple[str, ...]:
     a = shape.args
     key_end = (a.key_end,) if a.key_end.startswith("</") else ()
-    return (shape.call_end, a.key_start, *key_end, a.value_start, a.value_end)
+    return (shape.call_end, a.key_start, *key_end, *(a.type_tag or ()), a.value_start, a.value_end)
 
 
 def xml_wire(call_start: str, shape: XmlCallShape, section: Sections | None = None, *, newlines: bool = True,
