@@ -101,7 +101,7 @@ async def until_gone(scope: RequestScope, work: Awaitable[T]) -> T:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-        log.info("client disconnected before the answer began; upstream request closed")
+        log.info("client disconnected before the answer was complete; upstream request closed")
         raise ClientGone()
     finally:
         watcher.cancel()
@@ -143,25 +143,12 @@ async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Respo
 
 
 async def until_disconnected(scope: RequestScope, work: Awaitable[Response]) -> Response:
-    """Run ``work``; if the client goes away first, cancel it (which closes the upstream request,
-    so the backend stops generating for nobody)."""
-    task = asyncio.ensure_future(work)
-    if scope.request is None:
-        return await task
-    watcher = asyncio.ensure_future(_disconnected(scope.request))
+    """``work``'s response; if the client goes away first, ``work`` is cancelled (which closes the
+    upstream request, so the backend stops generating for nobody) and the answer is a bare 499."""
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected before the answer was complete; upstream request closed")
+        return await until_gone(scope, work)
+    except ClientGone:
         return Response(status_code=499)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 async def _disconnected(request: Request) -> None:

@@ -27,6 +27,7 @@ from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser, to_specs
 from parsers.fold import CallHolder, CallLimit
+from parsers.function_call import ToolCallDetector
 from parsers.registry import reasoning_detector_class, tool_detector_class
 from parsers.response import OpeningSwitch
 from parsers.tools import ToolSpec
@@ -136,25 +137,32 @@ class Plan:
         if not self.parse_tools or output == "wire":
             return own_format()
         # the backend was asked for JSON; if it did not apply the constraint, the model's own format
-        specs = self.specs
-        constrained = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
+        specs, named = self.specs, self.named_tool or ""
         openers = "[" if output == "json_array" else "{"
-        if self.constraint.reasoning_first and self.formats.reasoning is not None:  # thinks, then the JSON
+
+        def constrained() -> ToolCallDetector:
+            return JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, named)
+
+        expected = ResponseParser(None, FunctionCallParser(specs, detector=constrained(), max_calls=self.max_calls))
+        reasoning_name = self.formats.reasoning
+        if not self.constraint.reasoning_first or reasoning_name is None:
+            return OpeningSwitch(openers, expected, own_format)
+
+        def thinks_first() -> ResponseParser:  # a reasoning block, then the JSON (or the own format)
             own = tool_detector_class(tool_parser)(specs) if tool_parser is not None else None
-            detector = ConstrainedOrOwn(constrained, own, openers)
+            detector = ConstrainedOrOwn(constrained(), own, openers)
             detector.prepare(self.prompt)
-            reasoning = ReasoningParser(self.formats.reasoning, force_reasoning=True, prompt=self.prompt,
+            reasoning = ReasoningParser(reasoning_name, force_reasoning=True, prompt=self.prompt,
                                         stop_markers=own.start_markers if own is not None else ())
             return ResponseParser(reasoning, FunctionCallParser(specs, detector=detector, max_calls=self.max_calls))
-        expected = ResponseParser(None, FunctionCallParser(specs, detector=constrained, max_calls=self.max_calls))
-        return OpeningSwitch(openers, expected, own_format)
 
-    @staticmethod
-    def constraint_ignored(parser: ResponseParser) -> bool:
+        return OpeningSwitch(openers, expected, thinks_first)  # JSON at once: no thinking came first
+
+    def constraint_ignored(self, parser: ResponseParser) -> bool:
         """Whether the answer ``parser`` read came in the model's own format although the backend
         was asked for constrained JSON (the backend did not apply the constraint)."""
-        if isinstance(parser, OpeningSwitch):
-            return parser.fell_back
+        if isinstance(parser, OpeningSwitch) and parser.fell_back and not self.constraint.reasoning_first:
+            return True
         detector = parser.tools.detector if parser.tools is not None else None
         return isinstance(detector, ConstrainedOrOwn) and detector.fell_back
 

@@ -75,7 +75,7 @@ class ConstrainedOrOwn(ToolCallDetector):
     def body(self, cur: Cursor, out: Out) -> Generator[None, None, object]:
         yield from cur.skip_ws()
         first = yield from cur.peek()
-        if (first and first in self.openers) or self.own is None:
+        if not first or first in self.openers or self.own is None:
             yield from self.constrained.body(cur, out)
             return None
         self.fell_back = True
