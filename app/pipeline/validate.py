@@ -60,7 +60,7 @@ VERDICTS = SchemaVerdicts()
 
 #: objects and arrays inside one another in a tool schema, at most (real schemas use a dozen or two);
 #: checked before the recursive schema check, so the answer never depends on the stack in use
-MAX_SCHEMA_NESTING = 128
+MAX_SCHEMA_NESTING = 64
 
 
 def nesting(value: Any) -> int:
