@@ -318,10 +318,6 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
      {"content": '{"name": "get_weather", "arguments": {"city": "A"} oops', "calls": [], "malformed": True}),
     ("MiniMax-M1.jinja", '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "A"}} and then',
      {"content": "and then", "calls": [("get_weather", {"city": "A"})]}),
-    ("NVIDIA-Nemotron-Nano-v2.jinja",
-     ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
-     '"arguments": {"query": "q"}}]</TOOLCALL>'),
-     {"content": "", "calls": [("get_weather", {"city": "日本"}), ("find_place", {"query": "q"})]}),
     ("CohereForAI-c4ai-command-r-plus-tool_use.jinja",
      ('Action:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "B"}\n'
      '    }\n]```'),
