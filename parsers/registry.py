@@ -110,6 +110,7 @@ REASONING_PARSERS: dict[str, str] = {
     "seed_oss": "detectors.reasoning.seed_oss:SeedOss",
     "granite": "detectors.reasoning.granite:Granite",
     "cohere": "detectors.reasoning.cohere:Cohere",
+    "cohere_command4": "detectors.reasoning.cohere:CohereCommand4",
 }
 
 REASONING_ALIASES: dict[str, str] = {

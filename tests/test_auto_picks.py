@@ -1,0 +1,38 @@
+"""``auto`` picks, for the chat templates of models SGLang names a parser for, the detector that
+name maps to here (the registry's canonical name, aliases resolved)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from app.templates.autodetect import Report, analyse_template
+from app.templates.chat_template import ChatTemplate
+from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
+
+TEMPLATES = Path(__file__).parent / "data" / "templates"
+
+
+@cache
+def report(name: str) -> Report:
+    return analyse_template(ChatTemplate((TEMPLATES / name).read_text(encoding="utf-8"), name=name))
+
+
+# (template, SGLang reasoning parser name, SGLang tool-call parser name); None: nothing to pick
+PICKS = [
+    ("Cohere2MoE.jinja", "cohere_command4", "cohere_command4"),
+    ("deepseek-ai-DeepSeek-V4.jinja", "deepseek-v4", "deepseekv4"),
+    ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "deepseek-v4", "deepseekv4"),
+    ("MiMo-VL.jinja", "mimo", None),
+]
+
+
+@pytest.mark.parametrize(("template", "reasoning", "tools"), PICKS, ids=[p[0] for p in PICKS])
+def test_auto_picks_the_sglang_names_detector(template: str, reasoning: str | None, tools: str | None) -> None:
+    rep = report(template)
+    if reasoning is not None:
+        assert rep.reasoning.parser == canonical_reasoning_parser(reasoning), rep.reasoning.why
+    if tools is not None:
+        assert rep.tools.parser == canonical_tool_parser(tools), rep.tools.why
