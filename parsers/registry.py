@@ -111,6 +111,7 @@ REASONING_PARSERS: dict[str, str] = {
     "granite": "detectors.reasoning.granite:Granite",
     "cohere": "detectors.reasoning.cohere:Cohere",
     "cohere_command4": "detectors.reasoning.cohere:CohereCommand4",
+    "hunyuan": "detectors.reasoning.hunyuan:Hunyuan",
 }
 
 REASONING_ALIASES: dict[str, str] = {

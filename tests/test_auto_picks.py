@@ -26,6 +26,7 @@ PICKS = [
     ("deepseek-ai-DeepSeek-V4.jinja", "deepseek-v4", "deepseekv4"),
     ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "deepseek-v4", "deepseekv4"),
     ("MiMo-VL.jinja", "mimo", None),
+    ("tencent-Hy3.jinja", "hunyuan", "hunyuan"),
 ]
 
 
