@@ -52,6 +52,7 @@ TOOL_PARSERS: dict[str, str] = {
     "functionary_v31": "detectors.tools.functionary:FunctionaryV31",
     "functionary_v32": "detectors.tools.functionary:FunctionaryV32",
     "firefunction": "detectors.tools.firefunction:FireFunction",
+    "iquest_q1": "detectors.tools.iquest_q1:IQuestQ1",
 }
 
 TOOL_ALIASES: dict[str, str] = {
