@@ -39,6 +39,7 @@ TOOL_PARSERS: dict[str, str] = {
     "step3": "detectors.tools.step3:Step3",
     "interns1": "detectors.tools.interns1:InternS1",
     "gigachat3": "detectors.tools.gigachat3:GigaChat3",
+    "gigachat35": "detectors.tools.gigachat3:GigaChat35",
     "mimo": "detectors.tools.mimo:Mimo",
     "minicpm5": "detectors.tools.minicpm5:MiniCpm5",
     "seed_oss": "detectors.tools.seed_oss:SeedOss",
