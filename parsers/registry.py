@@ -25,6 +25,7 @@ TOOL_PARSERS: dict[str, str] = {
     "deepseekv31": "detectors.tools.deepseek:DeepSeekV31",
     "deepseekv32": "detectors.tools.deepseek:DeepSeekV32",
     "deepseekv4": "detectors.tools.deepseek:DeepSeekV4",
+    "deepseekv41": "detectors.tools.deepseek:DeepSeekV41",
     "minimax-m2": "detectors.tools.minimax:MinimaxM2",
     "minimax-m3": "detectors.tools.minimax_m3:MinimaxM3",
     # pythonic and object-notation formats

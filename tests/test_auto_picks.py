@@ -37,3 +37,24 @@ def test_auto_picks_the_sglang_names_detector(template: str, reasoning: str | No
         assert rep.reasoning.parser == canonical_reasoning_parser(reasoning), rep.reasoning.why
     if tools is not None:
         assert rep.tools.parser == canonical_tool_parser(tools), rep.tools.why
+
+
+# No V4.1 or GigaChat 3.5 template is in tests/data; both models write DeepSeek V4's DSML layout
+# with other tags, so V4's template respelled stands in for theirs.
+RESPELLED = [
+    ("V4.1: <｜DSML｜ calls>", {"'｜DSML｜'": "'｜DSML｜ '", "tool_calls>": "calls>"}, "deepseek-v41", "deepseekv41"),
+    ("GigaChat 3.5: <｜GCML｜tool_calls>", {"'｜DSML｜'": "'｜GCML｜'"}, None, "gigachat35"),
+]
+
+
+@pytest.mark.parametrize(("label", "edits", "reasoning", "tools"), RESPELLED, ids=[r[0] for r in RESPELLED])
+def test_auto_picks_by_the_spelling_the_template_writes(label: str, edits: dict[str, str], reasoning: str | None,
+                                                        tools: str) -> None:
+    source = (TEMPLATES / "deepseek-ai-DeepSeek-V4-Flash-0731.jinja").read_text(encoding="utf-8")
+    for old, new in edits.items():
+        assert old in source
+        source = source.replace(old, new)
+    rep = analyse_template(ChatTemplate(source, name=label))
+    assert rep.tools.parser == canonical_tool_parser(tools), rep.tools.why
+    if reasoning is not None:
+        assert rep.reasoning.parser == canonical_reasoning_parser(reasoning), rep.reasoning.why
