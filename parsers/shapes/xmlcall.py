@@ -48,6 +48,8 @@ class XmlArgs:
     key_attribute: str | None = None  # the key is this attribute of the text before key_end (K3: key="…")
     type_attribute: str | None = None  # attribute naming the value's JSON type (K3: type="number")
     trim_newline: bool = False  # strip one newline after the opening and one before the closing tag
+    strip: bool = False  # strip all whitespace around a value (dots)
+    unquote_key: bool = False  # the key may be quoted ('"k"', "'k'", or bare): one pair of quotes is dropped
     #: the closing tag counts only when one of these follows it (or the output ends); otherwise it
     #: is text inside the value (Qwen3.6+: "</parameter>" mid-line is text, "\n</parameter>\n" is markup)
     value_end_follow: tuple[str, ...] = ()
@@ -66,6 +68,7 @@ class XmlCallShape:
     args: XmlArgs
     name_attribute: str | None = None  # the name is this attribute of the header (K3: tool="…")
     self_closing: str | None = None  # header ending that also ends the call, without arguments ('"/>')
+    unquote_name: bool = False  # the name may be quoted ('"f"', "'f'", or bare): one pair of quotes is dropped
 
 
 _HEADER_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
@@ -73,6 +76,13 @@ _HEADER_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
 
 def _attributes(text: str) -> dict[str, str]:
     return {k: html.unescape(v) for k, v in _HEADER_ATTR.findall(text)}
+
+
+def _unquote(text: str) -> str:
+    """``text`` without one pair of matching quotes around it."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1].strip()
+    return text
 
 
 @lru_cache(maxsize=256)
@@ -97,6 +107,8 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
         if term is None:
             return False
         name = _attributes(text).get(shape.name_attribute, "") if shape.name_attribute else text.strip()
+        if shape.unquote_name:
+            name = _unquote(name)
         if not name:
             return False
         pending_key = term == a.key_start
@@ -122,6 +134,8 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
             key = attrs.get(a.key_attribute, "")
             declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
         key = key.strip()
+        if a.unquote_key:
+            key = _unquote(key)
         kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
         if declared_type:
             kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
@@ -139,7 +153,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
                 return False
         args.key(key)
         if not (yield from args.value(kind, a.trim_newline, nullable,
-                                      lambda write: _read_value(cur, a, value_ends, write))):
+                                      lambda write: _read_value(cur, a, value_ends, write), strip=a.strip)):
             return False
     args.close()
     return True
