@@ -55,6 +55,7 @@ TOOL_PARSERS: dict[str, str] = {
     "functionary_v32": "detectors.tools.functionary:FunctionaryV32",
     "firefunction": "detectors.tools.firefunction:FireFunction",
     "iquest_q1": "detectors.tools.iquest_q1:IQuestQ1",
+    "dots": "detectors.tools.dots:Dots",
 }
 
 TOOL_ALIASES: dict[str, str] = {
