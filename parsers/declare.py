@@ -36,6 +36,8 @@ from parsers.reasoning import ReasoningDetector
 from parsers.shapes.generic import GenericFormat, generic
 from parsers.shapes.harmony import (
     ANALYSIS_BODY,
+    BEAM,
+    BEAM_WIRE,
     CHANNEL,
     END,
     GENERATION_PROMPT,
@@ -112,7 +114,7 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call", "nested_xml_call",
     "xml_params", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "call_head", "peek_past_ws",
     "python_list_wire", "starts_with_list", "harmony_program", "parse_header", "start_from_prompt",
-    "HARMONY", "OPENCHATML", "START", "END", "CHANNEL", "MESSAGE", "GENERATION_PROMPT", "ANALYSIS_BODY",
+    "HARMONY", "OPENCHATML", "BEAM", "BEAM_WIRE", "START", "END", "CHANNEL", "MESSAGE", "GENERATION_PROMPT", "ANALYSIS_BODY",
     # primitives
     "Cursor", "Write", "discard", "separated", "MarkerSet", "TextChannel", "Out", "CallWriter", "Program",
     "is_json_object", "ArgsObject", "StringValue", "escape", "param_kind", "schema_type", "convert_value",

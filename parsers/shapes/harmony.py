@@ -41,13 +41,15 @@ next message boundary (``<|start|>`` or a terminator followed by one).
 A ``Dialect`` declares the variations. ``HARMONY`` is gpt-oss; ``OPENCHATML`` is the OpenChatML 2.2
 envelope (QuixiAI/OpenChatML README.md): ``call_id=`` is the call id, ``commentary`` is hidden
 (reasoning) unless ``intent=preamble``, ``<|literal|>…<|endliteral|>`` is opaque text, ``<<|start|>``
-(a doubled ``<`` before any control token) is the literal token text.
+(a doubled ``<`` before any control token) is the literal token text. ``BEAM`` is Beam's envelope:
+the recipient is the function's bare name (``to=get_weather``), and a call's body is XML-style
+parameters (``<rfl:parameter name="city">\nParis\n</rfl:parameter>``), typed by the tool's schema.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -55,6 +57,8 @@ from parsers.core.cursor import Cursor, Write, discard
 from parsers.core.driver import Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, ToolFormat
+from parsers.shapes.xmlcall import XmlArgs, xml_params, xml_params_until
+from parsers.tools import ToolSpec
 from parsers.wire import WireFormat, lit
 
 START = "<|start|>"
@@ -94,15 +98,25 @@ class Dialect:
     escapes: bool = False
     #: header attribute carrying the tool-call id
     call_id_key: str | None = None
+    #: what a recipient naming a function starts with; ``None``: every recipient is a function's name
+    function_prefix: str | None = "functions."
+    #: a call's body is XML-style parameters of this spelling, not a JSON object
+    call_args: XmlArgs | None = None
 
     @property
     def markers(self) -> tuple[str, ...]:
         base = (START, END, MESSAGE, CHANNEL, CONSTRAIN, CALL, RETURN)
-        return base + (self.literal or ())
+        args = (self.call_args.key_start, self.call_args.value_end) if self.call_args else ()
+        return base + (self.literal or ()) + args
 
 
 HARMONY = Dialect()
 OPENCHATML = Dialect(hidden_commentary=True, literal=(LITERAL, END_LITERAL), escapes=True, call_id_key="call_id")
+#: a value ends at its closing tag (one token starting with the newline), or where the model
+#: opens the next parameter instead
+BEAM_PARAM = '<rfl:parameter name="'
+BEAM_ARGS = XmlArgs(BEAM_PARAM, '">', "</rfl:parameter>", trim_newline=True, value_breaks=(BEAM_PARAM,))
+BEAM = Dialect(function_prefix=None, call_args=BEAM_ARGS)
 
 
 @dataclass(frozen=True)
@@ -276,13 +290,14 @@ class HarmonyRun:
     """One response: the message loop and the body readers (see the module docstring)."""
 
     def __init__(self, cur: Cursor, out: Out, dialect: Dialect, start: Start,
-                 tool_names: frozenset[str], calls: bool) -> None:
+                 tool_names: frozenset[str], calls: bool, tools: Mapping[str, ToolSpec] | None = None) -> None:
         self.cur = cur
         self.out = out
         self.dialect = dialect
         self.sets = _sets(dialect)
         self.start = start
-        self.tool_names = tool_names
+        self.tools = tools or {}
+        self.tool_names = tool_names | frozenset(self.tools)
         self.calls = calls
         self.content = _Joined(out.content.write, "\n\n", strip=False)
         self.reasoning = _Joined(out.reasoning.write, "\n", strip=True)
@@ -355,8 +370,11 @@ class HarmonyRun:
         return (yield from self.text_body(self.content.open()))
 
     def _function_name(self, recipient: str) -> str | None:
-        if recipient.startswith("functions."):
-            return recipient[len("functions."):] or None
+        prefix = self.dialect.function_prefix
+        if prefix is None:
+            return recipient
+        if recipient.startswith(prefix):
+            return recipient[len(prefix):] or None
         return recipient if recipient in self.tool_names else None
 
     # ---------------------------------------------------------------- bodies
@@ -402,6 +420,8 @@ class HarmonyRun:
     def call_body(self, name: str, call_id: str | None) -> Generator[None, None, Next]:
         """A tool call: the JSON arguments stream to the call; anything else is content."""
         cur, calls = self.cur, self.out.calls
+        if self.dialect.call_args is not None:
+            return (yield from self.xml_call_body(name, call_id, self.dialect.call_args))
         yield from cur.skip_ws()
         if (yield from cur.peek()) != "{":
             return (yield from self.text_body(self.content.open()))
@@ -421,11 +441,30 @@ class HarmonyRun:
         return (yield from self.text_body(self.content.resume()))
 
 
+    def xml_call_body(self, name: str, call_id: str | None, spelling: XmlArgs) -> Generator[None, None, Next]:
+        """A tool call whose body is XML-style parameters, converted to JSON as they stream; it
+        ends at a terminator (or where the output ends: ``<|call|>`` is a stop token)."""
+        calls = self.out.calls
+        calls.begin()
+        calls.header(name, call_id)
+        ok, ended = yield from xml_params_until(spelling, self.tools.get(name), self.cur, self.out, TERMINATORS,
+                                                open_end=True)
+        calls.end(ok)
+        if ended is not None:
+            return ""
+        if ok:
+            return None
+        # a failed call's text became content (its ``raw``); the rest of the body follows it
+        return (yield from self.text_body(self.content.resume()))
+
+
 def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
-                     tool_names: frozenset[str] = frozenset(), calls: bool = True) -> Generator[None, None, None]:
+                     tool_names: frozenset[str] = frozenset(), calls: bool = True,
+                     tools: Mapping[str, ToolSpec] | None = None) -> Generator[None, None, None]:
     """The program body for a Harmony-like envelope. With ``calls=False`` (reasoning parser only)
-    a call message's body is passed through as content, as written."""
-    yield from HarmonyRun(cur, out, dialect, start, tool_names, calls).run()
+    a call message's body is passed through as content, as written. ``tools`` (by name) types
+    XML-style parameters."""
+    yield from HarmonyRun(cur, out, dialect, start, tool_names, calls, tools).run()
 
 
 def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
@@ -445,15 +484,21 @@ HARMONY_WIRE = WireFormat(lit(CHANNEL + "commentary to=functions.") + "$name" + 
                           + "$args" + lit(CALL), separator=lit(START + "assistant"))
 
 
-def harmony(dialect: Dialect) -> ToolFormat:
+#: Beam: a call is an ``analysis`` message to the function's bare name, XML parameters, ``<|call|>``
+BEAM_WIRE = WireFormat(lit(" to=") + "$name" + lit(CHANNEL + "analysis " + CONSTRAIN + "xml" + MESSAGE) + "$args"
+                       + lit(CALL), separator=lit(START + "assistant"), args=xml_params(BEAM_ARGS, newlines=False))
+
+
+def harmony(dialect: Dialect, wire: WireFormat = HARMONY_WIRE, sniff: Callable[[str], bool] | None = None) -> ToolFormat:
     """A Harmony-like envelope as a tool-call format: it carries reasoning and content too
-    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``)."""
+    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``).
+    ``sniff`` says whether a text holds a call (default: a ``to=functions.`` recipient)."""
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         # a generator: the prompt is read when parsing begins, i.e. after the detector's ``prepare``
         start = start_from_prompt(ctx.prompt)
-        yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True)
+        yield from harmony_messages(cur, out, dialect, start, calls=True, tools=ctx.tools_by_name)
 
-    return ToolFormat(read=read, start_markers=(START, CHANNEL), markers=dialect.markers, wire=HARMONY_WIRE,
+    return ToolFormat(read=read, start_markers=(START, CHANNEL), markers=dialect.markers, wire=wire,
                       trim_around_calls=False,  # messages are separated by markers; the program places whitespace
-                      handles_reasoning=True, sniff=lambda text: "to=functions." in text)
+                      handles_reasoning=True, sniff=sniff or (lambda text: "to=functions." in text))

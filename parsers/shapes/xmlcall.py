@@ -125,38 +125,73 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
             if marker == shape.call_end:
                 break
         pending_key = False
-        key, term = yield from cur.read_until(key_end, limit=512)
-        if term is None:
-            return False
-        declared_type = None
-        if a.key_attribute:
-            attrs = _attributes(key)
-            key = attrs.get(a.key_attribute, "")
-            declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
-        key = key.strip()
-        if a.unquote_key:
-            key = _unquote(key)
-        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
-        if declared_type:
-            kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
-        if a.attributes:
-            attrs_text, term = yield from cur.read_until(attr_end, limit=512)
-            if term is None:
-                return False
-            if a.string_attribute:
-                flag = _attributes(attrs_text).get(a.string_attribute)
-                if flag is not None:
-                    kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
-        if a.value_start:
-            yield from cur.skip_ws()
-            if not (yield from cur.expect(a.value_start)):
-                return False
-        args.key(key)
-        if not (yield from args.value(kind, a.trim_newline, nullable,
-                                      lambda write: _read_value(cur, a, value_ends, write), strip=a.strip)):
+        if not (yield from _param(a, tool, cur, args, key_end, attr_end, value_ends)):
             return False
     args.close()
     return True
+
+
+@lru_cache(maxsize=64)
+def _param_sets(a: XmlArgs, ends: tuple[str, ...]) -> tuple[tuple[str, ...], MarkerSet, MarkerSet, MarkerSet]:
+    return (a.key_start, *ends), MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks))
+
+
+def xml_params_until(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, out: Out, ends: tuple[str, ...],
+                     open_end: bool = False) -> Generator[None, None, tuple[bool, str | None]]:
+    """The parameters of a call whose header is already written, for formats whose calls end at
+    one of several markers rather than a closing tag (Harmony-like envelopes). Returns ``(True,
+    end)`` at one of ``ends`` (consumed); with ``open_end``, ``(True, None)`` where the output ends
+    after a parameter (a stop token the text never shows), unless it was cut off; else
+    ``(False, None)``. The arguments object is closed when the call is complete."""
+    markers, key_end, attr_end, value_ends = _param_sets(a, ends)
+    args = ArgsObject(out.calls)
+    while True:
+        yield from cur.skip_ws()
+        marker = yield from cur.match(markers)
+        if marker is None:
+            if open_end and cur.eof and cur.available == 0 and not cur.truncated:
+                args.close()
+                return True, None
+            return False, None
+        if marker != a.key_start:
+            args.close()
+            return True, marker
+        if not (yield from _param(a, tool, cur, args, key_end, attr_end, value_ends)):
+            return False, None
+
+
+def _param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject, key_end: MarkerSet, attr_end: MarkerSet,
+           value_ends: MarkerSet) -> Generator[None, None, bool]:
+    """One parameter after its ``key_start``: key, attributes, value (typed by the tool's schema)."""
+    key, term = yield from cur.read_until(key_end, limit=512)
+    if term is None:
+        return False
+    declared_type = None
+    if a.key_attribute:
+        attrs = _attributes(key)
+        key = attrs.get(a.key_attribute, "")
+        declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
+    key = key.strip()
+    if a.unquote_key:
+        key = _unquote(key)
+    kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
+    if declared_type:
+        kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
+    if a.attributes:
+        attrs_text, term = yield from cur.read_until(attr_end, limit=512)
+        if term is None:
+            return False
+        if a.string_attribute:
+            flag = _attributes(attrs_text).get(a.string_attribute)
+            if flag is not None:
+                kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
+    if a.value_start:
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(a.value_start)):
+            return False
+    args.key(key)
+    return (yield from args.value(kind, a.trim_newline, nullable,
+                                  lambda write: _read_value(cur, a, value_ends, write), strip=a.strip))
 
 
 def _read_value(cur: Cursor, a: XmlArgs, ends: MarkerSet, write: Callable[[str], None]) -> Generator[None, None, bool]:
