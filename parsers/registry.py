@@ -56,6 +56,7 @@ TOOL_PARSERS: dict[str, str] = {
     "firefunction": "detectors.tools.firefunction:FireFunction",
     "iquest_q1": "detectors.tools.iquest_q1:IQuestQ1",
     "dots": "detectors.tools.dots:Dots",
+    "beam": "detectors.tools.beam:Beam",
 }
 
 TOOL_ALIASES: dict[str, str] = {
@@ -116,6 +117,7 @@ REASONING_PARSERS: dict[str, str] = {
     "cohere": "detectors.reasoning.cohere:Cohere",
     "cohere_command4": "detectors.reasoning.cohere:CohereCommand4",
     "hunyuan": "detectors.reasoning.hunyuan:Hunyuan",
+    "beam": "detectors.reasoning.harmony:BeamReasoning",
 }
 
 REASONING_ALIASES: dict[str, str] = {

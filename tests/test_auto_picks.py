@@ -58,3 +58,31 @@ def test_auto_picks_by_the_spelling_the_template_writes(label: str, edits: dict[
     assert rep.tools.parser == canonical_tool_parser(tools), rep.tools.why
     if reasoning is not None:
         assert rep.reasoning.parser == canonical_reasoning_parser(reasoning), rep.reasoning.why
+
+
+# Beam's template is not in tests/data; this one renders its messages as SGLang's Beam response
+# template describes them (analysis reasoning, final answers, calls to bare names with XML bodies).
+BEAM_TEMPLATE = """
+{%- for m in messages -%}
+<|start|>{{ m.role }}
+{%- if m.tool_calls -%}
+{%- for tc in m.tool_calls %} to={{ tc.function.name }}<|channel|>analysis <|constrain|>xml<|message|>
+{%- for k, v in tc.function.arguments.items() %}<rfl:parameter name="{{ k }}">
+{{ v }}
+</rfl:parameter>{% endfor %}<|call|>{% if not loop.last %}<|start|>assistant{% endif %}
+{%- endfor -%}
+{%- elif m.role == 'assistant' -%}
+<|channel|>final<|message|>{{ m.content }}<|return|>
+{%- else -%}
+<|message|>{{ m.content }}<|end|>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|start|>assistant{% endif -%}
+"""
+
+
+def test_auto_picks_beam_for_a_beam_template_not_gpt_oss() -> None:
+    rep = analyse_template(ChatTemplate(BEAM_TEMPLATE, name="beam"))
+    assert rep.tools.parser == canonical_tool_parser("beam"), rep.tools.why
+    assert rep.reasoning.parser == canonical_reasoning_parser("beam"), rep.reasoning.why
+    assert [k.name for k in rep.known] == ["beam"]

@@ -20,6 +20,7 @@ from typing import ClassVar
 
 from parsers.declare import (
     ANALYSIS_BODY,
+    BEAM,
     CHANNEL,
     END,
     GENERATION_PROMPT,
@@ -60,3 +61,10 @@ class GptOssReasoning(ReasoningDetector):
         elif not in_reasoning and start.in_body:
             start = GENERATION_PROMPT
         return harmony_program(self.dialect, start, calls=False)
+
+
+class BeamReasoning(GptOssReasoning):
+    """Beam's envelope (``detectors.tools.beam``) as a reasoning parser alone: ``analysis`` messages
+    are reasoning; a call message's XML body passes through as content, as written."""
+
+    dialect = BEAM
