@@ -57,6 +57,7 @@ TOOL_PARSERS: dict[str, str] = {
     "iquest_q1": "detectors.tools.iquest_q1:IQuestQ1",
     "dots": "detectors.tools.dots:Dots",
     "beam": "detectors.tools.beam:Beam",
+    "inkling": "detectors.tools.inkling:Inkling",
 }
 
 TOOL_ALIASES: dict[str, str] = {
@@ -118,6 +119,7 @@ REASONING_PARSERS: dict[str, str] = {
     "cohere_command4": "detectors.reasoning.cohere:CohereCommand4",
     "hunyuan": "detectors.reasoning.hunyuan:Hunyuan",
     "beam": "detectors.reasoning.harmony:BeamReasoning",
+    "inkling": "detectors.reasoning.inkling:Inkling",
 }
 
 REASONING_ALIASES: dict[str, str] = {
