@@ -153,6 +153,19 @@ REASONING_ALIASES: dict[str, str] = {
 }
 
 
+#: names that mean ``auto`` (learn the format from the chat template) for both kinds of parser.
+#: SGLang's ``response_template`` parses with a grammar the checkpoint ships beside its chat
+#: template (``tokenizer_config.json``'s ``response_template``); toolwire has no reader for that
+#: grammar, and learns the same thing — how this checkpoint writes reasoning, content and calls —
+#: from the chat template itself.
+AUTO_ALIASES: frozenset[str] = frozenset({"response_template"})
+
+
+def means_auto(name: str | None) -> bool:
+    """Whether a configured parser name asks for ``auto`` (``auto`` itself or an ``AUTO_ALIASES`` name)."""
+    return name is not None and (_norm(name) == "auto" or _norm(name) in AUTO_ALIASES)
+
+
 class UnknownParserError(ValueError):
     """A parser name that is not registered; the message lists the known names."""
 

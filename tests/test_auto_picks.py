@@ -86,3 +86,30 @@ def test_auto_picks_beam_for_a_beam_template_not_gpt_oss() -> None:
     assert rep.tools.parser == canonical_tool_parser("beam"), rep.tools.why
     assert rep.reasoning.parser == canonical_reasoning_parser("beam"), rep.reasoning.why
     assert [k.name for k in rep.known] == ["beam"]
+
+
+def test_response_template_means_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's ``response_template`` names (either kind) choose what ``auto`` does, from the
+    chat template; the choice parses the template's own render of a call."""
+    from app.runtime import Runtime, validate_parser_names
+    from app.settings import Settings
+    from parsers import build_response_parser, fold
+
+    monkeypatch.setenv("TOOLWIRE_REASONING_PARSER", "response_template")
+    settings = Settings(chat_template=TEMPLATES / "tencent-Hy3.jinja", tool_call_parser="response_template")
+    assert (settings.reasoning_parser, settings.tool_call_parser) == ("auto", "auto")
+    validate_parser_names(settings)
+    runtime = Runtime(settings)
+    runtime.template = ChatTemplate.load(TEMPLATES / "tencent-Hy3.jinja")
+    choice = runtime._choose_parsers()
+    assert (choice.reasoning, choice.tools) == ("hunyuan", "hunyuan")
+    prompt = "<｜hy_User:opensource｜>Hi<｜hy_Assistant:opensource｜><think:opensource>"
+    output = ("Need weather.</think:opensource><tool_calls:opensource>\n<tool_call:opensource>get_weather"
+              "<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>\n"
+              "<arg_value:opensource>Paris</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>")
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    chain = build_response_parser(tools, choice.tools, choice.reasoning, prompt)
+    message = fold(chain.feed(output) + chain.end())
+    assert message.reasoning == "Need weather."
+    assert [(c.name, c.arguments) for c in message.calls] == [("get_weather", '{"city": "Paris"}')]
