@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import secrets
 import signal
@@ -77,7 +76,7 @@ def export_env(settings: Settings) -> None:
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
         if isinstance(value, list):
-            value = ",".join(value)
+            value = json.dumps(value)  # a JSON array: an item may hold a comma
         os.environ["TOOLWIRE_" + name.upper()] = str(value)
 
 
@@ -130,17 +129,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from app.api.server import uvicorn_options
+
         if settings.workers > 1:
             if settings.thinking_secret is None:  # workers must agree on thinking-block signatures
                 settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)
             uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
-                        workers=settings.workers, log_config=None, timeout_graceful_shutdown=math.ceil(settings.shutdown_grace))
+                        workers=settings.workers, log_config=None, **uvicorn_options(settings))
         else:
             from app.api.server import create_app
 
             uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
-                        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace))
+                        **uvicorn_options(settings))
     finally:
         if local is not None:
             local.stop()

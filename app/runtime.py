@@ -19,6 +19,7 @@ from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
 from app.metrics import Metrics
 from app.parser_choice import ParserChoice
+from app.pipeline.offload import Offloader
 from app.pipeline.plan import Formats
 from app.sched import set_slice
 from app.settings import Settings
@@ -98,6 +99,7 @@ class Runtime:
         self.model_name: str = settings.model or "default"
         self._parsers = ParserChoice()
         self.responses: ResponseStore | None = None  # stored Responses API responses (opened at start)
+        self.offloader = Offloader(2, settings.max_render_ms / 1000, max_jobs=8)
         self.formats = Formats()
         self.metrics = Metrics()
         self.slots = Slots(settings.max_concurrency)
@@ -127,6 +129,7 @@ class Runtime:
             log.warning("backend not ready at start-up (%s); will retry on demand", exc)
 
     async def stop(self) -> None:
+        self.offloader.close()
         if self.responses is not None:
             await self.responses.close()
         if self.client is not None:

@@ -6,6 +6,7 @@ are comma-separated in the environment.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -83,6 +84,14 @@ class Settings(BaseSettings):
     max_tools: int = Field(256, ge=1, description="most tools in one request")
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    max_calls_per_answer: int = Field(
+        1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
+    header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")
+    body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
+    max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
+    max_render_ms: float = Field(
+        3000, gt=0, description="longest a large request may take to check and render (beyond: 400); the loop "
+        "keeps serving meanwhile")
     shutdown_grace: float = Field(10.0, ge=0, description="seconds to drain in-flight streams on shutdown")
     sched_slice_us: int | None = Field(
         None, ge=100, le=100_000, description="Linux ≥ 6.12: ask for this scheduler slice (µs) so processes sharing "
@@ -104,7 +113,16 @@ class Settings(BaseSettings):
     @field_validator("api_key", "cors_origins", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
+        """A list from the environment: a JSON array (how ``toolwire serve`` hands lists to its
+        workers, so a key holding a comma stays one key), else comma-separated values."""
         if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                try:
+                    items = json.loads(value)
+                except ValueError:
+                    items = None
+                if isinstance(items, list) and all(isinstance(i, str) for i in items):
+                    return items
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
 

@@ -96,7 +96,7 @@ class FunctionCallParser:
     """Streaming tool-call parser over one detector (see the module docstring)."""
 
     def __init__(self, tools: Iterable[Any] | None, tool_call_parser: str | type | None = None, *,
-                 detector: ToolCallDetector | None = None) -> None:
+                 detector: ToolCallDetector | None = None, max_calls: int | None = None) -> None:
         self.tools = to_specs(tools)
         if detector is None:
             if tool_call_parser is None:
@@ -104,16 +104,24 @@ class FunctionCallParser:
             detector = tool_detector_class(tool_call_parser)(self.tools)
         self.detector = detector
         self.tool_call_parser = tool_call_parser
+        self.max_calls = max_calls  # calls beyond this many are content (a bound on one answer's work)
         self._program = self._new_program()
 
     def _new_program(self) -> Driver:
         known = frozenset(t.name for t in self.tools) if self.tools else None
-        return Driver(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known)
+        return Driver(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known,
+                      max_calls=self.max_calls)
 
     @property
     def malformed_calls(self) -> int:
         """Calls so far that were malformed and passed through as content."""
-        return self._program.out.calls.passed_through
+        calls = self._program.out.calls
+        return calls.passed_through - calls.capped
+
+    @property
+    def capped_calls(self) -> int:
+        """Calls so far beyond ``max_calls``, passed through as content."""
+        return self._program.out.calls.capped
 
     @property
     def unknown_tool_names(self) -> int:

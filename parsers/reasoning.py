@@ -15,7 +15,10 @@ closed it (``<think>\\n\\n</think>\\n\\n``) starts outside; otherwise the detect
 
 Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
 marker and the answer is not content. A tool-call start marker inside an unclosed reasoning block
-ends the reasoning (models do this); the marker passes on to the tool-call parser.
+ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
+instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
+passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
+in the answer opens another reasoning block (and a stray end marker there is dropped).
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ from parsers.core.driver import Driver, Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.events import Content, Event, Reasoning
 from parsers.registry import reasoning_detector_class
+from parsers.shapes.harmony import (
+    GENERATION_PROMPT,
+    HARMONY,
+    Dialect,
+    Start,
+    harmony_program,
+    parse_header,
+    start_from_prompt,
+)
 
 
 class ReasoningDetector:
@@ -42,6 +54,12 @@ class ReasoningDetector:
     #: a tool-call start marker inside an open block ends it (most models); formats whose block is
     #: delimited by control tokens keep such text as reasoning
     tool_calls_end_reasoning: ClassVar[bool] = True
+    #: ``(open, close)`` blocks inside reasoning that are normal text (tool calls written while
+    #: reasoning): passed on as written, and the reasoning resumes after ``close``
+    passthrough: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: a start marker anywhere in the answer opens another reasoning block (not only at the start);
+    #: a stray end marker there is markup
+    reopen: ClassVar[bool] = False
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -49,7 +67,8 @@ class ReasoningDetector:
 
     @classmethod
     def markers(cls) -> tuple[str, ...]:
-        """Every marker string of the format (for leak checks and backend token preservation)."""
+        """Every marker string of the format (for leak checks and backend token preservation);
+        a ``passthrough`` block's markers belong to the tool-call format."""
         return (*cls.start, *cls.ends(), *cls.content_markup)
 
     def initial_state(self, prompt: str | None) -> bool | None:
@@ -68,13 +87,36 @@ class ReasoningDetector:
     def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
         """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
         (or a stop marker, which passes through as normal text), then normal text with the
-        content markup removed."""
+        content markup removed (and, with ``reopen``, further reasoning blocks)."""
         starts = tuple(self.start)
         ends = self.ends()
         # an answer wrapper (content markup) or a tool-call start also ends the reasoning block
         stops = tuple(stop_markers) if self.tool_calls_end_reasoning else ()
-        closing = MarkerSet((*ends, *stops, *self.content_markup))
+        passing = dict(self.passthrough)
+        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
         markup = MarkerSet(self.content_markup) if self.content_markup else None
+        answer = MarkerSet((*self.content_markup, *starts, *ends)) if self.reopen else markup
+        pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
+
+        def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
+            """Reasoning up to what ends it (consumed); ``False`` when the output ended first."""
+            while True:
+                marker = yield from cur.until(closing, out.reasoning.write)
+                if marker is None:  # cut off inside reasoning: its text stays as written
+                    return False
+                if marker not in passing:
+                    break
+                out.content.write(marker)
+                closer = yield from cur.until(pass_ends[marker], out.content.write)
+                if closer is None:
+                    return False
+                out.content.write(closer)
+            out.reasoning.drop_held()
+            if marker in ends:
+                out.content.strip_next()
+            elif markup is None or marker not in markup:
+                out.content.write(marker)
+            return True
 
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             lead: list[str] = []
@@ -85,23 +127,50 @@ class ReasoningDetector:
                 # that prefixes answers with a bare end marker): the marker is markup
                 out.content.strip_next()
             elif first is not None or in_reasoning:
-                marker = yield from cur.until(closing, out.reasoning.write)
-                if marker is None:  # cut off inside reasoning: its text stays as written
+                if not (yield from block(cur, out)):
                     return
-                out.reasoning.drop_held()
-                if marker in ends:
-                    out.content.strip_next()
-                elif markup is None or marker not in markup:
-                    out.content.write(marker)
             else:
                 out.content.write("".join(lead))
-            if markup is None:
+            if answer is None:
                 yield from cur.rest(out.content.write)
                 return
-            while (yield from cur.until(markup, out.content.write)) is not None:
-                pass
+            while (marker := (yield from cur.until(answer, out.content.write))) is not None:
+                if marker in starts and not (yield from block(cur, out)):
+                    return
 
         return program
+
+
+class HarmonyReasoning(ReasoningDetector):
+    """A Harmony-like envelope (``parsers.shapes.harmony``) as a reasoning parser alone: reasoning
+    messages are reasoning, the rest content, a call message's body content as written. A subclass
+    sets ``dialect``, and ``start`` / ``end`` (the reasoning message's header and terminator, for
+    template analysis). The start state comes from the prompt's tail: after ``<|start|>assistant``
+    the output begins with a header; a prompt that ends inside a reasoning body starts inside it
+    (as does ``force_reasoning``). Tool-call stop markers play no part: messages end themselves."""
+
+    dialect: ClassVar[Dialect] = HARMONY
+    _start: Start = GENERATION_PROMPT
+
+    @classmethod
+    def markers(cls) -> tuple[str, ...]:
+        return cls.dialect.markers
+
+    def initial_state(self, prompt: str | None) -> bool | None:
+        """True when the prompt leaves the output inside a reasoning body; None without a prompt."""
+        self._start = start_from_prompt(prompt, self.dialect)
+        if not prompt:
+            return None
+        start = self._start
+        return start.in_body and self.dialect.is_reasoning(parse_header(start.prefix, start.opened, self.dialect))
+
+    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+        start = self._start
+        if in_reasoning and not start.in_body:
+            start = Start(prefix=self.dialect.reasoning_header, in_body=True)
+        elif not in_reasoning and start.in_body:
+            start = GENERATION_PROMPT
+        return harmony_program(self.dialect, start, calls=False)
 
 
 class ReasoningParser:

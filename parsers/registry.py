@@ -36,6 +36,7 @@ TOOL_PARSERS: dict[str, str] = {
     # Harmony (gpt-oss) and the OpenChatML 2.2 envelope
     "gpt-oss": "detectors.tools.harmony:GptOss",
     "openchatml": "detectors.tools.openchatml:OpenChatML",
+    "muse": "detectors.tools.muse:Muse",
     # more JSON and XML families
     "step3": "detectors.tools.step3:Step3",
     "interns1": "detectors.tools.interns1:InternS1",
@@ -58,6 +59,8 @@ TOOL_PARSERS: dict[str, str] = {
     "dots": "detectors.tools.dots:Dots",
     "beam": "detectors.tools.beam:Beam",
     "inkling": "detectors.tools.inkling:Inkling",
+    "trinity": "detectors.tools.trinity:Trinity",
+    "k2_horizon": "detectors.tools.k2_horizon:K2Horizon",
 }
 
 TOOL_ALIASES: dict[str, str] = {
@@ -66,9 +69,13 @@ TOOL_ALIASES: dict[str, str] = {
     "llama4_json": "llama3",
     "qwen3_xml": "qwen3_coder",
     "step3p5": "qwen3_coder",
+    "nanbeige": "qwen3_coder",
     "glm": "glm45",
     "glm4_moe": "glm45",
+    "ling3": "glm45",
+    "poolside_v1": "glm45",
     "glm47_moe": "glm47",
+    "spark25": "glm47",
     "kimi-k2": "kimi_k2",
     "deepseek_v3": "deepseekv3",
     "deepseek_v31": "deepseekv31",
@@ -85,6 +92,7 @@ TOOL_ALIASES: dict[str, str] = {
     "gigachat": "gigachat3",
     "seed-oss": "seed_oss",
     "hunyuan_a13b": "hunyuan",
+    "apertus2509": "apertus",
     "command-r": "cohere",
     "command_r": "cohere",
     "cohere_command4": "cohere",
@@ -105,6 +113,7 @@ REASONING_PARSERS: dict[str, str] = {
     "kimi_k2": "detectors.reasoning.think:KimiK2",
     "kimi_k3": "detectors.reasoning.kimi:KimiK3",
     "gpt-oss": "detectors.reasoning.harmony:GptOssReasoning",
+    "muse": "detectors.reasoning.muse:Muse",
     "minimax": "detectors.reasoning.think:Minimax",
     "minimax-append-think": "detectors.reasoning.think:MinimaxAppendThink",
     "minimax-m3": "detectors.reasoning.minimax:MinimaxM3",
@@ -120,9 +129,13 @@ REASONING_PARSERS: dict[str, str] = {
     "hunyuan": "detectors.reasoning.hunyuan:Hunyuan",
     "beam": "detectors.reasoning.harmony:BeamReasoning",
     "inkling": "detectors.reasoning.inkling:Inkling",
+    "k2_horizon": "detectors.reasoning.k2_horizon:K2Horizon",
+    "apertus2509": "detectors.reasoning.apertus:Apertus",
 }
 
 REASONING_ALIASES: dict[str, str] = {
+    "nanbeige": "qwen3",
+    "poolside_v1": "qwen3",
     "deepseek_r1": "deepseek-r1",
     "qwen3_thinking": "qwen3-thinking",
     "deepseek_v3": "deepseek-v3",
@@ -137,6 +150,7 @@ REASONING_ALIASES: dict[str, str] = {
     "step3p5": "step3",
     "glm4_moe": "glm45",
     "glm47": "glm45",
+    "ling3": "glm45",
     "kimi-k2": "kimi_k2",
     "gpt_oss": "gpt-oss",
     "openai": "gpt-oss",

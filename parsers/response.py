@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from parsers.events import Content, Event
@@ -45,9 +45,48 @@ class ResponseParser:
         return out
 
 
+class OpeningSwitch(ResponseParser):
+    """Parses with ``expected`` when the output opens (after whitespace) with one of ``openers``,
+    else with the chain ``fallback()`` builds (``fell_back`` is then set). For constrained
+    decoding a backend may not have applied: the JSON asked for, or the model's own markup. Only
+    leading whitespace is held back."""
+
+    def __init__(self, openers: str, expected: ResponseParser, fallback: Callable[[], ResponseParser]) -> None:
+        super().__init__(expected.reasoning, expected.tools)
+        self._openers = openers
+        self._expected = expected
+        self._fallback = fallback
+        self._chosen: ResponseParser | None = None
+        self._held = ""
+        self.fell_back = False
+
+    def _choose(self, parser: ResponseParser) -> list[Event]:
+        self._chosen = parser
+        self.reasoning, self.tools = parser.reasoning, parser.tools
+        held, self._held = self._held, ""
+        return parser.feed(held) if held else []
+
+    def feed(self, text: str) -> list[Event]:
+        if self._chosen is not None:
+            return self._chosen.feed(text)
+        self._held += text
+        opening = self._held.lstrip()
+        if not opening:
+            return []
+        if opening[0] in self._openers:
+            return self._choose(self._expected)
+        self.fell_back = True
+        return self._choose(self._fallback())
+
+    def end(self, truncated: bool = False) -> list[Event]:
+        events = self._choose(self._expected) if self._chosen is None else []
+        assert self._chosen is not None
+        return events + self._chosen.end(truncated)
+
+
 def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type | None,
                           reasoning_parser: str | type | None, prompt: str | None = None,
-                          in_reasoning: bool | None = None) -> ResponseParser:
+                          in_reasoning: bool | None = None, max_calls: int | None = None) -> ResponseParser:
     """The parser chain for one response.
 
     Parsers are registry names or detector classes. ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
@@ -55,9 +94,10 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
     carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
     reasoning parser is not chained before it.
     Otherwise the reasoning parser ends reasoning at any of the tool format's start markers.
-    ``in_reasoning`` fixes the reasoning parser's start state (else the prompt's tail decides).
+    ``in_reasoning`` fixes the reasoning parser's start state (else the prompt's tail decides);
+    calls beyond ``max_calls`` are content.
     """
-    calls = FunctionCallParser(tools, tool_parser) if tool_parser else None
+    calls = FunctionCallParser(tools, tool_parser, max_calls=max_calls) if tool_parser else None
     if calls is not None:
         calls.detector.prepare(prompt)
         if calls.detector.handles_reasoning:

@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from app.api.server import create_app
+from app.api.server import create_app, uvicorn_options
 from app.settings import Settings
 
 
@@ -29,8 +29,9 @@ class ProxyServer:
             settings["state_dir"] = self._state.name
         self.settings = Settings(**settings)
         self.app = create_app(self.settings)
+        options = {**uvicorn_options(self.settings), "timeout_graceful_shutdown": 2}
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.settings.port, log_level="warning",
-                                lifespan="on", timeout_graceful_shutdown=2)
+                                lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -26,7 +26,8 @@ class Script:
     delay: float = 0.0  # seconds between pieces
     status: int = 200
     error_message: str = "backend says no"
-    fault: str | None = None  # "drop" | "stall" | "garbage" | "bad_line" | "no_finish" | "error_event"
+    fault: str | None = None  # "drop" | "stall" | "garbage" | "bad_line" | "no_finish" | "error_event" | "raw"
+    raw: bytes = b""  # what the "raw" fault sends (in chunks of at most 64 KiB), then the stream ends
     fault_after: int = 0  # pieces sent before the fault
     stall_seconds: float = 30.0
     connect_delay: float = 0.0  # seconds before the response head is sent
@@ -169,13 +170,19 @@ class ScriptedBackend:
 
     async def _stream(self, script: Script, path: str, body: dict[str, Any], reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, seen: Seen) -> None:
+        watcher = asyncio.ensure_future(reader.read(1))  # EOF = the client went away
         if script.connect_delay:
-            await asyncio.sleep(script.connect_delay)
+            try:  # a client that leaves during the delay is seen leaving
+                await asyncio.wait_for(asyncio.shield(watcher), script.connect_delay)
+                seen.closed = time.monotonic()
+                return
+            except TimeoutError:
+                pass
         if script.status != 200:
+            watcher.cancel()
             await self._send_json(writer, script.status, {"error": {"message": script.error_message,
                                                                      "type": "BadRequestError"}})
             return
-        watcher = asyncio.ensure_future(reader.read(1))  # EOF = the client went away
 
         def closed() -> bool:
             return watcher.done()
@@ -231,6 +238,11 @@ class ScriptedBackend:
             await self._chunk(writer, b"data: [1, 2, 3]\n\n")
         elif script.fault == "error_event":
             await self._chunk(writer, b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        elif script.fault == "raw":
+            for at in range(0, len(script.raw), 1 << 16):
+                await self._chunk(writer, script.raw[at:at + (1 << 16)])
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         elif script.fault == "no_finish":

@@ -21,7 +21,12 @@ from app.templates.autodetect.select import check_turns, parse, reasoning_sample
 from app.templates.autodetect.table import render_doc
 from app.templates.chat_template import ChatTemplate
 from parsers import fold
-from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.registry import (
+    canonical_reasoning_parser,
+    canonical_tool_parser,
+    reasoning_detector_class,
+    tool_detector_class,
+)
 from parsers.response import build_response_parser
 from tests.harness import check_stream_invariants, comparable, run_all_chunkings
 
@@ -151,6 +156,54 @@ def test_summary_of_picks() -> None:
     assert report("Qwen-Qwen3-0.6B.jinja").reasoning.parser == "qwen3"
     assert report("MiniMax-M2.jinja").reasoning.parser == "minimax"  # the tool parser's family wins the tie
     assert report("openai-gpt-oss-120b.jinja").tools.parser == "gpt-oss"
+    assert (report("muse-glimmer.jinja").reasoning.parser, report("muse-glimmer.jinja").tools.parser) == \
+        ("muse", "muse")
+
+
+@pytest.mark.parametrize(("name", "tools", "reasoning"), [
+    ("inclusionai-ling-3.0-flash.jinja", "ling3", "ling3"),
+    ("Spark2.5.jinja", "spark25", None),
+    ("poolside-Laguna-XS.2.jinja", "poolside_v1", None),
+    ("poolside-Laguna-XS-2.1.jinja", "poolside_v1", None),
+    ("Apertus-8B-Instruct.jinja", "apertus2509", "apertus2509"),
+    # Laguna-S-2.1 writes the compact spelling: glm47, which reads what poolside_v1 (glm45) reads
+])
+def test_sglang_alias_templates_pick_the_same_detector(name: str, tools: str, reasoning: str | None) -> None:
+    rep = report(name)
+    assert rep.tools.parser == canonical_tool_parser(tools)
+    if reasoning is not None:
+        assert rep.reasoning.parser == canonical_reasoning_parser(reasoning)
+
+
+def test_apertus_auto_reads_calls_inside_its_reasoning() -> None:
+    # the template renders <|inner_prefix|> only from block content: a known exception picks apertus2509
+    rep = report("Apertus-8B-Instruct.jinja")
+    assert (rep.reasoning.parser, rep.tools.parser) == ("apertus2509", "apertus")
+    out = '<|inner_prefix|>Need it.<|tools_prefix|>[{"get_weather": {"city": "Bern"}}]<|tools_suffix|>'
+    got = _every_chunking_agrees(out, rep.analysis.renderer.prompt(), rep.tools.parser, rep.reasoning.parser)
+    assert got["reasoning"] == "Need it."
+    assert [(n, json.loads(a)) for n, a, _ in got["calls"]] == [("get_weather", {"city": "Bern"})]
+
+
+# the shape of K2 Horizon's template (not in tests/data/templates: it needs a custom validate_tools global)
+K2_STUB = (
+    "{%- for m in messages %}<|ifm|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{%- if m.tool_calls %}<ifm|tool_calls>\n{% for c in m.tool_calls %}<ifm|tool_call>{{ c.function.name }}\n"
+    "{% for k, v in c.function.arguments.items() %}<ifm|arg_key>{{ k }}</ifm|arg_key>\n"
+    "<ifm|arg_value>{{ v }}</ifm|arg_value>\n{% endfor %}</ifm|tool_call>\n{% endfor %}</ifm|tool_calls>{% endif %}"
+    "<|ifm|im_end|>{% endfor %}{% if add_generation_prompt %}<|ifm|im_start|>assistant\n<ifm|think>\n{% endif %}"
+)
+
+
+def test_k2_horizon_auto() -> None:
+    rep = analyse_template(ChatTemplate(K2_STUB))
+    assert (rep.reasoning.parser, rep.tools.parser) == ("k2_horizon", "k2_horizon")
+    assert [k.name for k in rep.known] == ["k2-horizon"]
+    out = ("Weather.\n</ifm|think>\n<ifm|tool_calls>\n<ifm|tool_call>get_weather\n<ifm|arg_key>city</ifm|arg_key>\n"
+           "<ifm|arg_value>Seoul</ifm|arg_value>\n</ifm|tool_call>\n</ifm|tool_calls>")
+    got = _every_chunking_agrees(out, rep.analysis.renderer.prompt(), rep.tools.parser, rep.reasoning.parser)
+    assert got["reasoning"] == "Weather."
+    assert [(n, json.loads(a)) for n, a, _ in got["calls"]] == [("get_weather", {"city": "Seoul"})]
 
 
 # ------------------------------------------------------------------------------------- the analysis
@@ -269,10 +322,6 @@ GENERIC_CASES: list[tuple[str, str, dict[str, Any]]] = [
      ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "日本"}}, {"name": "find_place", '
      '"arguments": {"query": "q"}}]</TOOLCALL>'),
      {"content": "", "calls": [("get_weather", {"city": "日本"}), ("find_place", {"query": "q"})]}),
-    ("muse-glimmer.jinja",
-     (' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
-     '<atem:parameter name="city">Lyon</atem:parameter>\n</atem:invoke>\n</atem:function_calls>'),
-     {"content": "", "calls": [("get_weather", {"city": "Lyon"})]}),
     ("CohereForAI-c4ai-command-r-plus-tool_use.jinja",
      ('Action:\n```json\n[\n    {\n        "tool_name": "get_weather",\n        "parameters": {"city": "B"}\n'
      '    }\n]```'),

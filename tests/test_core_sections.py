@@ -34,8 +34,9 @@ def read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator
     return (yield from json_args_object(cur, out))
 
 
-def parse(text: str, section: tuple[str, str] | None, bare: bool) -> tuple[str, list[tuple[str, str]]]:
-    program = marker_calls(CALL, read_call, section, bare)
+def parse(text: str, section: tuple[str, str] | None, bare: bool,
+          markup: tuple[str, ...] = ()) -> tuple[str, list[tuple[str, str]]]:
+    program = marker_calls(CALL, read_call, section, bare, markup)
     results = []
     for chunks in splits(text):
         driver = Driver(lambda cur, out: program(Ctx(), cur, out), trim_around_calls=True)
@@ -68,6 +69,15 @@ def test_after_a_malformed_call_the_rest_of_the_section_is_content() -> None:
 
 def test_a_section_without_calls_leaves_no_markup() -> None:
     assert parse("a <calls></calls> b", (BEGIN, END), False) == ("ab", [])
+
+
+def test_markup_is_dropped_from_the_content_only() -> None:
+    # the text around a dropped marker is kept as written; inside a call the marker is text
+    assert parse("<m>a\n</m> b", None, False, ("<m>", "</m>")) == ("a\n b", [])
+    text = '<m>a <c>f={"t": "<m>"}</m> b'
+    assert parse(text, None, False, ("<m>", "</m>")) == ("ab", [("f", '{"t": "<m>"}')])
+    fmt = calls_format(CALL, read_call, wire=WireFormat("<c>$name=$args"), markup=("<m>",))
+    assert "<m>" in fmt.markers and fmt.start_markers == (CALL,)
 
 
 def test_section_pairs() -> None:

@@ -569,7 +569,8 @@ def test_sdk_sees_its_own_error_classes(qwen3_vllm, proxy_factory) -> None:
             {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                                       "data": "AA=="}}]}])
     assert bad.value.body["error"]["type"] == "invalid_request_error"
-    response = httpx.post(proxy.url + "/v1/messages", content=b"{not json", timeout=30)
+    response = httpx.post(proxy.url + "/v1/messages", content=b"{not json", timeout=30,
+                          headers={"content-type": "application/json"})
     assert error_of(response)[:2] == (400, "invalid_request_error")
     response = httpx.get(proxy.url + "/v1/messages/batches", timeout=30)
     assert error_of(response)[:2] == (404, "not_found_error")

@@ -23,7 +23,8 @@ What a format genuinely cannot represent is not generated; the limits, per encod
 * Nested elements (``NestedXml``, MiniMax-M3): the schema here types the top-level parameters only,
   so inside an object or array every leaf reads back as a string: only containers of strings
   (without surrounding spacing), of tag-name keys, and not empty, are written (``writable``).
-* Functionary v3.2: a tool named ``all`` is the content recipient, not a call.
+* Functionary v3.2: a tool named ``all`` is the content recipient, not a call; Muse: tools named
+  ``self``, ``user`` or ``commentary`` are its reasoning and content recipients.
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class Limits:
 
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,11}"
+#: tool names a format reserves for its own recipients
+EXCLUDED_NAMES = {"functionary_v32": ("all",), "muse": ("self", "user", "commentary")}
 
 
 def limits(name: str, wire: WireFormat) -> Limits:
     extra: dict[str, Any] = {"strip_strings": name in ("minicpm5", "dots"),
-                             "excluded_names": ("all",) if name == "functionary_v32" else ()}
+                             "excluded_names": EXCLUDED_NAMES.get(name, ())}
     if isinstance(wire.args, XmlParams):
         return Limits(key=IDENT, forbidden=wire.args.forbidden, writable=wire.args.writable, **extra)
     if isinstance(wire.args, PythonKwargs):
@@ -191,6 +194,7 @@ def _parsed(name: str, calls: list[Call], tools: list[dict[str, Any]] | None = N
     ("pythonic", ("get-time", {})),  # not a Python identifier
     ("gemma4", ("f", {"s": 'a<|"|>b'})),  # the string delimiter inside a string
     ("functionary_v32", ("all", {})),  # the content recipient
+    ("muse", ("user", {})),  # the content recipient
 ])
 def test_limits_are_the_formats(name: str, call: Call) -> None:
     """The limits in the module docstring are the formats', not the test's: each case reads back wrong."""

@@ -21,7 +21,6 @@ from app.errors import bad_request
 from app.pipeline.ask import Ask
 from app.pipeline.plan import Plan
 from app.pipeline.run import Finished
-from app.pipeline.validate import check_ask
 from app.runtime import Runtime
 from parsers import fold
 from parsers.events import Event
@@ -31,7 +30,7 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     """The first validation problem as ``(message, param)``."""
     error = exc.errors()[0]
     loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
-    msg = error.get("msg", "invalid value")
+    msg = error.get("msg", "invalid value").removeprefix("Value error, ")
     return (f"{loc}: {msg}" if loc else msg), (loc or None)
 
 
@@ -45,6 +44,8 @@ def parse_request(body: Any) -> ChatCompletionRequest:
         raise bad_request(message, param) from None
 
 
+#: template variables the server sets itself (a template kwarg may not replace them)
+RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "add_generation_prompt", "self", "bos_token", "eos_token"})
 _KNOWN_MESSAGE_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"})
 
 
@@ -76,6 +77,9 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     choice = request.tool_choice
     named = choice.function.name if isinstance(choice, NamedToolChoice) else None
     kwargs: dict[str, Any] = dict(request.chat_template_kwargs or {})
+    for name in RESERVED_TEMPLATE_NAMES & kwargs.keys():
+        raise bad_request(f"chat_template_kwargs.{name}: {name!r} is set by the server from the request itself; "
+                          "send it as the request's own field", f"chat_template_kwargs.{name}")
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     r = request
@@ -83,6 +87,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         max_tokens=r.token_limit, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
         stop=list(r.stop or []), seed=r.seed, presence_penalty=r.presence_penalty,
         frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
+        logit_bias={int(k): v for k, v in r.logit_bias.items()} if r.logit_bias else None,
     )
     return Ask(
         turns=chat_turns(request),
@@ -102,7 +107,6 @@ async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | No
     try:
         request = parse_request(body)
         ask = chat_ask(request)
-        check_ask(ask, runtime.settings)
     except BaseException:
         scope.release()
         raise

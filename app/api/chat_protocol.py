@@ -148,6 +148,8 @@ class ChatCompletionRequest(_Lenient):
     min_p: float | None = Field(default=None, ge=0, le=1)
     stop: str | list[str] | None = None
     seed: int | None = None
+    logit_bias: dict[str, float] | None = None
+    # accepted, and of no effect here: user, metadata, service_tier, store, prediction (see README)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     repetition_penalty: float | None = None
@@ -157,6 +159,52 @@ class ChatCompletionRequest(_Lenient):
     reasoning_effort: str | None = None
     # toolwire extension: deliver each tool call whole, once complete (never a partial call)
     hold_tool_calls: bool | None = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice_shape(cls, value: Any) -> Any:
+        if value is None or value in ("none", "auto", "required"):
+            return value
+        kind = value.get("type") if isinstance(value, dict) else None
+        if kind == "function" or (isinstance(value, dict) and kind is None and "function" in value):
+            return value
+        said = repr(kind) if kind is not None else repr(value)[:40]
+        raise ValueError(f"{said} is not supported here: send 'none', 'auto', 'required' or "
+                         "{'type': 'function', 'function': {'name': ...}} (allowed_tools and custom tools are "
+                         "not supported on /v1/chat/completions)")
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _function_tools_only(cls, value: Any) -> Any:
+        for i, tool in enumerate(value if isinstance(value, list) else ()):
+            kind = tool.get("type", "function") if isinstance(tool, dict) else None
+            if kind != "function":
+                raise ValueError(f"tools[{i}].type is {kind!r}: /v1/chat/completions takes 'function' tools only "
+                                 "(custom tools are accepted on /v1/responses; hosted tools such as web search "
+                                 "run nowhere behind this server)")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unsupported_outputs(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "audio" in (data.get("modalities") or ()) or data.get("audio") is not None:
+            raise ValueError("audio output (modalities / audio) is not supported: this server returns text")
+        if data.get("web_search_options") is not None:
+            raise ValueError("web_search_options is not supported: no hosted web search runs behind this server; "
+                             "offer a function tool instead")
+        return data
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_biases(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (value or {}).items():
+            if not key.isdigit():
+                raise ValueError(f"keys are token ids (decimal strings); got {key!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"biases lie in [-100, 100]; token {key} has {bias}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -186,8 +234,13 @@ class ChatCompletionRequest(_Lenient):
 
 
 class CompletionRequest(_Lenient):
-    """Legacy ``/v1/completions``: passed through to the backend."""
+    """Legacy ``/v1/completions``: passed through to the backend, within the server's limits."""
 
     model: str | None = None
-    prompt: str | list[str] | list[int] | None = None
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
     stream: bool = False
+    max_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1, le=8)
+    best_of: int | None = Field(default=None, ge=1, le=8)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)

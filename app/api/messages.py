@@ -46,16 +46,15 @@ from app.api.messages_protocol import (
     invalid,
     parse,
 )
-from app.api.respond import RequestScope, start, stream_response, whole_response
+from app.api.respond import RequestScope, prepare, start, stream_response, whole_response
 from app.api.thinking_signature import ThinkingSigner, signer_for
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.pipeline.ask import Ask
-from app.pipeline.plan import Plan, plan_request
+from app.pipeline.offload import is_light
+from app.pipeline.plan import Plan
 from app.pipeline.run import Finished
-from app.pipeline.validate import check_ask
-from app.runtime import Runtime, render_error
-from app.templates.chat_template import TemplateError
+from app.runtime import Runtime
 from parsers.events import Event
 from parsers.fold import CallHolder
 
@@ -232,11 +231,10 @@ async def create_message(body: Any, runtime: Runtime, scope: RequestScope) -> Re
     try:
         request: MessagesRequest = parse(MessagesRequest, body)
         ask = messages_ask(request, signer)
-        check_ask(ask, runtime.settings, schema_key="input_schema")
     except BaseException:
         scope.release()
         raise
-    run = await start(ask, runtime, scope)
+    run = await start(ask, runtime, scope, schema_key="input_schema")
     omit = omits_thinking(request)
     if request.stream:
         encoder = MessageEvents(new_message_id(), runtime.model_name, signer, omit, run.prompt_tokens)
@@ -255,10 +253,6 @@ async def count_tokens(body: Any, runtime: Runtime) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
     request: Conversation = parse(Conversation, body)
     ask = messages_ask(request, signer_for(runtime.settings))
-    check_ask(ask, runtime.settings, schema_key="input_schema")
     backend = await runtime.ready_backend()
-    try:
-        plan = plan_request(ask, runtime.formats, runtime.require_template(), backend)
-    except TemplateError as exc:
-        raise render_error(exc) from None
+    plan = await runtime.offloader.run(is_light(ask), prepare, ask, runtime, backend, "input_schema")
     return JSONResponse({"input_tokens": await backend.count_tokens(plan.prompt)})

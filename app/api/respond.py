@@ -11,21 +11,26 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.sse import PING, SSEResponse
+from app.backends.base import Backend
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
+from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run, collect, start_generation
 from app.pipeline.stream import Encoder, EventStream
+from app.pipeline.validate import check_ask
 from app.runtime import Runtime, render_error
 from app.templates.chat_template import TemplateError
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,32 +47,73 @@ class RequestScope:
 Answer = Callable[[Plan, list[Event], Finished], Response]
 
 
-async def start(ask: Ask, runtime: Runtime, scope: RequestScope) -> Run:
-    """Plan the request and start its run (the first backend item has arrived). Any failure —
-    template, backend — gives the slot back and raises an ``APIError``."""
+def prepare(ask: Ask, runtime: Runtime, backend: Backend, schema_key: str) -> Plan:
+    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs)."""
+    check_ask(ask, runtime.settings, schema_key=schema_key)
     try:
-        backend = await runtime.ready_backend()
-        try:
-            plan = plan_request(ask, runtime.formats, runtime.require_template(), backend)
-        except TemplateError as exc:
-            raise render_error(exc) from None
-        if runtime.settings.log_content:
-            log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
-        parser = plan.parser()
-        try:
-            first, stream = await start_generation(backend, plan.generation_request(), runtime.settings.retries)
-        except BackendError as exc:
-            runtime.metrics.backend_errors.labels(exc.kind).inc()
-            raise
-        runtime.metrics.ttft.observe(time.monotonic() - scope.started)
+        return plan_request(ask, runtime.formats, runtime.require_template(), backend,
+                            runtime.settings.max_calls_per_answer)
+    except TemplateError as exc:
+        raise render_error(exc) from None
+
+
+async def start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str = "function.parameters") -> Run:
+    """Check and plan the request and start its run (the first backend item has arrived). Any
+    failure — limits, template, backend, the client leaving meanwhile — gives the slot back and
+    raises an ``APIError``."""
+    try:
+        return await until_gone(scope, _start(ask, runtime, scope, schema_key))
     except BaseException:
         scope.release()
         raise
+
+
+async def _start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str) -> Run:
+    backend = await runtime.ready_backend()
+    plan = await runtime.offloader.run(is_light(ask), prepare, ask, runtime, backend, schema_key)
+    if runtime.settings.log_content:
+        log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
+    parser = plan.parser()
+    try:
+        first, stream = await start_generation(backend, plan.generation_request(), runtime.settings.retries)
+    except BackendError as exc:
+        runtime.metrics.backend_errors.labels(exc.kind).inc()
+        raise
+    runtime.metrics.ttft.observe(time.monotonic() - scope.started)
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else runtime.settings.hold_tool_calls
     run = Run(first, stream, plan, parser, runtime.metrics, hold)
     if runtime.settings.log_content:
         run.text = []
     return run
+
+
+async def until_gone(scope: RequestScope, work: Awaitable[T]) -> T:
+    """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
+    upstream request it opened) and ``ClientGone`` is raised."""
+    if scope.request is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(scope.request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("client disconnected before the answer was complete; upstream request closed")
+        raise ClientGone()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class ClientGone(APIError):
+    """The client left before anything was sent (status 499: nobody reads the answer)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "client closed the request", code="client_closed_request")
 
 
 async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: RequestScope,
@@ -79,7 +125,7 @@ async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: R
     except BaseException:
         await body.aclose()
         raise
-    return SSEResponse(body, lead=lead, ping=ping, headers=headers)
+    return SSEResponse(body, lead=lead, ping=ping, headers=headers, on_interrupt=body.interrupted)
 
 
 async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Response:
@@ -97,25 +143,12 @@ async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Respo
 
 
 async def until_disconnected(scope: RequestScope, work: Awaitable[Response]) -> Response:
-    """Run ``work``; if the client goes away first, cancel it (which closes the upstream request,
-    so the backend stops generating for nobody)."""
-    task = asyncio.ensure_future(work)
-    if scope.request is None:
-        return await task
-    watcher = asyncio.ensure_future(_disconnected(scope.request))
+    """``work``'s response; if the client goes away first, ``work`` is cancelled (which closes the
+    upstream request, so the backend stops generating for nobody) and the answer is a bare 499."""
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected before the answer was complete; upstream request closed")
+        return await until_gone(scope, work)
+    except ClientGone:
         return Response(status_code=499)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 async def _disconnected(request: Request) -> None:

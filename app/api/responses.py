@@ -46,7 +46,6 @@ from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask
 from app.pipeline.plan import Plan
 from app.pipeline.run import Finished
-from app.pipeline.validate import check_ask
 from app.runtime import Runtime
 from parsers.events import Event
 from parsers.fold import CallHolder
@@ -270,7 +269,6 @@ async def create_response(body: Any, runtime: Runtime, scope: RequestScope) -> R
             log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
                      decoder.dropped_reasoning)
         ask = responses_ask(request, tools, decoder.turns)
-        check_ask(ask, runtime.settings)
     except BaseException:
         scope.release()
         raise

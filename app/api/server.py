@@ -7,8 +7,10 @@ concurrency limits, and errors as OpenAI error objects (Anthropic's on the ``/v1
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import math
 import re
 import time
 import uuid
@@ -21,16 +23,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.chat import chat_completions
+from app.api.completions import completions as passthrough_completions
+from app.api.http_protocol import with_header_timeout
 from app.api.messages import count_tokens, create_message
 from app.api.messages_protocol import error_body as messages_error_body
 from app.api.messages_protocol import error_response as messages_error_response
 from app.api.respond import RequestScope, error_response
 from app.api.responses import create_response, delete_response, input_items, retrieve_response
-from app.backends.streamhttp import StreamError
 from app.errors import APIError, BackendError, bad_request, error_body
 from app.logs import request_id
 from app.metrics import Metrics
@@ -45,18 +48,30 @@ ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON; 413 past ``limit`` bytes, 400 for non-UTF-8 or invalid JSON."""
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """How uvicorn serves the app: a deadline for request headers (slowloris), a bound on open
+    connections, idle keep-alive connections closed after 5 s, the shutdown grace."""
+    return {"http": with_header_timeout(settings.header_timeout), "limit_concurrency": settings.max_connections,
+            "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace)}
+
+
+async def read_json(request: Request, limit: int, timeout: float = 60.0) -> Any:
+    """The request body as JSON; 413 past ``limit`` bytes, 408 when it takes longer than
+    ``timeout`` seconds to arrive, 400 for non-UTF-8 or invalid JSON."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body is larger than {limit} bytes", code="body_too_large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, f"request body is larger than {limit} bytes", code="body_too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise APIError(413, f"request body is larger than {limit} bytes", code="body_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout:.0f} s", code="body_timeout") from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise bad_request("request body is empty; expected a JSON object")
@@ -68,6 +83,16 @@ async def read_json(request: Request, limit: int) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
+
+
+def _is_json(headers: dict[bytes, bytes]) -> bool:
+    """A JSON body's content type (``application/json``, with parameters, or a ``+json`` type)."""
+    kind = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+    return kind == b"application/json" or (kind.startswith(b"application/") and kind.endswith(b"+json"))
+
+
+def model_object(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}
 
 
 class EdgeMiddleware:
@@ -105,28 +130,49 @@ class EdgeMiddleware:
         token = request_id.set(rid)
         started = time.monotonic()
         status = 500
+        response_started = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, response_started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                response_started = True
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
+        def refuse(status_code: int, message: str, code: str, kind: str = "invalid_request_error",
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+            body = (messages_error_body("authentication_error" if status_code == 401 else kind, message)
+                    if path.startswith("/v1/messages") else error_body(message, kind, None, code))
+            return JSONResponse(body, status_code=status_code, headers=headers)
+
         try:
             protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
-            if protected and not self._authorized(headers):
+            credentials = [v for k, v in scope["headers"] if k in (b"authorization", b"x-api-key")]
+            authorized = len(credentials) <= 1 and self._authorized(headers)
+            scope.setdefault("state", {})["authorized"] = authorized
+            if protected and len(credentials) > 1:
+                response = refuse(400, "send one credential: more than one Authorization / x-api-key header",
+                                  "ambiguous_credentials")
+            elif protected and not authorized:
                 self.metrics.rejected.labels("auth").inc()
-                body = (messages_error_body("authentication_error", "invalid or missing API key")
-                        if path.startswith("/v1/messages") else
-                        error_body("invalid or missing API key", "invalid_request_error", None, "invalid_api_key"))
-                response = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send_with_id)
+                response = refuse(401, "invalid or missing API key", "invalid_api_key",
+                                  headers={"WWW-Authenticate": "Bearer"})
+            elif scope.get("method") == "POST" and path.startswith("/v1/") and not _is_json(headers):
+                response = refuse(415, "send the request body as JSON (Content-Type: application/json)",
+                                  "unsupported_media_type")
+            else:
+                await self.app(scope, receive, send_with_id)
                 return
-            await self.app(scope, receive, send_with_id)
+            await response(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unexpected error")  # logged once, with the request id (the log context has it)
+            if not response_started:
+                await refuse(500, "internal error", "internal_error", "server_error")(scope, receive, send_with_id)
         finally:
             endpoint = path if path in ENDPOINTS else (
-                "/v1/responses/{id}" if path.startswith("/v1/responses/") else "other")
+                "/v1/responses/{id}" if path.startswith("/v1/responses/") else
+                "/v1/models/{id}" if path.startswith("/v1/models/") else "other")
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
@@ -146,7 +192,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         finally:
             await runtime.stop()
 
-    app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # no OpenAPI document or docs pages: the API is OpenAI's and Anthropic's, and an open schema
+    # endpoint would be served to anyone, keys or not
+    app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     app.state.runtime = runtime
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
@@ -177,20 +226,18 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         code = "not_found" if exc.status_code == 404 else None
         return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code)
 
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error")
-        return JSONResponse(error_body("internal error", "server_error"), status_code=500)
-
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
+        """Up or not for anyone; which backend, model and template only with a key (when keys are set)."""
+        detailed = request.scope.get("state", {}).get("authorized", True)
         try:
             backend = await runtime.ready_backend()
         except APIError as exc:
-            return JSONResponse({"status": "unavailable", "detail": exc.message}, status_code=503)
+            detail = exc.message if detailed else "backend not ready"
+            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
         if not await backend.health():
             return JSONResponse({"status": "unavailable", "detail": "backend is not answering"}, status_code=503)
-        return JSONResponse({"status": "ok", **runtime.describe()})
+        return JSONResponse({"status": "ok", **(runtime.describe() if detailed else {})})
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -202,51 +249,32 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             await runtime.ready_backend()
         except APIError:
             pass  # the served name is known without the backend when --model is given
-        return JSONResponse({"object": "list", "data": [
-            {"id": runtime.model_name, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}]})
+        return JSONResponse({"object": "list", "data": [model_object(runtime.model_name)]})
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> JSONResponse:
+        """The served model by its id (OpenAI's 404 object for any other id)."""
+        try:
+            await runtime.ready_backend()
+        except APIError:
+            pass
+        if model_id != runtime.model_name:
+            raise APIError(404, f"The model {model_id!r} does not exist; this server serves "
+                                f"{runtime.model_name!r}", code="model_not_found", param="model")
+        return JSONResponse(model_object(model_id))
 
     # the two generation endpoints are plain Starlette routes: FastAPI's dependency machinery would
     # add measurable latency before the first token, and they take the raw request anyway
     async def chat(request: Request) -> Response:
-        body = await read_json(request, settings.max_body_bytes)
+        body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
         release = take_slot()
         return await chat_completions(body, runtime, RequestScope(request=request, release=release))
 
     async def completions(request: Request) -> Response:
-        """Passed through to the backend's OpenAI-style completions endpoint."""
-        body = await read_json(request, settings.max_body_bytes)
-        if not isinstance(body, dict):
-            raise bad_request("request body must be a JSON object")
+        """Passed through to the backend's OpenAI-style completions endpoint, within the limits."""
+        body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
         release = take_slot()
-        try:
-            backend = await runtime.ready_backend()
-            if backend.model:
-                body["model"] = backend.model
-            upstream = await backend.open_stream("/v1/completions", body)
-        except BaseException:
-            release()
-            raise
-        if not body.get("stream"):
-            try:
-                raw = await upstream.aread()
-            except StreamError as exc:
-                raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
-            finally:
-                await upstream.aclose()
-                release()
-            return Response(raw, media_type="application/json")
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.aiter_bytes():
-                    yield chunk
-            except StreamError:
-                yield b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
-            finally:
-                await upstream.aclose()
-                release()
-
-        return StreamingResponse(relay(), media_type="text/event-stream")
+        return await passthrough_completions(body, runtime, RequestScope(request=request, release=release))
 
     app.add_route("/v1/chat/completions", chat, methods=["POST"])
     app.add_route("/v1/completions", completions, methods=["POST"])
@@ -260,7 +288,7 @@ def add_responses_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[],
     limit = runtime.settings.max_body_bytes
 
     async def create(request: Request) -> Response:
-        body = await read_json(request, limit)
+        body = await read_json(request, limit, runtime.settings.body_timeout)
         release = take_slot()
         return await create_response(body, runtime, RequestScope(request=request, release=release))
 
@@ -295,14 +323,14 @@ def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], 
 
     async def create(request: Request) -> Response:
         async def work() -> Response:
-            body = await read_json(request, limit)
+            body = await read_json(request, limit, runtime.settings.body_timeout)
             release = take_slot()
             return await create_message(body, runtime, RequestScope(request=request, release=release))
         return await answer(work())
 
     async def tokens(request: Request) -> Response:
         async def work() -> Response:
-            return await count_tokens(await read_json(request, limit), runtime)
+            return await count_tokens(await read_json(request, limit, runtime.settings.body_timeout), runtime)
         return await answer(work())
 
     async def not_found(request: Request) -> Response:
@@ -319,4 +347,5 @@ def app_from_env() -> FastAPI:
 
     settings = Settings()
     configure(settings.log_level)
+    with_header_timeout(settings.header_timeout)
     return create_app(settings)

@@ -9,30 +9,35 @@
   default, which clients ignore; a face may send its own ping event) keeps proxies from timing out
   the connection;
 * on server shutdown uvicorn waits for the response to finish (``--shutdown-grace``), so in-flight
-  streams drain instead of being cut.
+  streams drain instead of being cut; one still open when the grace runs out ends with the bytes
+  ``on_interrupt`` gives (the face's error event) and a clean end of the body, logged once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterable, Mapping
+import logging
+from collections.abc import AsyncIterable, Callable, Mapping
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 PING = b": ping\n\n"
+log = logging.getLogger("toolwire")
 
 
 class SSEResponse(StreamingResponse):
     def __init__(self, body: AsyncIterable[bytes], headers: Mapping[str, str] | None = None,
-                 ping_interval: float = 15.0, lead: bytes = b"", ping: bytes = PING) -> None:
+                 ping_interval: float = 15.0, lead: bytes = b"", ping: bytes = PING,
+                 on_interrupt: Callable[[], bytes] | None = None) -> None:
         super().__init__(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})},
                          media_type="text/event-stream")
         self.events = body
         self.ping_interval = ping_interval
         self.lead = lead
         self.ping = ping
+        self.on_interrupt = on_interrupt  # the closing bytes when the server cuts the stream (shutdown)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -70,8 +75,14 @@ class SSEResponse(StreamingResponse):
                 last_sent = loop.time()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not gone:
+            if gone:
+                pass
+            elif self.on_interrupt is None:
                 raise  # cancelled by the server (shutdown), not by the client leaving
+            else:  # the shutdown grace ran out: end the stream with its error event, cleanly
+                log.warning("stream cut at shutdown (the grace period ran out); the client got an error event")
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": self.on_interrupt(), "more_body": False})
         except OSError:
             pass  # the client went away while we were sending
         finally:

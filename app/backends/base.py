@@ -40,6 +40,7 @@ class Sampling:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None  # by token id
 
 
 @dataclass
@@ -208,13 +209,26 @@ class Backend:
         Everything the backend sent in one read is handed on together, so when the proxy falls
         behind a fast backend it parses and writes fewer, larger pieces (adaptive batching); a
         lone event still goes out as soon as it arrives. Transport failures and garbage become
-        ``BackendError``."""
-        pending = b""
+        ``BackendError``; so does a line longer than ``MAX_LINE`` bytes. Linear: a read is split
+        once, and an unfinished line's pieces are joined only when its newline arrives."""
+        pending: list[bytes] = []  # pieces of the line not finished yet
+        pending_size = 0
         first = True
         try:
             async for raw in response.aiter_bytes():
-                lines = (pending + raw).split(b"\n")
-                pending = lines.pop()
+                if b"\n" not in raw:
+                    pending.append(raw)
+                    pending_size += len(raw)
+                    if pending_size > MAX_LINE:
+                        raise BackendError(502, f"backend sent a line longer than {MAX_LINE} bytes", kind="bad_json")
+                    continue
+                lines = raw.split(b"\n")
+                if pending:
+                    lines[0] = b"".join(pending) + lines[0]
+                    pending, pending_size = [], 0
+                tail = lines.pop()
+                if tail:
+                    pending, pending_size = [tail], len(tail)
                 batch: list[dict[str, Any] | None] = []
                 try:
                     for line in lines:
@@ -232,8 +246,9 @@ class Backend:
                     raise
                 if batch:
                     yield batch
-            if pending.strip():
-                event = _event(pending)
+            rest = b"".join(pending)
+            if rest.strip():
+                event = _event(rest)
                 if event is not _SKIP:
                     yield [event]
         except ReadTimedOut as exc:
@@ -242,8 +257,19 @@ class Backend:
             raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
 
 
+def unexpected_shape(what: str) -> BackendError:
+    """A backend event whose JSON is not the dialect's shape (a 502, or the stream's final error event)."""
+    return BackendError(502, f"backend sent an event of an unexpected shape: {what}", kind="bad_shape")
+
+
+def count(value: Any) -> int:
+    """A token count from a backend event: a non-negative integer, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 _SKIP: Any = object()
 MAX_BATCH = 64  # events handed on together at most (bounds the latency a burst adds)
+MAX_LINE = 8 << 20  # longest SSE line accepted from a backend (one event; a token is a few bytes)
 
 
 def _event(line: bytes) -> Any:

@@ -14,7 +14,9 @@ from app.backends.base import (
     TextDelta,
     Usage,
     _drop_none,
+    count,
     probe_timeout,
+    unexpected_shape,
 )
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
@@ -55,6 +57,7 @@ class LlamaCppBackend(Backend):
             "presence_penalty": s.presence_penalty,
             "frequency_penalty": s.frequency_penalty,
             "repeat_penalty": s.repetition_penalty,
+            "logit_bias": [[k, v] for k, v in s.logit_bias.items()] if s.logit_bias else None,
             "preserved_tokens": list(request.preserved_tokens) or None,
             "cache_prompt": True,
             **reasoning_budget_fields(request),
@@ -74,13 +77,16 @@ class LlamaCppBackend(Backend):
                         break
                     text = data.get("content")
                     if text:
+                        if not isinstance(text, str):
+                            raise unexpected_shape('"content" is not a string')
                         texts.append(text)
                     if prompt_tokens is None:
                         prompt_tokens = data.get("tokens_evaluated")
                     if data.get("stop"):
-                        timings = data.get("timings") or {}
-                        usage = Usage(int(data.get("tokens_evaluated") or 0), int(data.get("tokens_predicted") or 0),
-                                      timings.get("cache_n"))
+                        timings = data.get("timings")
+                        cached = timings.get("cache_n") if isinstance(timings, dict) else None
+                        usage = Usage(count(data.get("tokens_evaluated")), count(data.get("tokens_predicted")),
+                                      cached if isinstance(cached, int) and not isinstance(cached, bool) else None)
                         stop_type = data.get("stop_type")
                         word = data.get("stopping_word") if stop_type == "word" else None
                         finish = Finish("length" if stop_type == "limit" else "stop", usage,
@@ -88,7 +94,7 @@ class LlamaCppBackend(Backend):
                         break
                 if texts:
                     delta = TextDelta("".join(texts), tokens=len(texts))
-                    if not told and isinstance(prompt_tokens, int):
+                    if not told and isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool):
                         delta.prompt_tokens = prompt_tokens
                         told = True
                     yield delta

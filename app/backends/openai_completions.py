@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage, _drop_none
+from app.backends.base import (
+    Backend,
+    Finish,
+    Generation,
+    GenerationRequest,
+    TextDelta,
+    Usage,
+    _drop_none,
+    count,
+    unexpected_shape,
+)
 from app.constraints.tools import Constraint, ConstraintRequest, vllm_constraint
 from app.errors import BackendError
 
@@ -29,6 +39,7 @@ class OpenAICompletionsBackend(Backend):
             "seed": s.seed,
             "presence_penalty": s.presence_penalty,
             "frequency_penalty": s.frequency_penalty,
+            "logit_bias": {str(k): v for k, v in s.logit_bias.items()} if s.logit_bias else None,
             **request.constraint,
         })
 
@@ -48,13 +59,24 @@ class OpenAICompletionsBackend(Backend):
                         break
                     u = data.get("usage")
                     if u:
+                        if not isinstance(u, dict):
+                            raise unexpected_shape('"usage" is not an object')
                         last_usage = u
-                    for choice in data.get("choices") or ():
+                    choices = data.get("choices")
+                    if choices is None:
+                        choices = []
+                    elif not isinstance(choices, list):
+                        raise unexpected_shape('"choices" is not a list')
+                    for choice in choices:
+                        if not isinstance(choice, dict):
+                            raise unexpected_shape('an element of "choices" is not an object')
                         text = choice.get("text")
                         if text:
+                            if not isinstance(text, str):
+                                raise unexpected_shape('"text" is not a string')
                             texts.append(text)
                         if choice.get("finish_reason"):
-                            reason = choice["finish_reason"]
+                            reason = str(choice["finish_reason"])
                             matched = choice.get("stop_reason")  # vLLM: the stop string that matched
                             stop_string = matched if isinstance(matched, str) and matched else None
                 if texts:
@@ -73,8 +95,9 @@ class OpenAICompletionsBackend(Backend):
         usage: Usage | None = None
         if isinstance(last_usage, dict):
             details = last_usage.get("prompt_tokens_details") or {}
-            usage = Usage(int(last_usage.get("prompt_tokens") or 0), int(last_usage.get("completion_tokens") or 0),
-                          details.get("cached_tokens"))
+            cached = details.get("cached_tokens") if isinstance(details, dict) else None
+            usage = Usage(count(last_usage.get("prompt_tokens")), count(last_usage.get("completion_tokens")),
+                          cached if isinstance(cached, int) and not isinstance(cached, bool) else None)
         yield Finish("length" if reason == "length" else "stop", usage,
                      stop_string if reason == "stop" else None)
 

@@ -49,6 +49,8 @@ class Constraint:
     fields: dict[str, Any] = field(default_factory=dict)
     output: str = "wire"  # "wire" | "json_array" | "named_args"
     max_calls: int | None = None  # enforced on the parsed output too (parallel_tool_calls: false)
+    #: the JSON output comes after a free reasoning block the prompt opened (vLLM structural tag)
+    reasoning_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,14 @@ def vllm_constraint(request: ConstraintRequest) -> Constraint:
         named = request.mode == "named"
         constraint.output = "named_args" if named else "json_array"
         schema = dict(_object_schema(tools[0])) if named else calls_array_schema(tools, request.max_calls)
+        gate = request.reasoning
+        if gate is not None and gate.inside and not legacy:  # the model thinks, then writes the JSON
+            tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+                {"type": "tag", "begin": "", "content": {"type": "any_text"}, "end": gate.end},
+                {"type": "json_schema", "json_schema": schema}]}}
+            constraint.fields = {"structured_outputs": {"structural_tag": json.dumps(tag, ensure_ascii=False)}}
+            constraint.reasoning_first = True
+            return constraint
         constraint.fields = {"guided_json": schema} if legacy else {"structured_outputs": {"json": schema}}
         return constraint
     if request.response_format and request.response_format.get("type") != "text":

@@ -24,10 +24,12 @@ from app.pipeline.ask import Ask
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import CallText, json_call_text, render_conversation
 from app.templates.switches import thinking_kwargs
-from detectors.tools.constrained import JsonCallArray, NamedArguments
-from parsers import FunctionCallParser, ResponseParser, build_response_parser, to_specs
+from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
+from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser, to_specs
 from parsers.fold import CallHolder, CallLimit
+from parsers.function_call import ToolCallDetector
 from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.response import OpeningSwitch
 from parsers.tools import ToolSpec
 from parsers.wire import WireFormat
 
@@ -108,6 +110,7 @@ class Plan:
     in_reasoning: bool  # the output starts inside a reasoning block
     constraint: Constraint
     parse_tools: bool  # tool calls are parsed out of the output
+    max_calls: int | None = None  # calls one answer may hold; the text of any beyond is content
 
     @property
     def named_tool(self) -> str | None:
@@ -125,13 +128,43 @@ class Plan:
     def parser(self) -> ResponseParser:
         """A fresh parser chain for one answer."""
         output = self.constraint.output
-        if self.parse_tools and output != "wire":  # the backend writes JSON, not the model's own format
-            specs = self.specs
-            detector = JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, self.named_tool or "")
-            return ResponseParser(None, FunctionCallParser(specs, detector=detector))
         tool_parser = self.formats.tools if self.parse_tools else None
-        return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
-                                     in_reasoning=self.in_reasoning)
+
+        def own_format() -> ResponseParser:
+            return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
+                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls)
+
+        if not self.parse_tools or output == "wire":
+            return own_format()
+        # the backend was asked for JSON; if it did not apply the constraint, the model's own format
+        specs, named = self.specs, self.named_tool or ""
+        openers = "[" if output == "json_array" else "{"
+
+        def constrained() -> ToolCallDetector:
+            return JsonCallArray(specs) if output == "json_array" else NamedArguments(specs, named)
+
+        expected = ResponseParser(None, FunctionCallParser(specs, detector=constrained(), max_calls=self.max_calls))
+        reasoning_name = self.formats.reasoning
+        if not self.constraint.reasoning_first or reasoning_name is None:
+            return OpeningSwitch(openers, expected, own_format)
+
+        def thinks_first() -> ResponseParser:  # a reasoning block, then the JSON (or the own format)
+            own = tool_detector_class(tool_parser)(specs) if tool_parser is not None else None
+            detector = ConstrainedOrOwn(constrained(), own, openers)
+            detector.prepare(self.prompt)
+            reasoning = ReasoningParser(reasoning_name, force_reasoning=True, prompt=self.prompt,
+                                        stop_markers=own.start_markers if own is not None else ())
+            return ResponseParser(reasoning, FunctionCallParser(specs, detector=detector, max_calls=self.max_calls))
+
+        return OpeningSwitch(openers, expected, thinks_first)  # JSON at once: no thinking came first
+
+    def constraint_ignored(self, parser: ResponseParser) -> bool:
+        """Whether the answer ``parser`` read came in the model's own format although the backend
+        was asked for constrained JSON (the backend did not apply the constraint)."""
+        if isinstance(parser, OpeningSwitch) and parser.fell_back and not self.constraint.reasoning_first:
+            return True
+        detector = parser.tools.detector if parser.tools is not None else None
+        return isinstance(detector, ConstrainedOrOwn) and detector.fell_back
 
     def filters(self, hold: bool) -> list[Any]:
         """Post-parse event filters: at most ``max_calls`` calls; calls held until complete."""
@@ -149,7 +182,8 @@ class Plan:
                                  self.constraint.fields, budget, gate)
 
 
-def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend) -> Plan:
+def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
+                 max_calls: int | None = None) -> Plan:
     """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
     template refuses the conversation)."""
     tools: list[dict[str, Any]] = []
@@ -165,4 +199,4 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls)

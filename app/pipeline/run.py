@@ -124,6 +124,10 @@ class ReasoningTokens:
         return round(self.count)
 
 
+#: warnings given once per process
+_WARNED = {"constraint_ignored": False}
+
+
 class Run:
     """One answer's events (see the module docstring)."""
 
@@ -175,6 +179,10 @@ class Run:
             self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)
             self.metrics.tokens.labels("completion").inc(usage.completion_tokens)
         self.tally.record(self.metrics, self.plan.label, self.parser)
+        if self.plan.constraint_ignored(self.parser) and not _WARNED["constraint_ignored"]:
+            _WARNED["constraint_ignored"] = True
+            log.warning("the backend did not apply the tool-call constraint it was sent (an old vLLM? try "
+                        "--vllm-legacy-guided); its output was parsed in the model's own format instead")
         return events
 
     async def __aiter__(self) -> AsyncIterator[list[Event]]:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from app.errors import BackendError
+from app.errors import APIError, BackendError
 from app.metrics import Metrics
 from app.pipeline.run import Finished, Run
 from parsers.events import Event
@@ -31,7 +31,7 @@ class Encoder(Protocol):
 
     def finish(self, finished: Finished) -> bytes: ...
 
-    def error(self, exc: BackendError) -> bytes: ...
+    def error(self, exc: APIError) -> bytes: ...
 
 
 class EventStream:
@@ -76,6 +76,13 @@ class EventStream:
             self.opening = b""
         finally:
             await self.aclose()
+
+    def interrupted(self) -> bytes:
+        """The closing bytes of a stream the server cuts (shutdown): the face's error event."""
+        data = self.opening + self.encoder.error(APIError(503, "the server is shutting down; retry the request",
+                                                          "server_error", code="server_shutting_down"))
+        self.opening = b""
+        return data
 
     async def aclose(self) -> None:
         if self.closed:

@@ -5,7 +5,11 @@ with other spellings pass their own ``tools_param``)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from typing import Any
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -15,16 +19,69 @@ from app.errors import bad_request
 from app.pipeline.ask import Ask
 from app.settings import Settings
 
+#: OpenAI's rule for tool names; every face applies it (names also enter grammars and prompts)
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
-@lru_cache(maxsize=4096)
+
+class SchemaVerdicts:
+    """Schema checks already made, by the digest of the schema's canonical text: agents send the
+    same tools with every request, and checking a schema costs far more than hashing it. Keyed by
+    a 16-byte digest, never the schema itself, so the memory it holds is bounded by its entry count
+    (``capacity`` × ~200 bytes) however large the schemas were. Thread-safe (checks run off the loop)."""
+
+    def __init__(self, capacity: int = 8192) -> None:
+        self.capacity = capacity
+        self._verdicts: OrderedDict[bytes, str | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def problem(self, encoded: bytes) -> str | None:
+        """Why a tool's JSON schema (canonical JSON text) is invalid, or ``None``."""
+        key = hashlib.blake2b(encoded, digest_size=16).digest()
+        with self._lock:
+            if key in self._verdicts:
+                self._verdicts.move_to_end(key)
+                return self._verdicts[key]
+        try:
+            Draft202012Validator.check_schema(orjson.loads(encoded))
+            verdict = None
+        except SchemaError as exc:
+            verdict = exc.message
+        except RecursionError:
+            verdict = "it is nested too deeply"
+        with self._lock:
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > self.capacity:
+                self._verdicts.popitem(last=False)
+        return verdict
+
+
+VERDICTS = SchemaVerdicts()
+
+
+#: objects and arrays inside one another in a tool schema, at most (real schemas use a dozen or two);
+#: checked before the recursive schema check, so the answer never depends on the stack in use
+MAX_SCHEMA_NESTING = 128
+
+
+def nesting(value: Any) -> int:
+    """How deeply objects and arrays nest in ``value`` (iterative: any depth is safe)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
 def schema_problem(encoded: bytes) -> str | None:
-    """Why a tool's JSON schema (canonical JSON text) is invalid, or ``None``. Cached: agents send
-    the same tools with every request, and checking a schema costs far more than hashing it."""
-    try:
-        Draft202012Validator.check_schema(orjson.loads(encoded))
-    except SchemaError as exc:
-        return exc.message
-    return None
+    return VERDICTS.problem(encoded)
 
 
 def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_key: str = "function.parameters") -> None:
@@ -34,11 +91,21 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
     if len(ask.tools) > settings.max_tools:
         raise bad_request(f"too many tools ({len(ask.tools)} > {settings.max_tools})", tools_param)
     for i, tool in enumerate(ask.tools):
+        name = tool["function"].get("name")
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise bad_request(f"{tools_param}[{i}] name {name!r} is not a valid tool name: use 1 to 64 letters, "
+                              "digits, underscores or dashes", f"{tools_param}.{i}.name")
         schema = tool["function"].get("parameters")
         if schema is None:
             continue
         where = f"{tools_param}[{i}].{schema_key}"
-        encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        if nesting(schema) > MAX_SCHEMA_NESTING:
+            raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
+                              f"{tools_param}.{i}.{schema_key}")
+        try:
+            encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            raise bad_request(f"{where} is nested too deeply", f"{tools_param}.{i}.{schema_key}") from None
         if len(encoded) > settings.max_tool_schema_bytes:
             raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes",
                               f"{tools_param}.{i}.{schema_key}")
@@ -52,3 +119,5 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
     limit = ask.sampling.max_tokens
     if settings.max_tokens_cap and limit and limit > settings.max_tokens_cap:
         raise bad_request(f"max_tokens exceeds this server's cap of {settings.max_tokens_cap}", "max_tokens")
+    if settings.max_tokens_cap and not limit:  # an unbounded request gets the cap, not the backend's default
+        ask.sampling.max_tokens = settings.max_tokens_cap

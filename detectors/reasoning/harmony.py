@@ -11,56 +11,19 @@ The start state comes from the prompt's tail (``initial_state``): after ``<|star
 output begins with a header; a prompt ending in ``<|channel|>analysis<|message|>`` starts inside
 reasoning (as does ``force_reasoning``). The tool parser's ``stop_markers`` play no part: Harmony
 messages say themselves where they end.
+
+The program is ``HarmonyReasoning``'s (``parsers.reasoning``), for any ``Dialect``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar
-
-from parsers.declare import (
-    ANALYSIS_BODY,
-    BEAM,
-    CHANNEL,
-    END,
-    GENERATION_PROMPT,
-    HARMONY,
-    MESSAGE,
-    Dialect,
-    Program,
-    ReasoningDetector,
-    Start,
-    harmony_program,
-    parse_header,
-    start_from_prompt,
-)
+from parsers.declare import BEAM, CHANNEL, END, HARMONY, MESSAGE, HarmonyReasoning
 
 
-class GptOssReasoning(ReasoningDetector):
-    dialect: ClassVar[Dialect] = HARMONY
+class GptOssReasoning(HarmonyReasoning):
+    dialect = HARMONY
     start = (CHANNEL + "analysis" + MESSAGE,)
     end = END
-    _start: Start = GENERATION_PROMPT
-
-    @classmethod
-    def markers(cls) -> tuple[str, ...]:
-        return cls.dialect.markers
-
-    def initial_state(self, prompt: str | None) -> bool | None:
-        """True when the prompt leaves the output inside an ``analysis`` body; None without a prompt."""
-        self._start = start_from_prompt(prompt)
-        if not prompt:
-            return None
-        start = self._start
-        return start.in_body and parse_header(start.prefix, start.opened, self.dialect).channel == "analysis"
-
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
-        start = self._start
-        if in_reasoning and not start.in_body:
-            start = ANALYSIS_BODY
-        elif not in_reasoning and start.in_body:
-            start = GENERATION_PROMPT
-        return harmony_program(self.dialect, start, calls=False)
 
 
 class BeamReasoning(GptOssReasoning):

@@ -12,7 +12,8 @@ between a newline after the tag and one before ``</rfl:parameter>`` (a value als
 next parameter opens), typed by the tool's JSON schema. ``analysis`` messages are reasoning,
 ``final`` ones content (``<|channel|>final<|message|>…<|return|>``). ``<|call|>`` is usually a stop
 token, so the end of the output closes the last call. Everything else — headers, terminators,
-malformed output — is the Harmony program's (``parsers.shapes.harmony``).
+malformed output — is the Harmony program's (``parsers.shapes.harmony``, dialect ``BEAM``, which
+also says how calls are written and that ``<|constrain|>xml<|message|>`` shows one).
 
 The format carries its own reasoning (``handles_reasoning``); the ``beam`` reasoning parser runs the
 same program without calls.
@@ -20,8 +21,8 @@ same program without calls.
 
 from __future__ import annotations
 
-from parsers.declare import BEAM, BEAM_WIRE, ToolCallDetector, harmony
+from parsers.declare import BEAM, ToolCallDetector, harmony
 
 
 class Beam(ToolCallDetector):
-    format = harmony(BEAM, wire=BEAM_WIRE, sniff=lambda text: "<|constrain|>xml<|message|>" in text)
+    format = harmony(BEAM)

@@ -4,7 +4,8 @@ model's own wire format (vLLM ``structured_outputs.json``):
 * ``JsonCallArray`` — ``tool_choice: "required"``: ``[{"name": "f", "arguments": {…}}, …]``;
 * ``NamedArguments`` — a named ``tool_choice``: the output *is* the arguments object of that tool.
 
-Both stream the arguments as written, like every other detector.
+Both stream the arguments as written, like every other detector. ``ConstrainedOrOwn`` reads either
+shape or, when the backend did not apply the constraint, the model's own format.
 """
 
 from __future__ import annotations
@@ -53,3 +54,29 @@ class NamedArguments(ToolCallDetector):
             out.calls.header(self.name)
             out.calls.end((yield from json_args_object(cur, out)))
         yield from cur.rest(out.content.write)
+
+
+class ConstrainedOrOwn(ToolCallDetector):
+    """``constrained`` when the text opens (after whitespace) with one of ``openers``, else the
+    model's own format ``own`` (``fell_back`` is then set) — a backend may ignore a constraint."""
+
+    def __init__(self, constrained: ToolCallDetector, own: ToolCallDetector | None, openers: str) -> None:
+        super().__init__(constrained.tools)
+        self.constrained = constrained
+        self.own = own
+        self.openers = openers
+        self.fell_back = False
+
+    def prepare(self, prompt: str | None) -> None:
+        super().prepare(prompt)
+        if self.own is not None:
+            self.own.prepare(prompt)
+
+    def body(self, cur: Cursor, out: Out) -> Generator[None, None, object]:
+        yield from cur.skip_ws()
+        first = yield from cur.peek()
+        if not first or first in self.openers or self.own is None:
+            yield from self.constrained.body(cur, out)
+            return None
+        self.fell_back = True
+        return (yield from self.own.body(cur, out))

@@ -53,16 +53,21 @@ class CallWriter:
         "_cursor",
         "_out",
         "_trimmed",
+        "capped",
         "header_sent",
         "known_names",
+        "max_calls",
         "next_index",
         "open",
         "passed_through",
         "unknown_names",
     )
 
-    def __init__(self, out: Out, cursor: Cursor, known_names: frozenset[str] | None = None) -> None:
+    def __init__(self, out: Out, cursor: Cursor, known_names: frozenset[str] | None = None,
+                 max_calls: int | None = None) -> None:
         self._out = out
+        self.max_calls = max_calls  # beyond this many calls, a call's text is content
+        self.capped = 0  # calls that were content because of ``max_calls``
         self._cursor = cursor
         self.next_index = 0
         self.open = False
@@ -86,6 +91,9 @@ class CallWriter:
         self.header_sent = False
 
     def header(self, name: str, call_id: str | None = None) -> None:
+        if self.max_calls is not None and self.next_index >= self.max_calls:
+            self.capped += 1  # never shown: its text becomes content at ``end``, as a call without a header
+            return
         if self.known_names is not None and name not in self.known_names:
             self.unknown_names += 1
         self.header_sent = True
@@ -93,7 +101,7 @@ class CallWriter:
         self._out.events.append(CallStart(self.next_index, name, call_id))
 
     def args(self, text: str) -> None:
-        if not text:
+        if not text or not self.header_sent:
             return
         self._args.append(text)
         events = self._out.events
@@ -152,7 +160,7 @@ class Out:
     __slots__ = ("calls", "content", "events", "reasoning")
 
     def __init__(self, cursor: Cursor, *, trim_around_calls: bool = False,
-                 known_names: frozenset[str] | None = None) -> None:
+                 known_names: frozenset[str] | None = None, max_calls: int | None = None) -> None:
         self.events: list[Event] = []
         self.content = TextChannel(
             self._write_content, trim_before_boundary=trim_around_calls, trim_after_boundary=trim_around_calls
@@ -160,7 +168,7 @@ class Out:
         self.reasoning = TextChannel(
             self._write_reasoning, trim_before_boundary=True, trim_after_boundary=True, strip_leading=True
         )
-        self.calls = CallWriter(self, cursor, known_names)
+        self.calls = CallWriter(self, cursor, known_names, max_calls)
 
     def _write_content(self, text: str) -> None:
         events = self.events
@@ -187,9 +195,9 @@ class Driver:
     __slots__ = ("_done", "_gen", "cursor", "failed", "out")
 
     def __init__(self, program: Program, *, trim_around_calls: bool = False,
-                 known_names: frozenset[str] | None = None) -> None:
+                 known_names: frozenset[str] | None = None, max_calls: int | None = None) -> None:
         self.cursor = Cursor()
-        self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names)
+        self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names, max_calls=max_calls)
         self._gen = program(self.cursor, self.out)
         self._done = False
         self.failed = False  # the program raised (a detector bug); the rest went through as content

@@ -41,15 +41,36 @@ next message boundary (``<|start|>`` or a terminator followed by one).
 A ``Dialect`` declares the variations. ``HARMONY`` is gpt-oss; ``OPENCHATML`` is the OpenChatML 2.2
 envelope (QuixiAI/OpenChatML README.md): ``call_id=`` is the call id, ``commentary`` is hidden
 (reasoning) unless ``intent=preamble``, ``<|literal|>…<|endliteral|>`` is opaque text, ``<<|start|>``
-(a doubled ``<`` before any control token) is the literal token text. ``BEAM`` is Beam's envelope:
-the recipient is the function's bare name (``to=get_weather``), and a call's body is XML-style
-parameters (``<rfl:parameter name="city">\nParis\n</rfl:parameter>``), typed by the tool's schema.
+(a doubled ``<`` before any control token) is the literal token text. ``MUSE`` is Muse Glimmer's
+recipient-only envelope: no channels, messages end with ``<|eom|>`` / ``<|eot|>``, the recipient
+``self`` is reasoning, ``user`` and ``commentary`` are content, and any other recipient is a tool
+whose body holds ATEM invokes (``CallBody``)::
+
+    <|start|>assistant to=self<|message|>Need the weather.<|eom|>
+    <|start|>assistant to=get_weather<|message|><atem:function_calls>
+    <atem:invoke name="get_weather">
+    <atem:parameter name="city">Paris</atem:parameter>
+    </atem:invoke>
+    </atem:function_calls><|eot|>
+
+ATEM parameter values are typed by the tool's JSON schema; an invoke's name that is not an offered
+tool but doubles its namespace (``get_weather.get_weather``) or ends in exactly one offered tool's
+name is that tool. Text in a tool message outside the invokes is content.
+
+``BEAM`` is Beam's envelope: Harmony's channels and terminators, but the recipient is the
+function's bare name (``to=get_weather``) and a call's body is that function's parameters as XML
+(``<rfl:parameter name="city">\nParis\n</rfl:parameter>``), typed by the tool's schema.
+
+So a call message's body (``Dialect.call_body``) is one of three things: the JSON arguments of the
+function the recipient names (gpt-oss, OpenChatML), that function's XML parameters (``XmlArgs``:
+Beam), or XML invokes that name their own functions (``CallBody``: Muse). Every XML parameter is
+read by the one parameter reader of ``parsers.shapes.xmlcall``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -57,9 +78,9 @@ from parsers.core.cursor import Cursor, Write, discard
 from parsers.core.driver import Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, ToolFormat
-from parsers.shapes.xmlcall import XmlArgs, xml_params, xml_params_until
+from parsers.shapes.xmlcall import XmlArgs, XmlCallShape, xml_call, xml_call_template, xml_params, xml_params_until
 from parsers.tools import ToolSpec
-from parsers.wire import WireFormat, lit
+from parsers.wire import JSON_ARGS, WireFormat, lit
 
 START = "<|start|>"
 END = "<|end|>"
@@ -70,10 +91,10 @@ CALL = "<|call|>"
 RETURN = "<|return|>"
 LITERAL = "<|literal|>"
 END_LITERAL = "<|endliteral|>"
+EOM = "<|eom|>"  # Muse: end of message (more follow)
+EOT = "<|eot|>"  # Muse: end of turn
 
 TERMINATORS = (END, CALL, RETURN)
-#: what may follow a terminator that really ends a message
-FOLLOWERS = (START, CHANNEL, *TERMINATORS)
 #: a header is at most this long; longer "headers" are text
 HEADER_LIMIT = 512
 #: roles (or tool authors) whose messages are not the assistant's
@@ -86,10 +107,41 @@ _RECIPIENT = re.compile(r"\s*to=\S")
 
 
 @dataclass(frozen=True)
+class CallBody:
+    """Calls written in a tool message's body as XML invokes inside a section (Muse's ATEM), each
+    naming its function, rather than as the arguments of the function the recipient names."""
+
+    section: tuple[str, str]  # ("<atem:function_calls>", "</atem:function_calls>")
+    call_start: str  # '<atem:invoke name="' (the name follows)
+    shape: XmlCallShape  # the rest of one invoke
+
+
+@dataclass(frozen=True)
 class Dialect:
     """What distinguishes one Harmony-like envelope from another (data only)."""
 
     channels: frozenset[str] = frozenset({"analysis", "commentary", "final"})
+    #: what ends a message
+    terminators: tuple[str, ...] = TERMINATORS
+    #: markers inside headers (Harmony's channel and content type; none where headers are plain words)
+    header_markers: tuple[str, ...] = (CHANNEL, CONSTRAIN)
+    #: recipients that are not tools: reasoning (Muse's ``self``) and visible content (``user``)
+    reasoning_recipients: frozenset[str] = frozenset()
+    content_recipients: frozenset[str] = frozenset()
+    #: what a recipient naming a function starts with (a bare offered tool name is one too);
+    #: ``None``: every recipient but the ones above is a function's name (Beam's ``to=get_weather``)
+    function_prefix: str | None = "functions."
+    #: how a call message's body is written. ``None``: the JSON arguments of the function the
+    #: recipient names; ``XmlArgs``: that function's parameters as XML (Beam); ``CallBody``: XML
+    #: invokes naming their functions (Muse: any recipient but the ones above is a tool message)
+    call_body: XmlArgs | CallBody | None = None
+    #: how the wire writes a call message's header after the role (a template: ``$name``)
+    call_header: str = lit(CHANNEL + "commentary to=functions.") + "$name" + lit(" " + CONSTRAIN + "json")
+    #: text that shows an output holds a call (SGLang's ``has_tool_call``); ``None``: the invokes
+    #: section's opener, or ``to=`` and the function prefix
+    call_sniff: str | None = None
+    #: the header of a reasoning message (a forced start inside reasoning opens one)
+    reasoning_header: str = "assistant" + CHANNEL + "analysis"
     #: commentary without a recipient is hidden (reasoning) unless ``intent=preamble``
     hidden_commentary: bool = False
     #: ``(open, close)`` of an opaque literal block inside text bodies
@@ -98,25 +150,65 @@ class Dialect:
     escapes: bool = False
     #: header attribute carrying the tool-call id
     call_id_key: str | None = None
-    #: what a recipient naming a function starts with; ``None``: every recipient is a function's name
-    function_prefix: str | None = "functions."
-    #: a call's body is XML-style parameters of this spelling, not a JSON object
-    call_args: XmlArgs | None = None
 
     @property
     def markers(self) -> tuple[str, ...]:
-        base = (START, END, MESSAGE, CHANNEL, CONSTRAIN, CALL, RETURN)
-        args = (self.call_args.key_start, self.call_args.value_end) if self.call_args else ()
-        return base + (self.literal or ()) + args
+        base = (START, MESSAGE, *self.header_markers, *self.terminators)
+        return tuple(dict.fromkeys(base + (self.literal or ()) + _body_markers(self.call_body)))
+
+    @property
+    def invokes(self) -> CallBody | None:
+        """The invokes section of a tool message, where calls name their own functions."""
+        return self.call_body if isinstance(self.call_body, CallBody) else None
+
+    @property
+    def params(self) -> XmlArgs | None:
+        """The XML parameters that are a call message's body (the recipient names the function)."""
+        return self.call_body if isinstance(self.call_body, XmlArgs) else None
+
+    @property
+    def followers(self) -> tuple[str, ...]:
+        """What may follow a terminator that really ends a message."""
+        return (START, *self.header_markers[:1], *self.terminators)
+
+    def is_reasoning(self, header: Header) -> bool:
+        """Whether a message with this header is reasoning."""
+        if header.recipient is not None and header.recipient in self.reasoning_recipients:
+            return True
+        hidden = header.channel == "commentary" and self.hidden_commentary and header.attrs.get("intent") != "preamble"
+        return header.recipient is None and (header.channel == "analysis" or hidden)
+
+
+def _body_markers(body: XmlArgs | CallBody | None) -> tuple[str, ...]:
+    """The markers of a call body's XML: a tag's name without its attributes (``<rfl:parameter``)."""
+    if body is None:
+        return ()
+    if isinstance(body, XmlArgs):
+        return (body.key_start.split(" ")[0], body.value_end)
+    return (*body.section, body.call_start.split(" ")[0], body.shape.call_end, *_body_markers(body.shape.args))
 
 
 HARMONY = Dialect()
 OPENCHATML = Dialect(hidden_commentary=True, literal=(LITERAL, END_LITERAL), escapes=True, call_id_key="call_id")
-#: a value ends at its closing tag (one token starting with the newline), or where the model
-#: opens the next parameter instead
+#: Muse Glimmer (see the module docstring)
+MUSE = Dialect(
+    channels=frozenset(), terminators=(EOM, EOT), header_markers=(),
+    reasoning_recipients=frozenset({"self"}), content_recipients=frozenset({"user", "commentary"}),
+    call_body=CallBody(("<atem:function_calls>", "</atem:function_calls>"), '<atem:invoke name="',
+                       XmlCallShape(name_end=('">',), call_end="</atem:invoke>",
+                                    args=XmlArgs('<atem:parameter name="', '">', "</atem:parameter>",
+                                                 value_breaks=("\n</atem:invoke>",)))),
+    reasoning_header="assistant to=self", call_header=lit(" to=") + "$name",
+)
+#: Beam (see the module docstring): a value ends at its closing tag (one token starting with the
+#: newline), or where the model opens the next parameter instead
 BEAM_PARAM = '<rfl:parameter name="'
-BEAM_ARGS = XmlArgs(BEAM_PARAM, '">', "</rfl:parameter>", trim_newline=True, value_breaks=(BEAM_PARAM,))
-BEAM = Dialect(function_prefix=None, call_args=BEAM_ARGS)
+BEAM = Dialect(
+    function_prefix=None,
+    call_body=XmlArgs(BEAM_PARAM, '">', "</rfl:parameter>", trim_newline=True, value_breaks=(BEAM_PARAM,)),
+    call_header=lit(" to=") + "$name" + lit(CHANNEL + "analysis " + CONSTRAIN + "xml"),
+    call_sniff=CONSTRAIN + "xml" + MESSAGE,
+)
 
 
 @dataclass(frozen=True)
@@ -127,19 +219,24 @@ class _Sets:
     stop: MarkerSet  # any marker outside a JSON string breaks the value
     escapes: frozenset[str]
     literal_end: MarkerSet | None
+    invokes: MarkerSet | None  # in a CallBody section: a call, the section's end, or the message's end
+    name_end: MarkerSet | None  # the end of an invoke's name
 
 
 @cache
 def _sets(dialect: Dialect) -> _Sets:
     escapes = frozenset("<" + m for m in dialect.markers) if dialect.escapes else frozenset()
-    body = (*TERMINATORS, *escapes, *(dialect.literal or ()))
+    body = (*dialect.terminators, *escapes, *(dialect.literal or ()))
+    calls = dialect.invokes
     return _Sets(
-        header=MarkerSet((MESSAGE, START, *TERMINATORS)),
+        header=MarkerSet((MESSAGE, START, *dialect.terminators)),
         body=MarkerSet(body),
-        garbled=MarkerSet((*body, START, MESSAGE, CHANNEL, CONSTRAIN)),
+        garbled=MarkerSet((*body, START, MESSAGE, *dialect.header_markers)),
         stop=MarkerSet(dialect.markers),
         escapes=escapes,
         literal_end=MarkerSet((dialect.literal[1],)) if dialect.literal else None,
+        invokes=MarkerSet((calls.call_start, calls.section[1], START, *dialect.terminators)) if calls else None,
+        name_end=MarkerSet(calls.shape.name_end) if calls else None,
     )
 
 
@@ -222,10 +319,10 @@ class Start:
 
 
 GENERATION_PROMPT = Start()  # the prompt ends with ``<|start|>assistant`` (gpt-oss's template)
-ANALYSIS_BODY = Start(prefix="assistant" + CHANNEL + "analysis", in_body=True)
+ANALYSIS_BODY = Start(prefix=HARMONY.reasoning_header, in_body=True)
 
 
-def start_from_prompt(prompt: str | None) -> Start:
+def start_from_prompt(prompt: str | None, dialect: Dialect = HARMONY) -> Start:
     """The start state for a rendered prompt; without one, assume ``<|start|>assistant``."""
     if not prompt:
         return GENERATION_PROMPT
@@ -233,7 +330,7 @@ def start_from_prompt(prompt: str | None) -> Start:
     if at < 0:
         return GENERATION_PROMPT
     tail = prompt[at + len(START):]
-    if any(t in tail for t in TERMINATORS):  # the prompt closed its last message
+    if any(t in tail for t in dialect.terminators):  # the prompt closed its last message
         return Start(prefix="", opened=False)
     body_at = tail.find(MESSAGE)
     if body_at >= 0:
@@ -296,7 +393,7 @@ class HarmonyRun:
         self.dialect = dialect
         self.sets = _sets(dialect)
         self.start = start
-        self.tools = tools or {}
+        self.tools: Mapping[str, ToolSpec] = tools or {}
         self.tool_names = tool_names | frozenset(self.tools)
         self.calls = calls
         self.content = _Joined(out.content.write, "\n\n", strip=False)
@@ -350,23 +447,28 @@ class HarmonyRun:
 
     def body(self, header: Header) -> Generator[None, None, Next]:
         """Read one message body (``<|message|>`` consumed) according to its header."""
+        dialect = self.dialect
         if header.role is not None and (header.role in OTHER_ROLES or "." in header.role):
             return (yield from self.skipped_body())
-        recipient = header.recipient if header.recipient != "assistant" else None
-        if recipient is not None:
+        if header.recipient == "assistant":
+            header.recipient = None
+        recipient = header.recipient
+        if dialect.is_reasoning(header):
+            nxt = yield from self.text_body(self.reasoning.open())
+            self.out.reasoning.drop_held()
+            return nxt
+        if recipient is not None and recipient not in dialect.content_recipients:
+            if dialect.invokes is not None:
+                if self.calls:
+                    return (yield from self.invokes_body(dialect.invokes))
+                return (yield from self.text_body(self.content.open()))
             name = self._function_name(recipient)
             if name is None:
                 return (yield from self.skipped_body())
             if self.calls:
-                call_id = header.attrs.get(self.dialect.call_id_key) if self.dialect.call_id_key else None
+                call_id = header.attrs.get(dialect.call_id_key) if dialect.call_id_key else None
                 return (yield from self.call_body(name, call_id or None))
             return (yield from self.json_text_body(self.content.open()))
-        channel = header.channel
-        hidden = channel == "commentary" and self.dialect.hidden_commentary and header.attrs.get("intent") != "preamble"
-        if channel == "analysis" or hidden:
-            nxt = yield from self.text_body(self.reasoning.open())
-            self.out.reasoning.drop_held()
-            return nxt
         return (yield from self.text_body(self.content.open()))
 
     def _function_name(self, recipient: str) -> str | None:
@@ -387,11 +489,11 @@ class HarmonyRun:
             marker = yield from cur.until(stops, write)
             if marker is None:
                 return None
-            if marker in TERMINATORS:
+            if marker in self.dialect.terminators:
                 space: list[str] = []
                 if not (yield from cur.skip_ws(space.append)):
                     return None
-                follower = yield from cur.match(FOLLOWERS)
+                follower = yield from cur.match(self.dialect.followers)
                 if follower is not None:
                     return follower if follower in (START, CHANNEL) else ""
                 write(marker + "".join(space))  # a terminator written as text
@@ -420,8 +522,8 @@ class HarmonyRun:
     def call_body(self, name: str, call_id: str | None) -> Generator[None, None, Next]:
         """A tool call: the JSON arguments stream to the call; anything else is content."""
         cur, calls = self.cur, self.out.calls
-        if self.dialect.call_args is not None:
-            return (yield from self.xml_call_body(name, call_id, self.dialect.call_args))
+        if self.dialect.params is not None:
+            return (yield from self.params_body(name, call_id, self.dialect.params))
         yield from cur.skip_ws()
         if (yield from cur.peek()) != "{":
             return (yield from self.text_body(self.content.open()))
@@ -431,7 +533,7 @@ class HarmonyRun:
         ended: str | None = None
         if ok:
             yield from cur.skip_ws()
-            ended = yield from cur.match(TERMINATORS)
+            ended = yield from cur.match(self.dialect.terminators)
             if ended is None:  # the stop token <|call|> is usually not in the text
                 ok = cur.eof and cur.available == 0 and not cur.truncated
         calls.end(ok)
@@ -440,15 +542,14 @@ class HarmonyRun:
         # a failed call's text became content (its ``raw``); the rest of the body follows it
         return (yield from self.text_body(self.content.resume()))
 
-
-    def xml_call_body(self, name: str, call_id: str | None, spelling: XmlArgs) -> Generator[None, None, Next]:
-        """A tool call whose body is XML-style parameters, converted to JSON as they stream; it
-        ends at a terminator (or where the output ends: ``<|call|>`` is a stop token)."""
+    def params_body(self, name: str, call_id: str | None, spelling: XmlArgs) -> Generator[None, None, Next]:
+        """A tool call whose body is XML parameters (``Dialect.call_body``), converted to JSON as
+        they stream; it ends at a terminator (or where the output ends: ``<|call|>`` is a stop token)."""
         calls = self.out.calls
         calls.begin()
         calls.header(name, call_id)
-        ok, ended = yield from xml_params_until(spelling, self.tools.get(name), self.cur, self.out, TERMINATORS,
-                                                open_end=True)
+        ok, ended = yield from xml_params_until(spelling, self.tools.get(name), self.cur, self.out,
+                                                self.dialect.terminators, open_end=True)
         calls.end(ok)
         if ended is not None:
             return ""
@@ -457,13 +558,55 @@ class HarmonyRun:
         # a failed call's text became content (its ``raw``); the rest of the body follows it
         return (yield from self.text_body(self.content.resume()))
 
+    def invokes_body(self, spec: CallBody) -> Generator[None, None, Next]:
+        """A tool message whose body holds XML invokes in a section (``Dialect.call_body``); any
+        other text in it is content."""
+        cur, calls, sets = self.cur, self.out.calls, self.sets
+        assert sets.invokes is not None and sets.name_end is not None
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(spec.section[0])):
+            return (yield from self.text_body(self.content.open()))
+        while True:
+            marker = yield from cur.until(sets.invokes, discard)
+            if marker is None:
+                return None
+            if marker == START:  # the message ended without its terminator
+                return START
+            if marker in self.dialect.terminators:
+                cur.unread(len(marker))
+                break
+            if marker == spec.section[1]:
+                yield from cur.skip_ws()
+                break
+            calls.begin(marker)
+            ok = False
+            name, term = yield from cur.read_until(sets.name_end, limit=512)
+            if term is not None and name.strip():
+                ok = yield from xml_call(spec.shape, self.tools, cur, self.out, self._offered(name.strip()))
+            if not calls.end(ok):  # its text became content; the rest of the body follows it
+                return (yield from self.text_body(self.content.resume()))
+        return (yield from self.text_body(self.content.open()))
+
+    def _offered(self, name: str) -> str:
+        """An invoke's name as an offered tool: ``NS.NS`` is ``NS``, a dotted name whose last part
+        names exactly one offered tool is that tool; other names are kept."""
+        names = self.tool_names
+        if not names or name in names or "." not in name:
+            return name
+        head, _, tail = name.partition(".")
+        if head == tail and head in names:
+            return head
+        leaf = name.rsplit(".", 1)[-1]
+        matches = [n for n in names if n.rsplit(".", 1)[-1] == leaf]
+        return matches[0] if len(matches) == 1 else name
+
 
 def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
                      tool_names: frozenset[str] = frozenset(), calls: bool = True,
                      tools: Mapping[str, ToolSpec] | None = None) -> Generator[None, None, None]:
     """The program body for a Harmony-like envelope. With ``calls=False`` (reasoning parser only)
-    a call message's body is passed through as content, as written. ``tools`` (by name) types
-    XML-style parameters."""
+    a call message's body is passed through as content, as written. ``tools`` (the offered tools
+    by name) types XML parameters."""
     yield from HarmonyRun(cur, out, dialect, start, tool_names, calls, tools).run()
 
 
@@ -477,28 +620,41 @@ def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
     return program
 
 
-#: How calls are written: after the generation prompt's ``<|start|>assistant``, each call is a
-#: ``commentary`` message to ``functions.NAME`` with a JSON body, ended by ``<|call|>``; a further
-#: call opens a new message (``<|start|>assistant``).
-HARMONY_WIRE = WireFormat(lit(CHANNEL + "commentary to=functions.") + "$name" + lit(" " + CONSTRAIN + "json" + MESSAGE)
-                          + "$args" + lit(CALL), separator=lit(START + "assistant"))
+def dialect_wire(dialect: Dialect) -> WireFormat:
+    """How a dialect writes calls, after the generation prompt's ``<|start|>assistant``: one message
+    per call, its header ``Dialect.call_header``. A JSON or XML-parameter body is followed by
+    ``<|call|>``, and a further call opens a new message (``<|start|>assistant``); an invokes body
+    is a section with one invoke, and a further call opens a new message after the first terminator."""
+    head = dialect.call_header + lit(MESSAGE)
+    spec = dialect.invokes
+    if spec is not None:
+        call = (head + lit(spec.section[0] + "\n") + xml_call_template(spec.call_start, spec.shape)
+                + lit("\n" + spec.section[1]))
+        return WireFormat(call, separator=lit(dialect.terminators[0] + START + "assistant"),
+                          args=xml_params(spec.shape.args))
+    params = dialect.params
+    return WireFormat(head + "$args" + lit(CALL), separator=lit(START + "assistant"),
+                      args=xml_params(params, newlines=False) if params is not None else JSON_ARGS)
 
 
-#: Beam: a call is an ``analysis`` message to the function's bare name, XML parameters, ``<|call|>``
-BEAM_WIRE = WireFormat(lit(" to=") + "$name" + lit(CHANNEL + "analysis " + CONSTRAIN + "xml" + MESSAGE) + "$args"
-                       + lit(CALL), separator=lit(START + "assistant"), args=xml_params(BEAM_ARGS, newlines=False))
+#: gpt-oss: each call is a ``commentary`` message to ``functions.NAME`` with a JSON body
+HARMONY_WIRE = dialect_wire(HARMONY)
 
 
-def harmony(dialect: Dialect, wire: WireFormat = HARMONY_WIRE, sniff: Callable[[str], bool] | None = None) -> ToolFormat:
+def harmony(dialect: Dialect) -> ToolFormat:
     """A Harmony-like envelope as a tool-call format: it carries reasoning and content too
-    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``).
-    ``sniff`` says whether a text holds a call (default: a ``to=functions.`` recipient)."""
+    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``). How it
+    writes calls, and what shows a call, follow from the dialect."""
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         # a generator: the prompt is read when parsing begins, i.e. after the detector's ``prepare``
-        start = start_from_prompt(ctx.prompt)
-        yield from harmony_messages(cur, out, dialect, start, calls=True, tools=ctx.tools_by_name)
+        start = start_from_prompt(ctx.prompt, dialect)
+        yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True,
+                                    tools=ctx.tools_by_name)
 
-    return ToolFormat(read=read, start_markers=(START, CHANNEL), markers=dialect.markers, wire=wire,
+    spec = dialect.invokes
+    starts = (START, spec.section[0]) if spec is not None else (START, CHANNEL)
+    sniff = dialect.call_sniff or (spec.section[0] if spec is not None else "to=" + (dialect.function_prefix or ""))
+    return ToolFormat(read=read, start_markers=starts, markers=dialect.markers, wire=dialect_wire(dialect),
                       trim_around_calls=False,  # messages are separated by markers; the program places whitespace
-                      handles_reasoning=True, sniff=sniff or (lambda text: "to=functions." in text))
+                      handles_reasoning=True, sniff=lambda text: sniff in text)

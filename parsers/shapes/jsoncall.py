@@ -244,11 +244,12 @@ def decode_json_string(text: str) -> str | None:
 
 
 def tagged_json(start: str | tuple[str, ...], end: str, shape: JsonCallShape = DEFAULT_SHAPE, *,
-                separator: str = "\n", pad: str = "\n", trim_around_calls: bool = True) -> ToolFormat:
-    """``START {"name": …, "arguments": {…}} END``, repeated; anything else is content. A start or
-    end marker outside any JSON string breaks the call; the end marker may be missing where the
-    model itself ended the output. Written as the first start marker, ``pad``, the call object,
-    ``pad``, the end marker; calls joined by ``separator``."""
+                separator: str = "\n", pad: str = "\n", trim_around_calls: bool = True,
+                markup: tuple[str, ...] = ()) -> ToolFormat:
+    """``START {"name": …, "arguments": {…}} END``, repeated; anything else is content (except
+    ``markup``, dropped from it). A start or end marker outside any JSON string breaks the call;
+    the end marker may be missing where the model itself ended the output. Written as the first
+    start marker, ``pad``, the call object, ``pad``, the end marker; calls joined by ``separator``."""
     starts = as_tuple(start)
     stop = MarkerSet((*starts, end))
 
@@ -258,4 +259,5 @@ def tagged_json(start: str | tuple[str, ...], end: str, shape: JsonCallShape = D
         return (yield from cur.closing(end))
 
     wire = WireFormat(starts[0] + pad + call_template(shape) + pad + end, separator=separator)
-    return calls_format(starts, read_call, wire=wire, markers=(end,), trim_around_calls=trim_around_calls)
+    return calls_format(starts, read_call, wire=wire, markers=(end,), markup=markup,
+                        trim_around_calls=trim_around_calls)

@@ -11,6 +11,9 @@
   section.
 
 After a malformed call the rest of a section is read as content again, so nothing is lost.
+``markup`` lists texts that are dropped wherever they stand in the content (Trinity's stray
+``<think>``/``</think>`` around calls written inside its thinking); the text around them is kept
+as written.
 ``calls_format(...)`` wraps such a program in a ``ToolFormat`` whose start markers and markers are
 derived from the same call starts and sections.
 """
@@ -68,12 +71,13 @@ def section_calls(cur: Cursor, out: Out, inside: MarkerSet, end: str, read_one: 
 
 
 def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
-                 section: Sections | None = None, bare_calls: bool = False) -> Read:
+                 section: Sections | None = None, bare_calls: bool = False, markup: tuple[str, ...] = ()) -> Read:
     """A format's program: content, and calls after ``call_starts`` (see the module docstring)."""
     starts = as_tuple(call_starts)
     sections = dict(section_pairs(section))
-    outer = MarkerSet((*sections, *starts) if bare_calls or not sections else tuple(sections))
+    outer = MarkerSet(((*sections, *starts) if bare_calls or not sections else tuple(sections)) + markup)
     inner = {begin: MarkerSet((*starts, end)) for begin, end in sections.items()}
+    dropped = frozenset(markup)
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         def read_one(opener: str) -> Generator[None, None, bool]:
@@ -83,6 +87,8 @@ def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
             marker = yield from cur.until(outer, out.content.write)
             if marker is None:
                 return
+            if marker in dropped:
+                continue
             if marker not in sections:
                 out.calls.begin(marker)
                 out.calls.end((yield from read_call(ctx, cur, out, marker)))
@@ -95,17 +101,18 @@ def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
 
 def calls_format(call_starts: str | tuple[str, ...], read_call: ReadCall, *, wire: WireFormat,
                  section: Sections | None = None, bare_calls: bool = False, markers: tuple[str, ...] = (),
-                 trim_around_calls: bool = True) -> ToolFormat:
+                 markup: tuple[str, ...] = (), trim_around_calls: bool = True) -> ToolFormat:
     """A ``ToolFormat`` over ``marker_calls``: its start markers are the section openers (and the
     call starts where calls may stand outside a section), its markers the sections, the call
-    starts and ``markers`` (the other marker texts ``read_call`` knows)."""
+    starts, ``markers`` (the other marker texts ``read_call`` knows) and the ``markup`` dropped
+    from the content."""
     starts = as_tuple(call_starts)
     pairs = section_pairs(section)
     openers = tuple(begin for begin, _ in pairs)
     return ToolFormat(
-        read=marker_calls(starts, read_call, section, bare_calls),
+        read=marker_calls(starts, read_call, section, bare_calls, markup),
         start_markers=(*openers, *starts) if bare_calls or not pairs else openers,
-        markers=(*(m for pair in pairs for m in pair), *starts, *markers),
+        markers=(*(m for pair in pairs for m in pair), *starts, *markers, *markup),
         wire=wire,
         trim_around_calls=trim_around_calls,
     )

@@ -48,6 +48,12 @@ KNOWN: tuple[Known, ...] = (
     Known("harmony", _all("<|channel|>", "<|message|>", "assistant to="),
           "Harmony message format (gpt-oss): calls and reasoning are channels of messages",
           tools="gpt-oss", reasoning="gpt-oss", override=True),
+    # K2 Horizon (IFM): tool_call_format picks one of three call spellings (key/value tags, typed
+    # tags, JSON), reasoning_effort one of three think tag pairs, and the template calls a custom
+    # validate_tools() global that a plain Jinja renderer lacks; the k2_horizon parsers read them all.
+    Known("k2-horizon", _all("<ifm|tool_calls>", "<ifm|tool_call>", "<ifm|think>"),
+          "K2 Horizon IFM tags: three call spellings and three think tag pairs, chosen by template settings",
+          tools="k2_horizon", reasoning="k2_horizon", override=True),
     # Functionary v3.2: the generation prompt ends with ">>>", so a turn's first recipient carries
     # no marker in the output, and plain text is addressed to the recipient "all"; the diff would
     # see calls with no opening markup.
@@ -77,6 +83,11 @@ KNOWN: tuple[Known, ...] = (
     Known("mimo-vl", _all("You are MiMo, an AI assistant developed by Xiaomi."),
           "MiMo-VL writes <think>…</think>; the template never renders reasoning",
           reasoning="qwen3"),
+    # Apertus: the template renders reasoning (<|inner_prefix|>…<|inner_suffix|>) only from block
+    # content ({"blocks": [{"type": "thoughts"}, …]}), which OpenAI messages do not carry.
+    Known("apertus", _all("'<|inner_prefix|>'", "'<|inner_suffix|>'"),
+          "Apertus reasoning (<|inner_prefix|>…<|inner_suffix|>, calls inside it) is rendered only from block content",
+          reasoning="apertus2509"),
     # Apriel 1.5: the system prompt asks for reasoning, then "[BEGIN FINAL RESPONSE] … [END FINAL
     # RESPONSE]"; the template never renders the reasoning, and it has no opening marker.
     Known("apriel-1.5", _all("[BEGIN FINAL RESPONSE] ... [END FINAL RESPONSE]"),

@@ -1,0 +1,81 @@
+"""``POST /v1/completions``: the legacy completions API, passed through to the backend's own.
+
+The body goes upstream as the client sent it (the backend's model name set), but only after the
+same checks every face gets: a JSON object of the right shape, ``max_tokens`` within
+``--max-tokens-cap``, at most 8 choices; the concurrency slot is held for the whole answer, and a
+client that leaves — before the first byte or during the stream — closes the upstream request at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import Response, StreamingResponse
+
+from app.api.chat import validation_message
+from app.api.chat_protocol import CompletionRequest
+from app.api.respond import RequestScope, until_gone
+from app.backends.streamhttp import StreamError
+from app.errors import BackendError, bad_request
+from app.runtime import Runtime
+
+BROKE = b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
+
+
+def check(body: Any, runtime: Runtime) -> CompletionRequest:
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    try:
+        request = CompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise bad_request(message, param) from None
+    cap = runtime.settings.max_tokens_cap
+    if cap and request.max_tokens and request.max_tokens > cap:
+        raise bad_request(f"max_tokens exceeds this server's cap of {cap}", "max_tokens")
+    if cap and request.max_tokens is None:
+        body["max_tokens"] = cap  # the backend's default may be unbounded
+    return request
+
+
+async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Response:
+    try:
+        request = check(body, runtime)
+
+        async def open_upstream() -> Any:
+            backend = await runtime.ready_backend()
+            if backend.model:
+                body["model"] = backend.model
+            return await backend.open_stream("/v1/completions", body)
+
+        upstream = await until_gone(scope, open_upstream())
+    except BaseException:
+        scope.release()
+        raise
+    if not request.stream:
+        async def read() -> bytes:
+            try:
+                return await upstream.aread()
+            except StreamError as exc:
+                raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
+
+        try:
+            raw = await until_gone(scope, read())
+        finally:
+            await upstream.aclose()
+            scope.release()
+        return Response(raw, media_type="application/json")
+
+    async def relay() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_bytes():
+                yield chunk
+        except StreamError:
+            yield BROKE
+        finally:
+            await upstream.aclose()
+            scope.release()
+
+    return StreamingResponse(relay(), media_type="text/event-stream")
