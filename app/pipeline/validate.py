@@ -59,8 +59,10 @@ VERDICTS = SchemaVerdicts()
 
 
 #: objects and arrays inside one another in a tool schema, at most (real schemas use a dozen or two);
-#: checked before the recursive schema check, so the answer never depends on the stack in use
-MAX_SCHEMA_NESTING = 128
+#: checked before the recursive schema check, so the answer never depends on the stack in use. The
+#: recursive check needs ~8 frames a level: 64 levels stay far from the default recursion limit
+#: from any caller's stack (at 128, a 120-level schema passed or failed by the stack and the limit)
+MAX_SCHEMA_NESTING = 64
 
 
 def nesting(value: Any) -> int:
