@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from app.settings import Settings
-from parsers.registry import UnknownParserError, reasoning_parser_names, tool_parser_names
+from parsers.registry import AUTO_ALIASES, UnknownParserError, reasoning_parser_names, tool_parser_names
 
 
 def _flag(name: str) -> str:
@@ -151,6 +151,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_parsers(_: argparse.Namespace) -> int:
     print("reasoning parsers: " + ", ".join(reasoning_parser_names()))
     print("tool-call parsers: " + ", ".join(tool_parser_names()))
+    print("auto (from the chat template), also spelled: " + ", ".join(sorted(AUTO_ALIASES)))
     return 0
 
 

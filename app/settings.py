@@ -101,6 +101,15 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="debug | info | warning | error")
     log_content: bool = Field(False, description="log prompt and completion text (debug only)")
 
+    @field_validator("reasoning_parser", "tool_call_parser")
+    @classmethod
+    def _auto_alias(cls, value: str | None) -> str | None:
+        """SGLang's ``response_template`` (a parser driven by the checkpoint's own description of
+        its output) is ``auto`` here: the format is learned from the chat template."""
+        from parsers.registry import means_auto
+
+        return "auto" if means_auto(value) else value
+
     @field_validator("api_key", "cors_origins", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:

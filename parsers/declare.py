@@ -33,9 +33,11 @@ from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, Read, ReadCall, ToolFormat
 from parsers.function_call import ToolCallDetector
 from parsers.reasoning import HarmonyReasoning, ReasoningDetector
+from parsers.shapes.blocks import INKLING, Blocks, blocks_program, start_kind, typed_blocks
 from parsers.shapes.generic import GenericFormat, generic
 from parsers.shapes.harmony import (
     ANALYSIS_BODY,
+    BEAM,
     CHANNEL,
     END,
     EOM,
@@ -49,6 +51,7 @@ from parsers.shapes.harmony import (
     CallBody,
     Dialect,
     Start,
+    dialect_wire,
     harmony,
     harmony_program,
     parse_header,
@@ -84,6 +87,7 @@ from parsers.shapes.xmlcall import (
     xml_call,
     xml_call_template,
     xml_params,
+    xml_params_until,
     xml_wire,
 )
 from parsers.tools import ToolSpec
@@ -107,16 +111,17 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "ObjectNotation", "NestedXml", "lit",
     # shape builders (a whole format from one spelling)
     "tagged_json", "named_json", "tagged_xml", "wrapped_xml", "nested_xml", "json_list", "object_notation", "harmony",
-    "generic",
+    "generic", "typed_blocks",
     "calls_format", "marker_calls",
     # shape data
     "JsonCallShape", "DEFAULT_SHAPE", "NamedJsonShape", "XmlArgs", "XmlCallShape", "NestedXmlShape", "Opener", "ObjNotationShape",
-    "GenericFormat", "Section", "Sections", "Dialect", "CallBody", "Start",
+    "GenericFormat", "Section", "Sections", "Dialect", "CallBody", "Start", "Blocks", "INKLING",
     # shape readers, for formats that need code
     "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call", "nested_xml_call",
-    "xml_params", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "call_head", "peek_past_ws",
-    "python_list_wire", "starts_with_list", "harmony_program", "parse_header", "start_from_prompt",
-    "HARMONY", "OPENCHATML", "MUSE", "START", "END", "EOM", "EOT", "CHANNEL", "MESSAGE", "GENERATION_PROMPT",
+    "xml_params", "xml_params_until", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines",
+    "call_head", "peek_past_ws", "python_list_wire", "starts_with_list", "harmony_program", "dialect_wire", "parse_header",
+    "start_from_prompt", "blocks_program", "start_kind",
+    "HARMONY", "OPENCHATML", "MUSE", "BEAM", "START", "END", "EOM", "EOT", "CHANNEL", "MESSAGE", "GENERATION_PROMPT",
     "ANALYSIS_BODY",
     # primitives
     "Cursor", "Write", "discard", "separated", "MarkerSet", "TextChannel", "Out", "CallWriter", "Program",

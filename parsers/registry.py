@@ -25,6 +25,7 @@ TOOL_PARSERS: dict[str, str] = {
     "deepseekv31": "detectors.tools.deepseek:DeepSeekV31",
     "deepseekv32": "detectors.tools.deepseek:DeepSeekV32",
     "deepseekv4": "detectors.tools.deepseek:DeepSeekV4",
+    "deepseekv41": "detectors.tools.deepseek:DeepSeekV41",
     "minimax-m2": "detectors.tools.minimax:MinimaxM2",
     "minimax-m3": "detectors.tools.minimax_m3:MinimaxM3",
     # pythonic and object-notation formats
@@ -40,6 +41,7 @@ TOOL_PARSERS: dict[str, str] = {
     "step3": "detectors.tools.step3:Step3",
     "interns1": "detectors.tools.interns1:InternS1",
     "gigachat3": "detectors.tools.gigachat3:GigaChat3",
+    "gigachat35": "detectors.tools.gigachat3:GigaChat35",
     "mimo": "detectors.tools.mimo:Mimo",
     "minicpm5": "detectors.tools.minicpm5:MiniCpm5",
     "seed_oss": "detectors.tools.seed_oss:SeedOss",
@@ -54,6 +56,10 @@ TOOL_PARSERS: dict[str, str] = {
     "functionary_v31": "detectors.tools.functionary:FunctionaryV31",
     "functionary_v32": "detectors.tools.functionary:FunctionaryV32",
     "firefunction": "detectors.tools.firefunction:FireFunction",
+    "iquest_q1": "detectors.tools.iquest_q1:IQuestQ1",
+    "dots": "detectors.tools.dots:Dots",
+    "beam": "detectors.tools.beam:Beam",
+    "inkling": "detectors.tools.inkling:Inkling",
     "trinity": "detectors.tools.trinity:Trinity",
     "k2_horizon": "detectors.tools.k2_horizon:K2Horizon",
 }
@@ -90,6 +96,7 @@ TOOL_ALIASES: dict[str, str] = {
     "apertus2509": "apertus",
     "command-r": "cohere",
     "command_r": "cohere",
+    "cohere_command4": "cohere",
     "phi4_mini": "phi4_mini_json",
     "llama_nemotron_json": "nemotron_nano_v2",
     "functionary": "functionary_v32",
@@ -120,6 +127,10 @@ REASONING_PARSERS: dict[str, str] = {
     "seed_oss": "detectors.reasoning.seed_oss:SeedOss",
     "granite": "detectors.reasoning.granite:Granite",
     "cohere": "detectors.reasoning.cohere:Cohere",
+    "cohere_command4": "detectors.reasoning.cohere:CohereCommand4",
+    "hunyuan": "detectors.reasoning.hunyuan:Hunyuan",
+    "beam": "detectors.reasoning.harmony:BeamReasoning",
+    "inkling": "detectors.reasoning.inkling:Inkling",
     "k2_horizon": "detectors.reasoning.k2_horizon:K2Horizon",
     "apertus2509": "detectors.reasoning.apertus:Apertus",
 }
@@ -131,6 +142,14 @@ REASONING_ALIASES: dict[str, str] = {
     "qwen3_thinking": "qwen3-thinking",
     "deepseek_v3": "deepseek-v3",
     "deepseek-v31": "deepseek-v3",
+    "deepseek-v4": "deepseek-v3",
+    "deepseek-v41": "deepseek-v3",
+    "gigachat35": "deepseek-r1",
+    "iquest_q1": "deepseek-r1",
+    "dots": "qwen3",
+    "mimo": "qwen3",
+    "granite_thinking_parser": "qwen3",
+    "step3p5": "step3",
     "glm4_moe": "glm45",
     "glm47": "glm45",
     "ling3": "glm45",
@@ -148,6 +167,19 @@ REASONING_ALIASES: dict[str, str] = {
     "seed-oss": "seed_oss",
     "command-r": "cohere",
 }
+
+
+#: names that mean ``auto`` (learn the format from the chat template) for both kinds of parser.
+#: SGLang's ``response_template`` parses with a grammar the checkpoint ships beside its chat
+#: template (``tokenizer_config.json``'s ``response_template``); toolwire has no reader for that
+#: grammar, and learns the same thing — how this checkpoint writes reasoning, content and calls —
+#: from the chat template itself.
+AUTO_ALIASES: frozenset[str] = frozenset({"response_template"})
+
+
+def means_auto(name: str | None) -> bool:
+    """Whether a configured parser name asks for ``auto`` (``auto`` itself or an ``AUTO_ALIASES`` name)."""
+    return name is not None and (_norm(name) == "auto" or _norm(name) in AUTO_ALIASES)
 
 
 class UnknownParserError(ValueError):

@@ -95,3 +95,33 @@ def test_string_value(chunks: list[str], nullable: bool, value: object) -> None:
         string.write(chunk)
     string.close()
     assert json.loads("".join(out)) == value
+
+
+@pytest.mark.parametrize(("text", "nullable", "value"), [
+    ("  a b \n", False, "a b"),
+    ("\n\t x \u2028", False, "x"),  # all whitespace, as str.strip()
+    (" \n ", False, ""),
+    ("a  \n  b", False, "a  \n  b"),  # inner whitespace is kept, even when held across chunks
+    ("  null ", True, None),
+    ("", False, ""),
+])
+def test_string_value_strip_in_every_chunking(text: str, nullable: bool, value: object) -> None:
+    splits = [[text], list(text),
+              *[[text[:i], text[i:]] for i in range(len(text) + 1)]]
+    for chunks in splits:
+        out: list[str] = []
+        string = StringValue(out.append, trim_newline=False, nullable=nullable, strip=True)
+        for chunk in chunks:
+            string.write(chunk)
+        string.close()
+        assert json.loads("".join(out)) == value, chunks
+
+
+def test_args_object_strips_converted_values() -> None:
+    def run(args: ArgsObject) -> Generator[None, None, None]:
+        args.key("n")
+        yield from args.value("integer", False, False, _value([" \n4", "2 \n"]), strip=True)
+        args.key("s")
+        yield from args.value("string", False, False, _value(["  x", " y  "]), strip=True)
+
+    assert json.loads(_args(run)) == {"n": 42, "s": "x y"}

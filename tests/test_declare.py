@@ -11,13 +11,17 @@ import pytest
 
 import parsers.declare
 from parsers.declare import (
+    BEAM,
+    HARMONY,
     JSON_ARGS,
+    MUSE,
     PYTHON_KWARGS,
     ObjectNotation,
     ToolCallDetector,
     ToolFormat,
     WireFormat,
     XmlParams,
+    harmony,
     tagged_json,
 )
 from parsers.registry import TOOL_PARSERS, tool_detector_class
@@ -134,3 +138,24 @@ def test_package_boundaries() -> None:
         if path.parent.name == "shapes":
             assert all(m.startswith(("parsers.core", "parsers.shapes", "parsers.format", "parsers.wire",
                                      "parsers.tools")) for m in imports), (path.name, imports)
+
+
+def test_one_harmony_dialect_writes_and_sniffs_every_envelope() -> None:
+    """gpt-oss, Muse and Beam are data of one ``Dialect``: the call body (JSON, XML invokes, XML
+    parameters) decides how calls are written and what shows one."""
+    calls = [("get_weather", {"city": "Paris"}), ("get_time", {})]
+    wires = {d: harmony(d).wire for d in (HARMONY, BEAM, MUSE)}
+    assert all(wire is not None for wire in wires.values())
+    assert wires[HARMONY].render(calls) == (
+        '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+        "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}<|call|>")
+    assert wires[BEAM].render(calls) == (
+        ' to=get_weather<|channel|>analysis <|constrain|>xml<|message|><rfl:parameter name="city">\nParis\n'
+        "</rfl:parameter><|call|><|start|>assistant to=get_time<|channel|>analysis <|constrain|>xml<|message|><|call|>")
+    assert wires[MUSE].render(calls[1:]) == (
+        ' to=get_time<|message|><atem:function_calls>\n<atem:invoke name="get_time">\n</atem:invoke>\n'
+        "</atem:function_calls>")
+    assert harmony(HARMONY).has_tool_call("x to=functions.f<|message|>")
+    assert harmony(BEAM).has_tool_call(" to=f<|channel|>analysis <|constrain|>xml<|message|>")
+    assert harmony(MUSE).has_tool_call("<atem:function_calls>")
+    assert not harmony(BEAM).has_tool_call("<|channel|>final<|message|>to=functions.f")

@@ -14,8 +14,8 @@ What a format genuinely cannot represent is not generated; the limits, per encod
   ``1`` differ only by the tool's schema (offered here); a value cannot contain its closing tag or
   a marker that breaks a value (``wire.args.forbidden``, checked on the parameter as written —
   padding and the JSON of nested values included: ``wire.args.writable``); keys are plain
-  identifiers (a key cannot contain the tag that ends it). MiniCPM5 also strips the whitespace
-  around a string value (as its reference parsers do).
+  identifiers (a key cannot contain the tag that ends it). MiniCPM5 and dots also strip the
+  whitespace around a string value (as their reference parsers do).
 * Python keyword arguments (``PythonKwargs``): tool names and keys must be Python identifiers
   (no ``-``, no leading digit).
 * Object notation (``ObjectNotation``): a string (or key) cannot contain the delimiter token, and an
@@ -75,7 +75,7 @@ EXCLUDED_NAMES = {"functionary_v32": ("all",), "muse": ("self", "user", "comment
 
 
 def limits(name: str, wire: WireFormat) -> Limits:
-    extra: dict[str, Any] = {"strip_strings": name == "minicpm5",
+    extra: dict[str, Any] = {"strip_strings": name in ("minicpm5", "dots"),
                              "excluded_names": EXCLUDED_NAMES.get(name, ())}
     if isinstance(wire.args, XmlParams):
         return Limits(key=IDENT, forbidden=wire.args.forbidden, writable=wire.args.writable, **extra)
@@ -94,7 +94,7 @@ def texts(lim: Limits) -> st.SearchStrategy[str]:
     text = st.lists(st.one_of(st.text(max_size=6), st.sampled_from(pieces)), max_size=6).map("".join)
     text = text.filter(lambda s: not any(f in s for f in lim.forbidden))
     if lim.strip_strings:
-        text = text.map(lambda s: s.strip(" \t\r\n"))
+        text = text.map(lambda s: s.strip())  # all whitespace: dots strips as str.strip() does
     return text
 
 

@@ -17,10 +17,17 @@ The program is ``HarmonyReasoning``'s (``parsers.reasoning``), for any ``Dialect
 
 from __future__ import annotations
 
-from parsers.declare import CHANNEL, END, HARMONY, MESSAGE, HarmonyReasoning
+from parsers.declare import BEAM, CHANNEL, END, HARMONY, MESSAGE, HarmonyReasoning
 
 
 class GptOssReasoning(HarmonyReasoning):
     dialect = HARMONY
     start = (CHANNEL + "analysis" + MESSAGE,)
     end = END
+
+
+class BeamReasoning(GptOssReasoning):
+    """Beam's envelope (``detectors.tools.beam``) as a reasoning parser alone: ``analysis`` messages
+    are reasoning; a call message's XML body passes through as content, as written."""
+
+    dialect = BEAM

@@ -70,3 +70,10 @@ class DeepSeekV4(ToolCallDetector):
 
     format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
                           wire=xml_wire(f'<{DSML}invoke name="', _dsml(DSML), _V4_SECTIONS[0]))
+
+
+class DeepSeekV41(ToolCallDetector):
+    """Read as V4; written in V4.1's spacing (``<｜DSML｜ calls>``), so forced calls keep its tags."""
+
+    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
+                          wire=xml_wire(f'<{DSML_SPACED}invoke name="', _dsml(DSML_SPACED), _V4_SECTIONS[1]))

@@ -16,6 +16,9 @@ The templates render one call per assistant message. ``<|message_sep|>`` ends th
 text and is markup (so are a ``<|message_sep|>`` or ``</s>`` right after a call). The call object
 is ``{"name": …, "arguments": {…}}``; its arguments stream through as written. GCML parameters
 marked ``string="false"`` are JSON (typed by the schema when it says more).
+
+``gigachat35`` reads the same and writes calls as GigaChat 3.5 does (one GCML block, one invoke
+and one parameter per line), so forced calls keep that model's own spelling.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from parsers.declare import (
     lit,
     section_calls,
     xml_call,
+    xml_wire,
 )
 
 FUNCTION_CALL = "<|function_call|>"  # 3.1
@@ -87,3 +91,9 @@ class GigaChat3(ToolCallDetector):
         markers=(FUNCTION_CALL, MESSAGE_SEP, ROLE_SEP, GCML_OPEN, GCML_CLOSE, f"<{GCML}invoke", f"</{GCML}invoke>",
                  f"<{GCML}parameter", f"</{GCML}parameter>"),
         wire=WireFormat(lit(FUNCTION_CALL) + call_template(SHAPE)))
+
+
+class GigaChat35(GigaChat3):
+    # written as GigaChat 3.5 does: a GCML block, one invoke per call
+    format = ToolFormat(read=GigaChat3.format.read, start_markers=(GCML_OPEN, *GigaChat3.format.start_markers),
+                        markers=GigaChat3.format.markers, wire=xml_wire(GCML_INVOKE, GCML_SHAPE, (GCML_OPEN, GCML_CLOSE)))

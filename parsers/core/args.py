@@ -142,13 +142,14 @@ class ArgsObject:
         self._calls.args(text)
 
     def value(self, kind: str, trim_newline: bool, nullable: bool,
-              read: Callable[[Callable[[str], None]], Generator[None, None, object]]) -> Generator[None, None, bool]:
+              read: Callable[[Callable[[str], None]], Generator[None, None, object]], *,
+              strip: bool = False) -> Generator[None, None, bool]:
         """One parameter value of schema ``kind``, its text produced by ``read(write)`` (falsy
         result: the value did not end properly → ``False``). Strings stream as they arrive;
         other kinds are converted (``convert_value``) once the whole text is in, with one
-        newline trimmed at each end when ``trim_newline``."""
+        newline trimmed at each end when ``trim_newline``, all surrounding whitespace when ``strip``."""
         if kind == "string":
-            value = StringValue(self.raw, trim_newline, nullable)
+            value = StringValue(self.raw, trim_newline, nullable, strip)
             if not (yield from read(value.write)):
                 return False
             value.close()
@@ -159,6 +160,8 @@ class ArgsObject:
         text = "".join(parts)
         if trim_newline:
             text = text.removeprefix("\n").removesuffix("\n")
+        if strip:
+            text = text.strip()
         self.raw(convert_value(text, kind))
         return True
 
@@ -167,17 +170,20 @@ class ArgsObject:
 
 
 class StringValue:
-    """Streams one string value, JSON-escaped, optionally trimming one newline at each end.
+    """Streams one string value, JSON-escaped, optionally trimming one newline at each end, or
+    (``strip``) all whitespace at both ends: a run of whitespace is held until text follows it.
 
     When the parameter may be ``null``, the first characters are held while they could still
     spell ``null`` (at most four), so a literal ``null`` becomes JSON null and anything else a
     string — still streamed as it arrives."""
 
-    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started", "_trim")
+    __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_space", "_started", "_strip", "_trim")
 
-    def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool) -> None:
+    def __init__(self, emit: Callable[[str], None], trim_newline: bool, nullable: bool, strip: bool = False) -> None:
         self._emit = emit
         self._trim = trim_newline
+        self._strip = strip
+        self._space: list[str] = []  # whitespace held back (strip): released only if text follows
         self._started = False
         self._held = ""
         self._maybe_null: str | None = "" if nullable else None
@@ -186,6 +192,10 @@ class StringValue:
     def write(self, text: str) -> None:
         if not text:
             return
+        if self._strip:
+            text = self._stripped(text)
+            if not text:
+                return
         if self._trim:
             if not self._started and text.startswith("\n"):
                 text = text[1:]
@@ -200,6 +210,26 @@ class StringValue:
                 self._emit(_quote(text)[1:-1])
             else:
                 self._out(text)
+
+    def _stripped(self, text: str) -> str:
+        """``text`` without the value's leading whitespace and with its trailing whitespace held
+        back; whitespace held from before is released in front of text that follows it."""
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._space.append(text)
+            return ""
+        tail = text[len(body):]
+        if self._space:
+            body = "".join(self._space) + body
+            self._space.clear()
+        if tail:
+            self._space.append(tail)
+        return body
 
     def _out(self, text: str) -> None:
         if self._maybe_null is not None:

@@ -56,6 +56,15 @@ whose body holds ATEM invokes (``CallBody``)::
 ATEM parameter values are typed by the tool's JSON schema; an invoke's name that is not an offered
 tool but doubles its namespace (``get_weather.get_weather``) or ends in exactly one offered tool's
 name is that tool. Text in a tool message outside the invokes is content.
+
+``BEAM`` is Beam's envelope: Harmony's channels and terminators, but the recipient is the
+function's bare name (``to=get_weather``) and a call's body is that function's parameters as XML
+(``<rfl:parameter name="city">\nParis\n</rfl:parameter>``), typed by the tool's schema.
+
+So a call message's body (``Dialect.call_body``) is one of three things: the JSON arguments of the
+function the recipient names (gpt-oss, OpenChatML), that function's XML parameters (``XmlArgs``:
+Beam), or XML invokes that name their own functions (``CallBody``: Muse). Every XML parameter is
+read by the one parameter reader of ``parsers.shapes.xmlcall``.
 """
 
 from __future__ import annotations
@@ -69,9 +78,9 @@ from parsers.core.cursor import Cursor, Write, discard
 from parsers.core.driver import Out, Program
 from parsers.core.markers import MarkerSet
 from parsers.format import CallContext, ToolFormat
-from parsers.shapes.xmlcall import XmlArgs, XmlCallShape, xml_call, xml_call_template, xml_params
+from parsers.shapes.xmlcall import XmlArgs, XmlCallShape, xml_call, xml_call_template, xml_params, xml_params_until
 from parsers.tools import ToolSpec
-from parsers.wire import WireFormat, lit
+from parsers.wire import JSON_ARGS, WireFormat, lit
 
 START = "<|start|>"
 END = "<|end|>"
@@ -99,8 +108,8 @@ _RECIPIENT = re.compile(r"\s*to=\S")
 
 @dataclass(frozen=True)
 class CallBody:
-    """Calls written in a tool message's body as XML invokes inside a section (Muse's ATEM), not as
-    the JSON arguments of the recipient."""
+    """Calls written in a tool message's body as XML invokes inside a section (Muse's ATEM), each
+    naming its function, rather than as the arguments of the function the recipient names."""
 
     section: tuple[str, str]  # ("<atem:function_calls>", "</atem:function_calls>")
     call_start: str  # '<atem:invoke name="' (the name follows)
@@ -119,9 +128,18 @@ class Dialect:
     #: recipients that are not tools: reasoning (Muse's ``self``) and visible content (``user``)
     reasoning_recipients: frozenset[str] = frozenset()
     content_recipients: frozenset[str] = frozenset()
-    #: a tool message holds XML invokes (any recipient but the ones above is a tool); ``None``: the
-    #: recipient names the function and the body is its JSON arguments
-    call_body: CallBody | None = None
+    #: what a recipient naming a function starts with (a bare offered tool name is one too);
+    #: ``None``: every recipient but the ones above is a function's name (Beam's ``to=get_weather``)
+    function_prefix: str | None = "functions."
+    #: how a call message's body is written. ``None``: the JSON arguments of the function the
+    #: recipient names; ``XmlArgs``: that function's parameters as XML (Beam); ``CallBody``: XML
+    #: invokes naming their functions (Muse: any recipient but the ones above is a tool message)
+    call_body: XmlArgs | CallBody | None = None
+    #: how the wire writes a call message's header after the role (a template: ``$name``)
+    call_header: str = lit(CHANNEL + "commentary to=functions.") + "$name" + lit(" " + CONSTRAIN + "json")
+    #: text that shows an output holds a call (SGLang's ``has_tool_call``); ``None``: the invokes
+    #: section's opener, or ``to=`` and the function prefix
+    call_sniff: str | None = None
     #: the header of a reasoning message (a forced start inside reasoning opens one)
     reasoning_header: str = "assistant" + CHANNEL + "analysis"
     #: commentary without a recipient is hidden (reasoning) unless ``intent=preamble``
@@ -136,9 +154,17 @@ class Dialect:
     @property
     def markers(self) -> tuple[str, ...]:
         base = (START, MESSAGE, *self.header_markers, *self.terminators)
-        body = (*self.call_body.section, self.call_body.call_start.split(" ")[0], *_xml_markers(self.call_body.shape)) \
-            if self.call_body else ()
-        return tuple(dict.fromkeys(base + (self.literal or ()) + body))
+        return tuple(dict.fromkeys(base + (self.literal or ()) + _body_markers(self.call_body)))
+
+    @property
+    def invokes(self) -> CallBody | None:
+        """The invokes section of a tool message, where calls name their own functions."""
+        return self.call_body if isinstance(self.call_body, CallBody) else None
+
+    @property
+    def params(self) -> XmlArgs | None:
+        """The XML parameters that are a call message's body (the recipient names the function)."""
+        return self.call_body if isinstance(self.call_body, XmlArgs) else None
 
     @property
     def followers(self) -> tuple[str, ...]:
@@ -153,9 +179,13 @@ class Dialect:
         return header.recipient is None and (header.channel == "analysis" or hidden)
 
 
-def _xml_markers(shape: XmlCallShape) -> tuple[str, ...]:
-    a = shape.args
-    return (shape.call_end, a.key_start.split(" ")[0], a.value_end)
+def _body_markers(body: XmlArgs | CallBody | None) -> tuple[str, ...]:
+    """The markers of a call body's XML: a tag's name without its attributes (``<rfl:parameter``)."""
+    if body is None:
+        return ()
+    if isinstance(body, XmlArgs):
+        return (body.key_start.split(" ")[0], body.value_end)
+    return (*body.section, body.call_start.split(" ")[0], body.shape.call_end, *_body_markers(body.shape.args))
 
 
 HARMONY = Dialect()
@@ -168,7 +198,16 @@ MUSE = Dialect(
                        XmlCallShape(name_end=('">',), call_end="</atem:invoke>",
                                     args=XmlArgs('<atem:parameter name="', '">', "</atem:parameter>",
                                                  value_breaks=("\n</atem:invoke>",)))),
-    reasoning_header="assistant to=self",
+    reasoning_header="assistant to=self", call_header=lit(" to=") + "$name",
+)
+#: Beam (see the module docstring): a value ends at its closing tag (one token starting with the
+#: newline), or where the model opens the next parameter instead
+BEAM_PARAM = '<rfl:parameter name="'
+BEAM = Dialect(
+    function_prefix=None,
+    call_body=XmlArgs(BEAM_PARAM, '">', "</rfl:parameter>", trim_newline=True, value_breaks=(BEAM_PARAM,)),
+    call_header=lit(" to=") + "$name" + lit(CHANNEL + "analysis " + CONSTRAIN + "xml"),
+    call_sniff=CONSTRAIN + "xml" + MESSAGE,
 )
 
 
@@ -188,7 +227,7 @@ class _Sets:
 def _sets(dialect: Dialect) -> _Sets:
     escapes = frozenset("<" + m for m in dialect.markers) if dialect.escapes else frozenset()
     body = (*dialect.terminators, *escapes, *(dialect.literal or ()))
-    calls = dialect.call_body
+    calls = dialect.invokes
     return _Sets(
         header=MarkerSet((MESSAGE, START, *dialect.terminators)),
         body=MarkerSet(body),
@@ -419,9 +458,9 @@ class HarmonyRun:
             self.out.reasoning.drop_held()
             return nxt
         if recipient is not None and recipient not in dialect.content_recipients:
-            if dialect.call_body is not None:
+            if dialect.invokes is not None:
                 if self.calls:
-                    return (yield from self.invokes_body(dialect.call_body))
+                    return (yield from self.invokes_body(dialect.invokes))
                 return (yield from self.text_body(self.content.open()))
             name = self._function_name(recipient)
             if name is None:
@@ -433,8 +472,11 @@ class HarmonyRun:
         return (yield from self.text_body(self.content.open()))
 
     def _function_name(self, recipient: str) -> str | None:
-        if recipient.startswith("functions."):
-            return recipient[len("functions."):] or None
+        prefix = self.dialect.function_prefix
+        if prefix is None:
+            return recipient
+        if recipient.startswith(prefix):
+            return recipient[len(prefix):] or None
         return recipient if recipient in self.tool_names else None
 
     # ---------------------------------------------------------------- bodies
@@ -480,6 +522,8 @@ class HarmonyRun:
     def call_body(self, name: str, call_id: str | None) -> Generator[None, None, Next]:
         """A tool call: the JSON arguments stream to the call; anything else is content."""
         cur, calls = self.cur, self.out.calls
+        if self.dialect.params is not None:
+            return (yield from self.params_body(name, call_id, self.dialect.params))
         yield from cur.skip_ws()
         if (yield from cur.peek()) != "{":
             return (yield from self.text_body(self.content.open()))
@@ -495,6 +539,22 @@ class HarmonyRun:
         calls.end(ok)
         if ended is not None:
             return ""
+        # a failed call's text became content (its ``raw``); the rest of the body follows it
+        return (yield from self.text_body(self.content.resume()))
+
+    def params_body(self, name: str, call_id: str | None, spelling: XmlArgs) -> Generator[None, None, Next]:
+        """A tool call whose body is XML parameters (``Dialect.call_body``), converted to JSON as
+        they stream; it ends at a terminator (or where the output ends: ``<|call|>`` is a stop token)."""
+        calls = self.out.calls
+        calls.begin()
+        calls.header(name, call_id)
+        ok, ended = yield from xml_params_until(spelling, self.tools.get(name), self.cur, self.out,
+                                                self.dialect.terminators, open_end=True)
+        calls.end(ok)
+        if ended is not None:
+            return ""
+        if ok:
+            return None
         # a failed call's text became content (its ``raw``); the rest of the body follows it
         return (yield from self.text_body(self.content.resume()))
 
@@ -546,7 +606,7 @@ def harmony_messages(cur: Cursor, out: Out, dialect: Dialect, start: Start,
                      tools: Mapping[str, ToolSpec] | None = None) -> Generator[None, None, None]:
     """The program body for a Harmony-like envelope. With ``calls=False`` (reasoning parser only)
     a call message's body is passed through as content, as written. ``tools`` (the offered tools
-    by name) types the parameters of XML invokes."""
+    by name) types XML parameters."""
     yield from HarmonyRun(cur, out, dialect, start, tool_names, calls, tools).run()
 
 
@@ -560,27 +620,31 @@ def harmony_program(dialect: Dialect, start: Start, calls: bool = True,
     return program
 
 
-#: How calls are written: after the generation prompt's ``<|start|>assistant``, each call is a
-#: ``commentary`` message to ``functions.NAME`` with a JSON body, ended by ``<|call|>``; a further
-#: call opens a new message (``<|start|>assistant``).
-HARMONY_WIRE = WireFormat(lit(CHANNEL + "commentary to=functions.") + "$name" + lit(" " + CONSTRAIN + "json" + MESSAGE)
-                          + "$args" + lit(CALL), separator=lit(START + "assistant"))
+def dialect_wire(dialect: Dialect) -> WireFormat:
+    """How a dialect writes calls, after the generation prompt's ``<|start|>assistant``: one message
+    per call, its header ``Dialect.call_header``. A JSON or XML-parameter body is followed by
+    ``<|call|>``, and a further call opens a new message (``<|start|>assistant``); an invokes body
+    is a section with one invoke, and a further call opens a new message after the first terminator."""
+    head = dialect.call_header + lit(MESSAGE)
+    spec = dialect.invokes
+    if spec is not None:
+        call = (head + lit(spec.section[0] + "\n") + xml_call_template(spec.call_start, spec.shape)
+                + lit("\n" + spec.section[1]))
+        return WireFormat(call, separator=lit(dialect.terminators[0] + START + "assistant"),
+                          args=xml_params(spec.shape.args))
+    params = dialect.params
+    return WireFormat(head + "$args" + lit(CALL), separator=lit(START + "assistant"),
+                      args=xml_params(params, newlines=False) if params is not None else JSON_ARGS)
 
 
-def invokes_wire(dialect: Dialect) -> WireFormat:
-    """How a dialect with XML invokes writes calls: after the generation prompt's
-    ``<|start|>assistant``, one message per call, addressed to the tool, its body a section with
-    one invoke; a further call opens a new message after the first terminator."""
-    spec = dialect.call_body
-    assert spec is not None
-    call = (lit(" to=") + "$name" + lit(MESSAGE + spec.section[0] + "\n") + xml_call_template(spec.call_start, spec.shape)
-            + lit("\n" + spec.section[1]))
-    return WireFormat(call, separator=lit(dialect.terminators[0] + START + "assistant"), args=xml_params(spec.shape.args))
+#: gpt-oss: each call is a ``commentary`` message to ``functions.NAME`` with a JSON body
+HARMONY_WIRE = dialect_wire(HARMONY)
 
 
 def harmony(dialect: Dialect) -> ToolFormat:
     """A Harmony-like envelope as a tool-call format: it carries reasoning and content too
-    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``)."""
+    (``handles_reasoning``), and its start state comes from the prompt (``ctx.prompt``). How it
+    writes calls, and what shows a call, follow from the dialect."""
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
         # a generator: the prompt is read when parsing begins, i.e. after the detector's ``prepare``
@@ -588,11 +652,9 @@ def harmony(dialect: Dialect) -> ToolFormat:
         yield from harmony_messages(cur, out, dialect, start, frozenset(ctx.tools_by_name), calls=True,
                                     tools=ctx.tools_by_name)
 
-    spec = dialect.call_body
-    if spec is None:
-        wire, starts, opener = HARMONY_WIRE, (START, CHANNEL), "to=functions."
-    else:
-        wire, starts, opener = invokes_wire(dialect), (START, spec.section[0]), spec.section[0]
-    return ToolFormat(read=read, start_markers=starts, markers=dialect.markers, wire=wire,
+    spec = dialect.invokes
+    starts = (START, spec.section[0]) if spec is not None else (START, CHANNEL)
+    sniff = dialect.call_sniff or (spec.section[0] if spec is not None else "to=" + (dialect.function_prefix or ""))
+    return ToolFormat(read=read, start_markers=starts, markers=dialect.markers, wire=dialect_wire(dialect),
                       trim_around_calls=False,  # messages are separated by markers; the program places whitespace
-                      handles_reasoning=True, sniff=lambda text: opener in text)
+                      handles_reasoning=True, sniff=lambda text: sniff in text)

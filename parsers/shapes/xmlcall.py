@@ -10,7 +10,9 @@ The arguments object is written incrementally: ``{`` with the first parameter, t
 is held back by the marker scanner), or — for other types — the converted value once the closing
 tag arrives; ``}`` at the end. Types come from the tool's JSON schema (or a ``string="…"``
 attribute where the format has one); a parameter the schema does not describe is a string.
-Every call's fragments concatenate to one JSON object.
+Every call's fragments concatenate to one JSON object. Whatever encloses the parameters — a call's
+closing tag (``xml_call``) or the end of a Harmony-like message (``xml_params_until``) — each one
+is read by ``xml_param``.
 
 ``tagged_xml`` and ``wrapped_xml`` declare whole formats; the way they write calls (``xml_wire``)
 is derived from the same ``XmlCallShape``: the name and parameters in their tags, string values
@@ -51,6 +53,8 @@ class XmlArgs:
     #: (K2 Horizon: ``<ifm|arg_type>integer</ifm|arg_type>``); read, not written
     type_tag: tuple[str, str] | None = None
     trim_newline: bool = False  # strip one newline after the opening and one before the closing tag
+    strip: bool = False  # strip all whitespace around a value (dots)
+    unquote_key: bool = False  # the key may be quoted ('"k"', "'k'", or bare): one pair of quotes is dropped
     #: the closing tag counts only when one of these follows it (or the output ends); otherwise it
     #: is text inside the value (Qwen3.6+: "</parameter>" mid-line is text, "\n</parameter>\n" is markup)
     value_end_follow: tuple[str, ...] = ()
@@ -69,6 +73,7 @@ class XmlCallShape:
     args: XmlArgs
     name_attribute: str | None = None  # the name is this attribute of the header (K3: tool="…")
     self_closing: str | None = None  # header ending that also ends the call, without arguments ('"/>')
+    unquote_name: bool = False  # the name may be quoted ('"f"', "'f'", or bare): one pair of quotes is dropped
 
 
 _HEADER_ATTR = re.compile(r'([\w.-]+)\s*=\s*"([^"]*)"')
@@ -78,14 +83,35 @@ def _attributes(text: str) -> dict[str, str]:
     return {k: html.unescape(v) for k, v in _HEADER_ATTR.findall(text)}
 
 
+def _unquote(text: str) -> str:
+    """``text`` without one pair of matching quotes around it."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1].strip()
+    return text
+
+
 @lru_cache(maxsize=256)
-def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet, MarkerSet]:
-    """The marker sets one call of ``shape`` scans with (built once per shape, not per call)."""
-    a = shape.args
-    return (MarkerSet((a.key_start, shape.call_end)),
-            MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ()))),
-            MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.value_end, *a.value_breaks)),
-            MarkerSet((a.type_tag[1],) if a.type_tag else (">",)))
+def _marker_sets(shape: XmlCallShape) -> tuple[MarkerSet, MarkerSet]:
+    """The marker sets one call of ``shape`` scans with between its parameters (built once per
+    shape, not per call): a parameter or the call's end, and what ends the name."""
+    return (MarkerSet((shape.args.key_start, shape.call_end)),
+            MarkerSet((*shape.name_end, *((shape.self_closing,) if shape.self_closing else ()))))
+
+
+@dataclass(frozen=True)
+class _ParamSets:
+    """The marker sets one parameter of an ``XmlArgs`` is read with."""
+
+    key_end: MarkerSet
+    attr_end: MarkerSet  # the ">" after attributes
+    type_end: MarkerSet | None  # the closing type tag
+    value_ends: MarkerSet  # the closing tag and the breaks
+
+
+@lru_cache(maxsize=256)
+def _param_sets(a: XmlArgs) -> _ParamSets:
+    return _ParamSets(MarkerSet((a.key_end,)), MarkerSet((">",)), MarkerSet((a.type_tag[1],)) if a.type_tag else None,
+                      MarkerSet((a.value_end, *a.value_breaks)))
 
 
 def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, out: Out,
@@ -93,7 +119,7 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
     """Read one call after its opening marker (the name follows, unless already known),
     up to and including its ``call_end``."""
     a = shape.args
-    params, name_ends, key_end, attr_end, value_ends, type_end = _marker_sets(shape)
+    params, name_ends = _marker_sets(shape)
     pending_key = False
     ended = False
     if name is None:
@@ -101,6 +127,8 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
         if term is None:
             return False
         name = _attributes(text).get(shape.name_attribute, "") if shape.name_attribute else text.strip()
+        if shape.unquote_name:
+            name = _unquote(name)
         if not name:
             return False
         pending_key = term == a.key_start
@@ -117,44 +145,80 @@ def xml_call(shape: XmlCallShape, tools: Mapping[str, ToolSpec], cur: Cursor, ou
             if marker == shape.call_end:
                 break
         pending_key = False
-        key, term = yield from cur.read_until(key_end, limit=512)
-        if term is None:
-            return False
-        declared_type = None
-        if a.key_attribute:
-            attrs = _attributes(key)
-            key = attrs.get(a.key_attribute, "")
-            declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
-        key = key.strip()
-        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
-        if a.attributes:
-            attrs_text, term = yield from cur.read_until(attr_end, limit=512)
-            if term is None:
-                return False
-            if a.string_attribute:
-                flag = _attributes(attrs_text).get(a.string_attribute)
-                if flag is not None:
-                    kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
-        if a.type_tag:
-            yield from cur.skip_ws()
-            if (yield from cur.expect(a.type_tag[0])):
-                written, term = yield from cur.read_until(type_end, limit=64)
-                if term is None:
-                    return False
-                if written.strip():
-                    declared_type = written.strip()
-        if declared_type:
-            kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
-        if a.value_start:
-            yield from cur.skip_ws()
-            if not (yield from cur.expect(a.value_start)):
-                return False
-        args.key(key)
-        if not (yield from args.value(kind, a.trim_newline, nullable,
-                                      lambda write: _read_value(cur, a, value_ends, write))):
+        if not (yield from xml_param(a, tool, cur, args)):
             return False
     args.close()
     return True
+
+
+def xml_params_until(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, out: Out, ends: tuple[str, ...],
+                     open_end: bool = False) -> Generator[None, None, tuple[bool, str | None]]:
+    """The parameters of a call whose header is already written, for formats whose calls end at
+    one of several markers rather than a closing tag (Harmony-like envelopes). Returns ``(True,
+    end)`` at one of ``ends`` (consumed); with ``open_end``, ``(True, None)`` where the output ends
+    after a parameter (a stop token the text never shows), unless it was cut off; else
+    ``(False, None)``. The arguments object is closed when the call is complete."""
+    markers = (a.key_start, *ends)
+    args = ArgsObject(out.calls)
+    while True:
+        yield from cur.skip_ws()
+        marker = yield from cur.match(markers)
+        if marker is None:
+            if open_end and cur.eof and cur.available == 0 and not cur.truncated:
+                args.close()
+                return True, None
+            return False, None
+        if marker != a.key_start:
+            args.close()
+            return True, marker
+        if not (yield from xml_param(a, tool, cur, args)):
+            return False, None
+
+
+def xml_param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject) -> Generator[None, None, bool]:
+    """One parameter after its ``key_start`` — the one parameter reader of every XML-style format:
+    the key (or its key attribute, unquoted with ``unquote_key``), attributes, an optional type tag,
+    and the value, written to ``args``. The value's type is the tool's schema's, overridden by a
+    type attribute or tag (K3, K2 Horizon) or a string attribute (DSML); ``strip`` / ``trim_newline``
+    say what whitespace around it is markup."""
+    sets = _param_sets(a)
+    key, term = yield from cur.read_until(sets.key_end, limit=512)
+    if term is None:
+        return False
+    declared_type = None
+    if a.key_attribute:
+        attrs = _attributes(key)
+        key = attrs.get(a.key_attribute, "")
+        declared_type = attrs.get(a.type_attribute) if a.type_attribute else None
+    key = key.strip()
+    if a.unquote_key:
+        key = _unquote(key)
+    kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
+    if a.attributes:
+        attrs_text, term = yield from cur.read_until(sets.attr_end, limit=512)
+        if term is None:
+            return False
+        if a.string_attribute:
+            flag = _attributes(attrs_text).get(a.string_attribute)
+            if flag is not None:
+                kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
+    if a.type_tag and sets.type_end is not None:
+        yield from cur.skip_ws()
+        if (yield from cur.expect(a.type_tag[0])):
+            written, term = yield from cur.read_until(sets.type_end, limit=64)
+            if term is None:
+                return False
+            if written.strip():
+                declared_type = written.strip()
+    if declared_type:
+        kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
+    if a.value_start:
+        yield from cur.skip_ws()
+        if not (yield from cur.expect(a.value_start)):
+            return False
+    args.key(key)
+    return (yield from args.value(kind, a.trim_newline, nullable,
+                                  lambda write: _read_value(cur, a, sets.value_ends, write), strip=a.strip))
 
 
 def _read_value(cur: Cursor, a: XmlArgs, ends: MarkerSet, write: Callable[[str], None]) -> Generator[None, None, bool]:

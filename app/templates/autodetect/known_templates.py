@@ -37,6 +37,11 @@ def _any(*needles: str) -> Callable[[str], bool]:
 
 
 KNOWN: tuple[Known, ...] = (
+    # Beam: a Harmony-like envelope whose call bodies are <rfl:parameter> XML (SGLang detects it by
+    # these two markers); before `harmony`, whose JSON call bodies it would otherwise be read with.
+    Known("beam", _all("<|channel|>", "<rfl:parameter"),
+          "Beam's Harmony-like messages: calls to bare names with <rfl:parameter> XML bodies",
+          tools="beam", reasoning="beam", override=True),
     # Harmony: a call is a whole message addressed to functions.NAME (the recipient sits in the
     # message header, around the channel), and reasoning is the analysis channel, which the
     # template drops from the last turn; the gpt-oss program reads the headers and the prompt's tail.
