@@ -60,8 +60,9 @@ def test_langgraph_react_agent_round_trip(streamed: bool, backend_factory, proxy
         return RESULT
 
     question = {"messages": [{"role": "user", "content": "Weather in Reykjavik?"}]}
+    bounded = {"recursion_limit": 4}  # model → tools → model; a model that keeps calling fails at once
     with httpx.Client(event_hooks={"request": [record]}, timeout=30) as http:
-        model = ChatOpenAI(model="qwen3", base_url=proxy.url + "/v1", api_key="unused",  # type: ignore[arg-type]
+        model = ChatOpenAI(model="qwen3", base_url=proxy.url + "/v1", api_key="unused",
                            max_retries=0, http_client=http)
         with warnings.catch_warnings():  # LangGraph 1.x deprecates it for langchain's create_agent; still the API in use
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -69,7 +70,7 @@ def test_langgraph_react_agent_round_trip(streamed: bool, backend_factory, proxy
         if streamed:
             chunks: list[AIMessageChunk] = []
             state: dict[str, Any] = {}
-            for mode, data in agent.stream(question, stream_mode=["messages", "values"]):
+            for mode, data in agent.stream(question, bounded, stream_mode=["messages", "values"]):
                 if mode == "messages" and isinstance(data[0], AIMessageChunk):
                     chunks.append(data[0])
                 elif mode == "values":
@@ -80,7 +81,7 @@ def test_langgraph_react_agent_round_trip(streamed: bool, backend_factory, proxy
             assert sum(1 for c in chunks if c.text) >= 2
             assert any(tc.get("name") == "get_weather" for c in chunks for tc in c.tool_call_chunks)
         else:
-            messages = agent.invoke(question)["messages"]
+            messages = agent.invoke(question, bounded)["messages"]
 
     assert ran == [CITY]  # the graph ran the tool the model called
     final = messages[-1]
