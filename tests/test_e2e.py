@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from app.backends import GenerationRequest, LlamaCppBackend, Sampling, TextDelta
@@ -237,6 +238,77 @@ def test_generation_under_each_wire_grammar_parses(llama: LlamaServerProcess, na
     assert len(calls) == 1 and calls[0].name == "get_weather", text
     jsonschema.validate(json.loads(calls[0].parameters), WEATHER_TOOL["function"]["parameters"])
     assert not content.strip()
+
+
+# ---------------------------------------------------------------------------------- agent loop
+
+TOOL_RESULT = "RESULT-4417: sunny, 21 C"
+
+
+def test_call_only_round_trip_on_the_real_model(tool_proxy: ProxyServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's round trip on the real model: a forced call (the tiny model calls reliably only
+    under a grammar), the SDK's own call-only message handed back — ``"content": null`` — with the
+    tool result, and the next request, streamed and not, answers with text. The prompts that reach
+    llama-server are recorded as the backend client builds them: the second holds the call and then
+    the tool result."""
+    backend = tool_proxy.runtime.backend
+    assert backend is not None, "the proxy did not probe llama-server at start-up"
+    prompts: list[str] = []
+    build = backend.body
+
+    def recording_body(request: GenerationRequest) -> dict:
+        body = build(request)
+        prompts.append(body["prompt"])
+        return body
+
+    monkeypatch.setattr(backend, "body", recording_body)
+    sent: list[dict] = []  # what the openai SDK put on the wire
+
+    def record(request: httpx.Request) -> None:
+        sent.append(json.loads(request.content))
+
+    question = "What is the weather in Paris for 3 days?"
+    with httpx.Client(event_hooks={"request": [record]}, timeout=120) as http:
+        # a forced call is slow on two shared cores (the grammar checks the vocabulary at every token)
+        client = openai.OpenAI(base_url=tool_proxy.url + "/v1", api_key="unused", max_retries=0, timeout=120,
+                               http_client=http)
+        messages: list = [{"role": "user", "content": question}]
+        first = client.chat.completions.create(
+            model="smollm2", messages=messages, tools=[WEATHER_TOOL], max_tokens=100, temperature=0,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False)
+        message = first.choices[0].message
+        assert message.content is None and message.tool_calls and len(message.tool_calls) == 1, first
+        call = message.tool_calls[0]
+        assert call.function.name == "get_weather"
+        arguments = json.loads(call.function.arguments)
+        messages += [message, {"role": "tool", "tool_call_id": call.id, "content": TOOL_RESULT}]
+
+        kwargs = {"model": "smollm2", "messages": messages, "tools": [WEATHER_TOOL], "max_tokens": 24,
+                  "temperature": 0}
+        second = client.chat.completions.create(**kwargs)
+        with client.chat.completions.stream(**kwargs, stream_options={"include_usage": True}) as events:
+            streamed = events.get_final_completion()
+
+    assert len(sent) == 3 and len(prompts) == 3
+    handed_back = sent[1]["messages"][1]
+    assert handed_back["role"] == "assistant" and "content" in handed_back and handed_back["content"] is None
+    assert handed_back["tool_calls"][0]["id"] == call.id
+
+    for answer in (second, streamed):
+        choice = answer.choices[0]
+        assert choice.finish_reason in ("stop", "length"), choice
+        assert choice.message.content and choice.message.content.strip(), choice
+        assert "<tool_call>" not in choice.message.content and "<|im_end|>" not in choice.message.content
+        assert answer.usage.prompt_tokens > first.usage.prompt_tokens  # the call and result made it longer
+
+    assert TOOL_RESULT not in prompts[0]
+    for prompt in prompts[1:]:
+        after_question = prompt[prompt.index(question) + len(question):]
+        assert "get_weather" in after_question and str(arguments["city"]) in after_question, prompt
+        assert TOOL_RESULT in after_question, prompt
+        assert after_question.index("get_weather") < after_question.index(TOOL_RESULT)
+        assert prompt.endswith("<|im_start|>assistant\n")
+    assert prompts[1] == prompts[2]  # streaming or not, the same prompt
 
 
 # ------------------------------------------------------------------------- Anthropic Messages API
