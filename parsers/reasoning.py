@@ -18,7 +18,9 @@ marker and the answer is not content. A tool-call start marker inside an unclose
 ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
 instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
 passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
-in the answer opens another reasoning block (and a stray end marker there is dropped).
+in the answer opens another reasoning block (and a stray end marker there is dropped). The
+answer's markup (``content_markup``) is dropped with the whitespace next to it, and an end-of-turn
+token that is the last text of the output (``end_tokens``) is never content.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class ReasoningDetector:
     #: a start marker anywhere in the answer opens another reasoning block (not only at the start);
     #: a stray end marker there is markup
     reopen: ClassVar[bool] = False
+    #: end-of-turn tokens the model's templates close a turn with: never content when they are the
+    #: last text of the output (``parsers.core.trailing``)
+    end_tokens: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -86,16 +91,16 @@ class ReasoningDetector:
 
     def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
         """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
-        (or a stop marker, which passes through as normal text), then normal text with the
-        content markup removed (and, with ``reopen``, further reasoning blocks)."""
+        (or a stop marker, which passes through as normal text), then normal text (the content
+        markup is dropped by the content channel; with ``reopen``, further reasoning blocks)."""
         starts = tuple(self.start)
         ends = self.ends()
         # an answer wrapper (content markup) or a tool-call start also ends the reasoning block
-        stops = tuple(stop_markers) if self.tool_calls_end_reasoning else ()
+        stop_markers = tuple(stop_markers)
+        stops = stop_markers if self.tool_calls_end_reasoning else ()
         passing = dict(self.passthrough)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
-        markup = MarkerSet(self.content_markup) if self.content_markup else None
-        answer = MarkerSet((*self.content_markup, *starts, *ends)) if self.reopen else markup
+        reopening = MarkerSet((*starts, *ends)) if self.reopen else None
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
 
         def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
@@ -114,7 +119,7 @@ class ReasoningDetector:
             out.reasoning.drop_held()
             if marker in ends:
                 out.content.strip_next()
-            elif markup is None or marker not in markup:
+            else:  # a tool-call start passes on; the content channel drops the answer's markup
                 out.content.write(marker)
             return True
 
@@ -131,10 +136,10 @@ class ReasoningDetector:
                     return
             else:
                 out.content.write("".join(lead))
-            if answer is None:
+            if reopening is None:
                 yield from cur.rest(out.content.write)
                 return
-            while (marker := (yield from cur.until(answer, out.content.write))) is not None:
+            while (marker := (yield from cur.until(reopening, out.content.write))) is not None:
                 if marker in starts and not (yield from block(cur, out)):
                     return
 
@@ -196,7 +201,9 @@ class ReasoningParser:
         if state is None:
             state = self.detector.force_reasoning
         self.in_reasoning_at_start = state
-        self._program = Driver(self.detector.make_program(state, self._stop_markers))
+        detector = self.detector
+        self._program = Driver(detector.make_program(state, self._stop_markers),
+                               content_markup=detector.content_markup, end_tokens=detector.end_tokens)
         self._held: list[str] = []
 
     # ------------------------------------------------------------------ event surface
