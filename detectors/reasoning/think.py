@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 
+from detectors.turns import CHATML, DEEPSEEK, GLM, KIMI, MINIMAX
 from parsers.declare import Cursor, Out, Program, ReasoningDetector
 
 
 class Qwen3(ReasoningDetector):
     start = ("<think>",)
     end = "</think>"
+    end_tokens = CHATML
 
 
 class Qwen3Thinking(Qwen3):
@@ -37,22 +39,26 @@ class Qwen3Thinking(Qwen3):
 
 class DeepSeekR1(Qwen3):
     force_reasoning = True
+    end_tokens = DEEPSEEK
 
 
 class DeepSeekV3(Qwen3):
     """V3.1 hybrid: the template appends ``<think>`` (thinking) or ``</think>`` (not) to the prompt."""
 
+    end_tokens = DEEPSEEK
+
 
 class Glm45(Qwen3):
-    pass
+    end_tokens = GLM
 
 
 class KimiK2(Qwen3):
-    pass
+    end_tokens = KIMI
 
 
 class Minimax(Qwen3):
     force_reasoning = True
+    end_tokens = MINIMAX
 
 
 class MinimaxAppendThink(Qwen3):
@@ -65,6 +71,8 @@ class MinimaxAppendThink(Qwen3):
             yield from cur.rest(out.content.write)
 
         return program
+
+    end_tokens = MINIMAX
 
     @classmethod
     def markers(cls) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import COHERE
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -60,5 +61,6 @@ WIRE = WireFormat('{"tool_call_id": "$index", "tool_name": "$name", "parameters"
 
 
 class Cohere(ToolCallDetector):
+    end_tokens = COHERE
     format = ToolFormat(read=_read, start_markers=(START_ACTION,), markers=(START_ACTION, END_ACTION, *TEXT_MARKERS),
                         wire=WIRE)

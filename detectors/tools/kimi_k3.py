@@ -13,6 +13,7 @@ it, so the marker text itself may appear inside a value.
 
 from __future__ import annotations
 
+from detectors.turns import KIMI_K3
 from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 OPEN, CLOSE, SEP = "<|open|>", "<|close|>", "<|sep|>"
@@ -26,4 +27,5 @@ SHAPE = XmlCallShape(
 
 class KimiK3(ToolCallDetector):
     # written compact: a closing ``argument`` element counts only right before the next element
+    end_tokens = KIMI_K3
     format = tagged_xml(f"{OPEN}call", SHAPE, section=TOOLS, newlines=False, attributes=' index="$ordinal"')

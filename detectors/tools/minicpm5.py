@@ -19,6 +19,7 @@ import html
 import re
 from collections.abc import Callable, Generator
 
+from detectors.turns import CHATML
 from parsers.declare import (
     ArgsObject,
     CallContext,
@@ -212,4 +213,5 @@ WIRE = WireFormat('<function name="$name">$args</function>', separator="\n",
 
 
 class MiniCpm5(ToolCallDetector):
+    end_tokens = CHATML
     format = calls_format(FUNCTION_STARTS, _read_call, markers=(FUNCTION_END, *PARAM_STARTS, PARAM_END), wire=WIRE)
