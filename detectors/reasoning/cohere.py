@@ -19,6 +19,7 @@ class Cohere(ReasoningDetector):
     start = ("<|START_THINKING|>",)
     end = "<|END_THINKING|>"
     content_markup = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
+    prompt_may_open = True  # Cohere2 (Command A): the generation prompt opens <|START_THINKING|>
     end_tokens = COHERE
 
 

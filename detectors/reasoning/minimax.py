@@ -15,4 +15,5 @@ from parsers.declare import ReasoningDetector
 class MinimaxM3(ReasoningDetector):
     start = ("<mm:think>",)
     end = "</mm:think>"
+    prompt_may_open = True  # thinking_mode "enabled": the generation prompt opens <mm:think>
     end_tokens = MINIMAX
