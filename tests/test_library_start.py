@@ -136,3 +136,10 @@ def test_the_tool_parser_alone_drops_envelopes_and_end_tokens(name: str, text: s
     pieces = [parser.parse_stream_chunk(char)[0] for char in text]
     assert "".join(pieces) + parser.finish()[0] == normal
 
+
+def test_minicpm5_cdata_code_keeps_its_indentation() -> None:
+    code = "    def f(x):\n        if x < 0:\n            return -x\n        return x\n"
+    text = f'<function name="write_file"><param name="path">f.py</param><param name="content"><![CDATA[{code}]]></param></function>'
+    normal, calls = FunctionCallParser(TOOLS, "minicpm5").parse_non_stream(text)
+    assert normal == ""
+    assert json.loads(calls[0].parameters) == {"path": "f.py", "content": code}
