@@ -45,11 +45,15 @@ class TrailingTokens:
 
     def feed(self, text: str) -> str:
         """The text that can no longer be part of a closing run."""
-        if not text:
-            return ""
-        buf = self._held + text if self._held else text
-        start = max(0, len(buf) - self._limit)
-        found = self._first.search(buf, start)
+        held = self._held
+        if not held:
+            if self._first.search(text) is None:  # the common case: nothing here can begin a token
+                return text
+            buf = text
+        else:
+            buf = held + text
+        start = len(buf) - self._limit
+        found = self._first.search(buf, max(0, start))
         while found is not None:
             at = found.start()
             if self._partial.fullmatch(buf, at) is not None:
