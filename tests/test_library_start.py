@@ -25,12 +25,13 @@ def stream(parser: ReasoningParser, chunks: list[str]) -> tuple[str, str, list[t
 
 
 # SGLang 0.5.23's ReasoningParser with force_reasoning=None: the detector's default, overridden to
-# True for qwen3-thinking, gpt-oss and minimax; DeepSeekR1Detector (deepseek-r1, step3) and
-# KimiK3Detector default to True.
+# True for qwen3-thinking, gpt-oss and minimax; DeepSeekR1Detector (deepseek-r1, step3), KimiK3Detector,
+# K2V3Detector (k2_horizon) and Command 4's default to True.
 SGLANG_STARTS_INSIDE = {
     "qwen3": False, "qwen3-thinking": True, "deepseek-r1": True, "deepseek-v3": False, "glm45": False,
     "kimi": False, "kimi_k2": False, "kimi_k3": True, "minimax": True, "minimax-m3": False, "step3": True,
-    "nemotron_3": False, "interns1": False, "mistral": False, "gemma4": False,
+    "nemotron_3": False, "interns1": False, "mistral": False, "gemma4": False, "k2_horizon": True,
+    "cohere_command4": True,
 }
 
 
