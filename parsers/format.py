@@ -16,7 +16,7 @@ the detector learns the prompt (``ctx.prompt``) after the program is created.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from parsers.core.cursor import Cursor
@@ -51,7 +51,8 @@ class ToolFormat:
     """One tool-call format (see the module docstring).
 
     ``markers`` is every marker text of the format (leak checks, tokens the backend must keep as
-    text); the start markers are included (after the listed ones) whether or not they were listed.
+    text); the start markers and the content markup are included (after the listed ones) whether
+    or not they were listed.
     """
 
     read: Read
@@ -66,10 +67,18 @@ class ToolFormat:
     handles_reasoning: bool = False
     #: whether a text holds a call (SGLang's ``has_tool_call``); default: a start marker occurs in it
     sniff: Callable[[str], bool] | None = field(default=None)
+    #: the format's response envelope (``<|START_RESPONSE|>`` … ``<|END_RESPONSE|>``): markers that
+    #: wrap the answer, dropped from the content with the whitespace next to them wherever they occur
+    content_markup: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "start_markers", _unique(self.start_markers))
-        object.__setattr__(self, "markers", _unique(self.markers, self.start_markers))
+        object.__setattr__(self, "content_markup", _unique(self.content_markup))
+        object.__setattr__(self, "markers", _unique(self.markers, self.start_markers, self.content_markup))
+
+    def with_content_markup(self, *markup: str) -> ToolFormat:
+        """The same format with a response envelope (for formats built by a shape builder)."""
+        return replace(self, content_markup=(*self.content_markup, *markup))
 
     def has_tool_call(self, text: str) -> bool:
         if self.sniff is not None:

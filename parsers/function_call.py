@@ -50,6 +50,11 @@ class ToolCallDetector:
     handles_reasoning: ClassVar[bool] = False
     #: how the format writes calls, for constrained decoding (None: cannot be constrained)
     wire: ClassVar[WireFormat | None] = None
+    #: the format's response envelope, dropped from the content (``ToolFormat.content_markup``)
+    content_markup: ClassVar[tuple[str, ...]] = ()
+    #: end-of-turn tokens the model's templates close a turn with: never content when they are the
+    #: last text of the output (``parsers.core.trailing``); declared per detector
+    end_tokens: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -60,6 +65,7 @@ class ToolCallDetector:
             cls.trim_around_calls = fmt.trim_around_calls
             cls.handles_reasoning = fmt.handles_reasoning
             cls.wire = fmt.wire
+            cls.content_markup = fmt.content_markup
 
     def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         self.tools = tuple(tools)
@@ -109,8 +115,9 @@ class FunctionCallParser:
 
     def _new_program(self) -> Driver:
         known = frozenset(t.name for t in self.tools) if self.tools else None
-        return Driver(self.detector.body, trim_around_calls=self.detector.trim_around_calls, known_names=known,
-                      max_calls=self.max_calls)
+        detector = self.detector
+        return Driver(detector.body, trim_around_calls=detector.trim_around_calls, known_names=known,
+                      max_calls=self.max_calls, content_markup=detector.content_markup, end_tokens=detector.end_tokens)
 
     @property
     def malformed_calls(self) -> int:

@@ -8,17 +8,29 @@ reasoning when nothing says otherwise). ``ReasoningParser`` is the SGLang-compat
     reasoning, normal = parser.finish()                     # at end of stream
     reasoning, normal = ReasoningParser("qwen3").parse_non_stream(text)
 
-Start state (DESIGN §5): when the rendered prompt is known (``prompt=``), its tail decides — a
-prompt that ends inside an open reasoning block (``…<think>\\n``) starts inside reasoning, one that
-closed it (``<think>\\n\\n</think>\\n\\n``) starts outside; otherwise the detector's default (or
-``force_reasoning``) applies.
+Start state (DESIGN §5): ``force_reasoning`` (as in SGLang's API) decides when given; else, when
+the rendered prompt is known (``prompt=``), its tail decides — a prompt that ends inside an open
+reasoning block (``…<think>\\n``) starts inside reasoning, one that closed it
+(``<think>\\n\\n</think>\\n\\n``) starts outside; otherwise the detector's default applies, which
+is SGLang's for the same name (``qwen3``: outside, ``deepseek-r1``: inside …).
+
+Without a prompt and without ``force_reasoning`` the start is only a default: for formats whose
+templates open the block in the generation prompt for some requests (``prompt_may_open``: Qwen3
+and the other ``<think>`` families, MiniMax-M3, Cohere), an output that closes a block it never
+opened (``…section</think>rest``) began inside it — the text before the end marker is reasoning,
+as SGLang reads it in thinking mode. Until the output shows which it is (an end marker: reasoning;
+a start marker at its beginning: reasoning; a tool-call start, the answer markup or the end of the
+output: content) its text is held back, so a library user who knows the prompt should pass it (or
+``force_reasoning``) to stream from the first token.
 
 Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
 marker and the answer is not content. A tool-call start marker inside an unclosed reasoning block
 ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
 instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
 passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
-in the answer opens another reasoning block (and a stray end marker there is dropped).
+in the answer opens another reasoning block (and a stray end marker there is dropped). The
+answer's markup (``content_markup``) is dropped with the whitespace next to it, and an end-of-turn
+token that is the last text of the output (``end_tokens``) is never content.
 """
 
 from __future__ import annotations
@@ -51,6 +63,9 @@ class ReasoningDetector:
     #: markers wrapping the answer after reasoning (e.g. ``<response>``…``</response>``); dropped from content
     content_markup: ClassVar[tuple[str, ...]] = ()
     force_reasoning: ClassVar[bool] = False  # output starts inside reasoning unless the prompt says otherwise
+    #: the model's templates open the block in the generation prompt for some requests, so without
+    #: a prompt an end marker the output never opened ends reasoning (see the module docstring)
+    prompt_may_open: ClassVar[bool] = False
     #: a tool-call start marker inside an open block ends it (most models); formats whose block is
     #: delimited by control tokens keep such text as reasoning
     tool_calls_end_reasoning: ClassVar[bool] = True
@@ -60,6 +75,9 @@ class ReasoningDetector:
     #: a start marker anywhere in the answer opens another reasoning block (not only at the start);
     #: a stray end marker there is markup
     reopen: ClassVar[bool] = False
+    #: end-of-turn tokens the model's templates close a turn with: never content when they are the
+    #: last text of the output (``parsers.core.trailing``)
+    end_tokens: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -84,18 +102,22 @@ class ReasoningDetector:
             return False
         return None
 
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
-        (or a stop marker, which passes through as normal text), then normal text with the
-        content markup removed (and, with ``reopen``, further reasoning blocks)."""
+        (or a stop marker, which passes through as normal text), then normal text (the content
+        markup is dropped by the content channel; with ``reopen``, further reasoning blocks).
+        ``in_reasoning=None``: the start is unknown — the text is held until an end marker shows
+        it was reasoning, or a stop marker, the content markup or the end of the output shows it
+        was not."""
         starts = tuple(self.start)
         ends = self.ends()
         # an answer wrapper (content markup) or a tool-call start also ends the reasoning block
-        stops = tuple(stop_markers) if self.tool_calls_end_reasoning else ()
+        stop_markers = tuple(stop_markers)
+        stops = stop_markers if self.tool_calls_end_reasoning else ()
         passing = dict(self.passthrough)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
-        markup = MarkerSet(self.content_markup) if self.content_markup else None
-        answer = MarkerSet((*self.content_markup, *starts, *ends)) if self.reopen else markup
+        undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
+        reopening = MarkerSet((*starts, *ends)) if self.reopen else None
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
 
         def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
@@ -114,7 +136,7 @@ class ReasoningDetector:
             out.reasoning.drop_held()
             if marker in ends:
                 out.content.strip_next()
-            elif markup is None or marker not in markup:
+            else:  # a tool-call start passes on; the content channel drops the answer's markup
                 out.content.write(marker)
             return True
 
@@ -129,12 +151,23 @@ class ReasoningDetector:
             elif first is not None or in_reasoning:
                 if not (yield from block(cur, out)):
                     return
+            elif in_reasoning is None:
+                held: list[str] = ["".join(lead)]
+                marker = yield from cur.until(undecided, held.append)
+                if marker in ends:  # a block the output never opened: it began inside it
+                    out.reasoning.write("".join(held))
+                    out.reasoning.drop_held()
+                    out.content.strip_next()
+                else:
+                    out.content.write("".join(held))
+                    if marker is not None:
+                        out.content.write(marker)
             else:
                 out.content.write("".join(lead))
-            if answer is None:
+            if reopening is None:
                 yield from cur.rest(out.content.write)
                 return
-            while (marker := (yield from cur.until(answer, out.content.write))) is not None:
+            while (marker := (yield from cur.until(reopening, out.content.write))) is not None:
                 if marker in starts and not (yield from block(cur, out)):
                     return
 
@@ -164,7 +197,7 @@ class HarmonyReasoning(ReasoningDetector):
         start = self._start
         return start.in_body and self.dialect.is_reasoning(parse_header(start.prefix, start.opened, self.dialect))
 
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         start = self._start
         if in_reasoning and not start.in_body:
             start = Start(prefix=self.dialect.reasoning_header, in_body=True)
@@ -189,15 +222,26 @@ class ReasoningParser:
         self.detector = detector or reasoning_detector_class(model_type)()
         self.model_type = model_type
         self.stream_reasoning = stream_reasoning
+        self.force_reasoning = force_reasoning
+        self.prompt = prompt
         self._stop_markers = tuple(stop_markers)
-        state = force_reasoning
-        if state is None:
-            state = self.detector.initial_state(prompt)
-        if state is None:
-            state = self.detector.force_reasoning
-        self.in_reasoning_at_start = state
-        self._program = Driver(self.detector.make_program(state, self._stop_markers))
+        #: inside (True), outside (False), or None: not known yet (see the module docstring)
+        self.in_reasoning_at_start = self._start_state(force_reasoning, prompt)
+        detector = self.detector
+        self._program = Driver(detector.make_program(self.in_reasoning_at_start, self._stop_markers),
+                               content_markup=detector.content_markup, end_tokens=detector.end_tokens)
         self._held: list[str] = []
+
+    def _start_state(self, force_reasoning: bool | None, prompt: str | None) -> bool | None:
+        if force_reasoning is not None:
+            return force_reasoning
+        state = self.detector.initial_state(prompt)
+        if state is not None:
+            return state
+        detector = self.detector
+        if not prompt and not detector.force_reasoning and detector.prompt_may_open:
+            return None
+        return detector.force_reasoning
 
     # ------------------------------------------------------------------ event surface
 
@@ -235,10 +279,14 @@ class ReasoningParser:
         """``(reasoning_text, normal_text)`` still held at end of stream."""
         return _split(self.end(truncated))
 
+    def parse_stream_end(self) -> tuple[str, str]:
+        """SGLang's name for ``finish()``."""
+        return self.finish()
+
     def parse_non_stream(self, full_text: str) -> tuple[str, str]:
         """Parse a whole output with a fresh parser in the same configuration."""
         fresh = ReasoningParser(
-            self.model_type, self.stream_reasoning, self.in_reasoning_at_start,
+            self.model_type, self.stream_reasoning, self.force_reasoning, prompt=self.prompt,
             stop_markers=self._stop_markers, detector=self.detector,
         )
         first = fresh.feed(full_text)

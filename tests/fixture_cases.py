@@ -48,11 +48,15 @@ class Case:
         return f"{self.file}::{self.name}"
 
     def markers(self) -> tuple[str, ...]:
+        """The formats' markers and end-of-turn tokens: none may reach the message (leak check),
+        and the harness splits the output at each (chunkings)."""
         found: list[str] = []
         if self.tool_parser:
-            found += tool_detector_class(self.tool_parser).markers
+            tools = tool_detector_class(self.tool_parser)
+            found += [*tools.markers, *tools.end_tokens]
         if self.reasoning_parser:
-            found += reasoning_detector_class(self.reasoning_parser).markers()
+            reasoning = reasoning_detector_class(self.reasoning_parser)
+            found += [*reasoning.markers(), *reasoning.end_tokens]
         return tuple(dict.fromkeys(m for m in found if m))
 
     def make_parser(self) -> ResponseParser:

@@ -3,20 +3,23 @@ alone (never by where it was split)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from parsers.core.channels import TextChannel
+from parsers.core.markers import MarkerSet
 from tests.core_drive import splits
 
 BOUNDARY = "|"  # in the scripts below: a marker sits here
 
 
-def run(script: str, chunked: list[str] | None = None, **options: bool) -> str:
+def run(script: str, chunked: list[str] | None = None, boundary: str = BOUNDARY, **options: Any) -> str:
     """Write ``script`` (``|`` = a boundary) to a channel; the emitted text."""
     out: list[str] = []
     channel = TextChannel(out.append, **options)
     for piece in chunked if chunked is not None else [script]:
-        for i, part in enumerate(piece.split(BOUNDARY)):
+        for i, part in enumerate(piece.split(boundary)):
             if i:
                 channel.boundary()
             channel.write(part)
@@ -68,3 +71,32 @@ def test_any_split_gives_the_same_text(options: dict[str, bool]) -> None:
     whole = run(script, **options)
     for chunks in splits(script):
         assert run(script, chunks, **options) == whole, chunks
+
+
+# ---------------------------------------------------------------------------------- envelope markup
+
+ENVELOPE = MarkerSet(("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|open|>response<|sep|>"))
+
+
+def test_envelope_markers_are_dropped_with_the_whitespace_next_to_them() -> None:
+    assert run("\n<|START_RESPONSE|>\nThe answer.\n<|END_RESPONSE|>\n", boundary="¦", markup=ENVELOPE) == "The answer."
+    assert run("a <|START_RESPONSE|> b", boundary="¦", markup=ENVELOPE) == "ab"
+    assert run("Line one.\n\n- item <|open|>response<|sep|>x", boundary="¦", markup=ENVELOPE) == "Line one.\n\n- itemx"
+
+
+def test_envelope_lookalikes_stay_text() -> None:
+    assert run("a <| b <|START but <|START_RESPONSE and <|open|>resp", boundary="¦", markup=ENVELOPE) == \
+        "a <| b <|START but <|START_RESPONSE and <|open|>resp"
+    assert run("trailing ws is kept at close \n", boundary="¦", markup=ENVELOPE) == "trailing ws is kept at close \n"
+
+
+def test_a_boundary_releases_a_held_envelope_prefix_as_text() -> None:
+    assert run("x <|START_RESP¦y", boundary="¦", markup=ENVELOPE) == "x <|START_RESPy"
+
+
+def test_envelope_markup_is_split_invariant() -> None:
+    script = " <|START_RESPONSE|> mid <|END_RESP¦tail\n<|END_RESPONSE|> \n<|open|>response<|sep|>end "
+    for options in ({}, {"trim_before_boundary": True, "trim_after_boundary": True}):
+        whole = run(script, boundary="¦", markup=ENVELOPE, **options)
+        for chunks in splits(script):
+            assert run(script, chunks, boundary="¦", markup=ENVELOPE, **options) == whole, chunks

@@ -14,8 +14,8 @@ What a format genuinely cannot represent is not generated; the limits, per encod
   ``1`` differ only by the tool's schema (offered here); a value cannot contain its closing tag or
   a marker that breaks a value (``wire.args.forbidden``, checked on the parameter as written —
   padding and the JSON of nested values included: ``wire.args.writable``); keys are plain
-  identifiers (a key cannot contain the tag that ends it). MiniCPM5 and dots also strip the
-  whitespace around a string value (as their reference parsers do).
+  identifiers (a key cannot contain the tag that ends it). dots also strips the whitespace around
+  a string value (as its reference parser does).
 * Python keyword arguments (``PythonKwargs``): tool names and keys must be Python identifiers
   (no ``-``, no leading digit).
 * Object notation (``ObjectNotation``): a string (or key) cannot contain the delimiter token, and an
@@ -75,7 +75,7 @@ EXCLUDED_NAMES = {"functionary_v32": ("all",), "muse": ("self", "user", "comment
 
 
 def limits(name: str, wire: WireFormat) -> Limits:
-    extra: dict[str, Any] = {"strip_strings": name in ("minicpm5", "dots"),
+    extra: dict[str, Any] = {"strip_strings": name == "dots",
                              "excluded_names": EXCLUDED_NAMES.get(name, ())}
     if isinstance(wire.args, XmlParams):
         return Limits(key=IDENT, forbidden=wire.args.forbidden, writable=wire.args.writable, **extra)
@@ -190,7 +190,6 @@ def _parsed(name: str, calls: list[Call], tools: list[dict[str, Any]] | None = N
     ("qwen3_coder", ("f", {"s": "a\n</function>\nb"})),  # a value break inside a value
     ("seed_oss", ("f", {"s": "<parameter=x"})),  # a break once the value is padded with its newline
     ("minimax-m2", ("f", {"s": "a</parameter>b"})),  # the closing tag inside a value
-    ("minicpm5", ("f", {"s": " padded "})),  # surrounding whitespace is stripped
     ("pythonic", ("get-time", {})),  # not a Python identifier
     ("gemma4", ("f", {"s": 'a<|"|>b'})),  # the string delimiter inside a string
     ("functionary_v32", ("all", {})),  # the content recipient

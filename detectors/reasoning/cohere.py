@@ -11,6 +11,7 @@ when the prompt is not known: its template opens ``<|START_THINKING|>`` in the g
 
 from __future__ import annotations
 
+from detectors.turns import COHERE
 from parsers.declare import ReasoningDetector
 
 
@@ -18,6 +19,8 @@ class Cohere(ReasoningDetector):
     start = ("<|START_THINKING|>",)
     end = "<|END_THINKING|>"
     content_markup = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
+    prompt_may_open = True  # Cohere2 (Command A): the generation prompt opens <|START_THINKING|>
+    end_tokens = COHERE
 
 
 class CohereCommand4(Cohere):

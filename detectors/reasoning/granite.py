@@ -6,6 +6,7 @@ The response wrapper is markup, not content."""
 
 from __future__ import annotations
 
+from detectors.turns import GRANITE
 from parsers.declare import ReasoningDetector
 
 
@@ -13,3 +14,4 @@ class Granite(ReasoningDetector):
     start = ("<think>", "Here is my thought process:")
     end = ("</think>", "Here is my response:")
     content_markup = ("<response>", "</response>")
+    end_tokens = GRANITE

@@ -30,7 +30,7 @@ class Inkling(ReasoningDetector):
             return None
         return self._start == "reasoning"
 
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         start = self._start
         if in_reasoning:
             start = "reasoning"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from detectors.turns import KIMI, KIMI_K3
 from parsers.declare import ReasoningDetector
 
 
 class Kimi(ReasoningDetector):
     start = ("◁think▷",)
     end = "◁/think▷"
+    end_tokens = KIMI
 
 
 class KimiK3(ReasoningDetector):
@@ -19,3 +21,4 @@ class KimiK3(ReasoningDetector):
     end = "<|close|>think<|sep|>"
     content_markup = ("<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>")
     force_reasoning = True
+    end_tokens = KIMI_K3

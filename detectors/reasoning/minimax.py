@@ -8,9 +8,12 @@ earlier non-thinking answer) — a closing marker at the very start is markup, n
 
 from __future__ import annotations
 
+from detectors.turns import MINIMAX
 from parsers.declare import ReasoningDetector
 
 
 class MinimaxM3(ReasoningDetector):
     start = ("<mm:think>",)
     end = "</mm:think>"
+    prompt_may_open = True  # thinking_mode "enabled": the generation prompt opens <mm:think>
+    end_tokens = MINIMAX

@@ -6,6 +6,7 @@ by control tokens, so ``[TOOL_CALLS]`` text inside it is reasoning, not a call. 
 
 from __future__ import annotations
 
+from detectors.turns import MISTRAL
 from parsers.declare import ReasoningDetector
 
 
@@ -13,3 +14,4 @@ class Mistral(ReasoningDetector):
     start = ("[THINK]", "<think>")
     end = ("[/THINK]", "</think>")
     tool_calls_end_reasoning = False
+    end_tokens = MISTRAL

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from detectors.turns import SEED_OSS
 from parsers.declare import ReasoningDetector
 
 
 class SeedOss(ReasoningDetector):
     start = ("<seed:think>",)
     end = "</seed:think>"
+    end_tokens = SEED_OSS

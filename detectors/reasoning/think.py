@@ -2,7 +2,9 @@
 
 The rendered prompt decides the start state when it is known (a template that opens ``<think>``
 in the generation prompt starts the output inside reasoning; one that closes an empty block
-starts outside). The ``force_reasoning`` defaults below apply when the prompt is not known.
+starts outside). The ``force_reasoning`` defaults below (SGLang's) apply when the prompt is not
+known; then, since these templates open ``<think>`` in the generation prompt for some requests
+(``prompt_may_open``), an output that closes a block it never opened began inside it.
 
 | name                   | models                                   | starts inside by default |
 |------------------------|------------------------------------------|--------------------------|
@@ -23,12 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 
+from detectors.turns import CHATML, DEEPSEEK, GLM, KIMI, MINIMAX
 from parsers.declare import Cursor, Out, Program, ReasoningDetector
 
 
 class Qwen3(ReasoningDetector):
     start = ("<think>",)
     end = "</think>"
+    prompt_may_open = True  # Qwen3 thinking-2507, Qwen 3.5, QwQ: the generation prompt opens <think>
+    end_tokens = CHATML
 
 
 class Qwen3Thinking(Qwen3):
@@ -37,34 +42,40 @@ class Qwen3Thinking(Qwen3):
 
 class DeepSeekR1(Qwen3):
     force_reasoning = True
+    end_tokens = DEEPSEEK
 
 
 class DeepSeekV3(Qwen3):
     """V3.1 hybrid: the template appends ``<think>`` (thinking) or ``</think>`` (not) to the prompt."""
 
+    end_tokens = DEEPSEEK
+
 
 class Glm45(Qwen3):
-    pass
+    end_tokens = GLM
 
 
 class KimiK2(Qwen3):
-    pass
+    end_tokens = KIMI
 
 
 class Minimax(Qwen3):
     force_reasoning = True
+    end_tokens = MINIMAX
 
 
 class MinimaxAppendThink(Qwen3):
     """MiniMax-M2 with reasoning left in the content: the generation prompt opened ``<think>``, so
     the content is ``<think>`` + the output, verbatim (clients that render think blocks expect it)."""
 
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             out.content.write(self.start[0])
             yield from cur.rest(out.content.write)
 
         return program
+
+    end_tokens = MINIMAX
 
     @classmethod
     def markers(cls) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import APERTUS
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -43,6 +44,7 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
 
 
 class Apertus(ToolCallDetector):
+    end_tokens = APERTUS
     format = ToolFormat(read=_read, start_markers=(PREFIX,), markers=(PREFIX, SUFFIX),
                         wire=WireFormat(call_template(SHAPE), section=(lit(PREFIX + "["), lit("]" + SUFFIX)),
                                         separator=", "))

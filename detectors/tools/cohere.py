@@ -11,15 +11,17 @@ within one turn, not an id: it is dropped and the server assigns unique ids (the
 renumber calls by position, so reusing "0" across turns would pair results with the wrong call).
 
 Answers are wrapped in ``<|START_RESPONSE|>…<|END_RESPONSE|>`` (Command R7B) or
-``<|START_TEXT|>…<|END_TEXT|>`` (Command A): those markers and the whitespace next to them are
-dropped from the content, the text between them is content. ``<|START_THINKING|>…<|END_THINKING|>``
-belongs to the ``cohere`` reasoning parser, which runs before this one.
+``<|START_TEXT|>…<|END_TEXT|>`` (Command A): that envelope is the format's content markup —
+its markers and the whitespace next to them are dropped from the content, the text between them
+is content — with or without the ``cohere`` reasoning parser, which owns
+``<|START_THINKING|>…<|END_THINKING|>`` and runs before this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import COHERE
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -37,7 +39,7 @@ START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
 #: answer wrappers (R7B, Command A): markup around content, dropped
 TEXT_MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
 SHAPE = JsonCallShape(name_keys=("tool_name", "name"), args_keys=("parameters", "arguments"))
-_OUTER = MarkerSet((START_ACTION, *TEXT_MARKERS))
+_OUTER = MarkerSet((START_ACTION,))
 _STOP = MarkerSet((START_ACTION, END_ACTION))
 
 
@@ -46,9 +48,6 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
         marker = yield from cur.until(_OUTER, out.content.write)
         if marker is None:
             return
-        if marker != START_ACTION:
-            out.content.boundary()  # an answer wrapper: markup, with the whitespace next to it
-            continue
         out.calls.begin(marker)
         if (yield from json_call_list(cur, out, SHAPE, _STOP)):
             yield from cur.closing(END_ACTION)
@@ -60,5 +59,6 @@ WIRE = WireFormat('{"tool_call_id": "$index", "tool_name": "$name", "parameters"
 
 
 class Cohere(ToolCallDetector):
-    format = ToolFormat(read=_read, start_markers=(START_ACTION,), markers=(START_ACTION, END_ACTION, *TEXT_MARKERS),
-                        wire=WIRE)
+    end_tokens = COHERE
+    format = ToolFormat(read=_read, start_markers=(START_ACTION,), markers=(START_ACTION, END_ACTION), wire=WIRE,
+                        content_markup=TEXT_MARKERS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import DEEPSEEK
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -33,11 +34,13 @@ CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁en
 
 
 class DeepSeekV3(ToolCallDetector):
+    end_tokens = DEEPSEEK
     format = named_json(CALL_BEGIN, NamedJsonShape(name_end="\n", call_end=CALL_END, type_sep=SEP, fence=True),
                         section=(CALLS_BEGIN, CALLS_END), bare_calls=True, separator="\n")
 
 
 class DeepSeekV31(ToolCallDetector):
+    end_tokens = DEEPSEEK
     format = named_json(CALL_BEGIN, NamedJsonShape(name_end=SEP, call_end=CALL_END),
                         section=(CALLS_BEGIN, CALLS_END), bare_calls=True)
 
@@ -53,6 +56,7 @@ DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "
 
 
 class DeepSeekV32(ToolCallDetector):
+    end_tokens = DEEPSEEK
     format = tagged_xml(f'<{DSML}invoke name="', _dsml(DSML), section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>"),
                         markers=(DSML,))
 
@@ -68,6 +72,7 @@ def _read_dsml(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
 class DeepSeekV4(ToolCallDetector):
     """Written in V4.0's spelling (``<｜DSML｜tool_calls>``)."""
 
+    end_tokens = DEEPSEEK
     format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
                           wire=xml_wire(f'<{DSML}invoke name="', _dsml(DSML), _V4_SECTIONS[0]))
 

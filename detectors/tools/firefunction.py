@@ -10,10 +10,12 @@ output is a call list too. There is no closing marker.
 
 from __future__ import annotations
 
+from detectors.turns import LLAMA3
 from parsers.declare import Opener, ToolCallDetector, json_list
 
 FUNCTOOLS = "functools["
 
 
 class FireFunction(ToolCallDetector):
+    end_tokens = LLAMA3
     format = json_list({FUNCTOOLS: Opener(opens_list=True)}, write=FUNCTOOLS, lead=" ", bare_at_start=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Generator, Mapping
 
+from detectors.turns import LLAMA3
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -119,6 +120,7 @@ def _v31_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator
 
 
 class FunctionaryV31(ToolCallDetector):
+    end_tokens = LLAMA3
     format = calls_format((FUNCTION, PYTHON_TAG), _v31_call, markers=(FUNCTION_END,),
                           wire=WireFormat("<function=$name>$args</function>"))
 
@@ -172,6 +174,7 @@ def _segment(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[
 
 
 class FunctionaryV32(ToolCallDetector):
+    end_tokens = LLAMA3
     # the prompt ends with ``>>>``: the first call is ``NAME\n{…}``, a further one ``>>>NAME\n{…}``
     # (as llama.cpp writes them); no distinctive first word, so no lazy grammar
     format = ToolFormat(read=_v32_read, start_markers=(SEP,),

@@ -10,6 +10,7 @@ calls; if it is passed through, it is markup.
 
 from __future__ import annotations
 
+from detectors.turns import GEMMA
 from parsers.declare import ObjNotationShape, ToolCallDetector, object_notation
 
 SHAPE = ObjNotationShape(
@@ -18,4 +19,5 @@ SHAPE = ObjNotationShape(
 
 
 class FunctionGemma(ToolCallDetector):
+    end_tokens = GEMMA
     format = object_notation(SHAPE)

@@ -11,6 +11,7 @@ content as written (the template renders an assistant's text after its calls).
 
 from __future__ import annotations
 
+from detectors.turns import GEMMA4
 from parsers.declare import ObjNotationShape, ToolCallDetector, object_notation
 
 SHAPE = ObjNotationShape(
@@ -19,4 +20,5 @@ SHAPE = ObjNotationShape(
 
 
 class Gemma4(ToolCallDetector):
+    end_tokens = GEMMA4
     format = object_notation(SHAPE, trim_around_calls=False)

@@ -13,6 +13,7 @@ or precedes the next call (elsewhere that text is part of the value).
 
 from __future__ import annotations
 
+from detectors.turns import GLM
 from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 SHAPE = XmlCallShape(
@@ -24,6 +25,7 @@ SHAPE = XmlCallShape(
 
 
 class Glm45(ToolCallDetector):
+    end_tokens = GLM
     format = tagged_xml("<tool_call>", SHAPE)
 
 

@@ -19,6 +19,7 @@ Granite 4.0 / 4.1: one ``<tool_call>`` block per call, as in Qwen 2.5 / Hermes:
 
 from __future__ import annotations
 
+from detectors.turns import GRANITE
 from parsers.declare import Opener, ToolCallDetector, json_list, tagged_json
 
 TOOL_CALL_TOKEN = "<|tool_call|>"
@@ -26,10 +27,12 @@ TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
 
 
 class Granite(ToolCallDetector):
+    end_tokens = GRANITE
     format = json_list({TOOL_CALL_TOKEN: Opener(lone_object=True),
                         TOOL_CALL: Opener(closer=TOOL_CALL_END, lone_object=True)},
                        write=TOOL_CALL_TOKEN, bare_at_start=True)
 
 
 class Granite4(ToolCallDetector):
+    end_tokens = GRANITE
     format = tagged_json(TOOL_CALL, TOOL_CALL_END)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from functools import lru_cache
 
+from detectors.turns import HUNYUAN
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -100,6 +101,7 @@ def _xml_section(ctx: CallContext, cur: Cursor, out: Out, end: str, inside: Mark
 
 
 class Hunyuan(ToolCallDetector):
+    end_tokens = HUNYUAN
     # written as the Hy3 template writes calls (the A13B JSON list is read too)
     format = ToolFormat(
         read=_read, start_markers=tuple(f"<tool_calls{s}>" for s in SUFFIXES),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import CHATML
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -43,5 +44,6 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
 
 
 class InternS1(ToolCallDetector):
+    end_tokens = CHATML
     format = calls_format(ACTION_START, _read_call, markers=(PLUGIN, ACTION_END), wire=WireFormat(
         lit(ACTION_START + PLUGIN + "\n") + call_template(SHAPE) + lit(ACTION_END), separator="\n"))

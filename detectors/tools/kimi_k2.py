@@ -7,6 +7,7 @@ Text between calls inside the section is markup; whitespace around the section i
 
 from __future__ import annotations
 
+from detectors.turns import KIMI
 from parsers.declare import NamedJsonShape, ToolCallDetector, named_json
 
 SECTIONS = (("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
@@ -24,6 +25,7 @@ def split_kimi_id(text: str) -> tuple[str, str | None]:
 
 
 class KimiK2(ToolCallDetector):
+    end_tokens = KIMI
     format = named_json(
         "<|tool_call_begin|>",
         NamedJsonShape(name_end="<|tool_call_argument_begin|>", call_end="<|tool_call_end|>", split_id=split_kimi_id),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import CHATML
 from parsers.declare import (
     DEFAULT_SHAPE,
     CallContext,
@@ -64,5 +65,6 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
 
 
 class Lfm2(ToolCallDetector):
+    end_tokens = CHATML
     format = ToolFormat(read=_read, start_markers=(START,), markers=(START, END),
                         wire=python_list_wire(START + "[", "]" + END))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import LLAMA3, LLAMA4
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -62,6 +63,7 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
 
 
 class Llama3(ToolCallDetector):
+    end_tokens = (*LLAMA3, *LLAMA4)
     format = ToolFormat(read=_read, start_markers=(PYTHON_TAG,), trim_around_calls=False,
                         wire=WireFormat(call_template(SHAPE), separator="; "),
                         sniff=lambda text: PYTHON_TAG in text or text.lstrip().startswith("{"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import CHATML
 from parsers.declare import (
     DEFAULT_SHAPE,
     CallContext,
@@ -57,6 +58,7 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
 
 
 class Mimo(ToolCallDetector):
+    end_tokens = CHATML
     # written in the JSON spelling (MiMo-7B / MiMo-VL), which keeps argument types exact
     format = calls_format(TOOL_CALL, _read_call, markers=(TOOL_CALL_END, FUNCTION, "</function>", "<parameter=",
                                                           "</parameter>"),

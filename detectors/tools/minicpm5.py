@@ -4,12 +4,14 @@
     <function name="write_file"><param name="content"><![CDATA[line 1
     x < y && z]]></param></function>
 
-A value holding ``<``, ``&`` or a newline is wrapped in ``<![CDATA[…]]>`` (taken literally; a
-``</param>`` inside it is text); elsewhere the XML entities (``&lt;`` ``&amp;`` ``&#38;`` …) are
-decoded. Values are stripped of surrounding whitespace (the reference parsers read the element
-text and ``strip()`` it) and typed by the tool's JSON schema — the template renders non-string
-values with Jinja's default formatting, so Python literals (``True``, ``{'a': 1}``) are accepted
-(``None`` is null where the schema allows null).
+A value holding ``<``, ``&`` or a newline is wrapped in ``<![CDATA[…]]>``; elsewhere the XML
+entities (``&lt;`` ``&amp;`` ``&#38;`` …) are decoded. The template writes a CDATA value exactly
+as it was (``'<![CDATA[' + value + ']]>'``), so a CDATA section is taken literally — a
+``</param>`` inside it is text, and its whitespace is the value's own: code keeps its
+indentation and its last newline. The whitespace around a value outside CDATA is stripped (the
+reference parsers read the element text and ``strip()`` it). Values are typed by the tool's JSON
+schema — the template renders non-string values with Jinja's default formatting, so Python
+literals (``True``, ``{'a': 1}``) are accepted (``None`` is null where the schema allows null).
 Attributes may be quoted with ``"`` or ``'``. Text between calls is content.
 """
 
@@ -19,6 +21,7 @@ import html
 import re
 from collections.abc import Callable, Generator
 
+from detectors.turns import CHATML
 from parsers.declare import (
     ArgsObject,
     CallContext,
@@ -52,10 +55,11 @@ _REFERENCE_PREFIX = re.compile(r"#[0-9]{0,7}|#[xX][0-9a-fA-F]{0,6}|" + "|".join(
 
 
 class _StringArg:
-    """Writes one string value as JSON text as it streams: without its surrounding whitespace
-    (trailing whitespace is held until more text shows it is inner). For a parameter that may be
-    null, a value that is exactly ``None`` (the template's rendering) or ``null`` becomes JSON
-    null; the first characters are held while they could still spell one (at most four)."""
+    """Writes one string value as JSON text as it streams: without the whitespace around it
+    (trailing whitespace is held until more text shows it is inner), except inside CDATA
+    (``literal``: all of it is the value's). For a parameter that may be null, a value that is
+    exactly ``None`` (the template's rendering) or ``null`` becomes JSON null; the first
+    characters are held while they could still spell one (at most four)."""
 
     __slots__ = ("_emit", "_held", "_maybe_null", "_opened", "_started")
 
@@ -78,6 +82,14 @@ class _StringArg:
             return
         self._out(self._held + body)
         self._held = text[len(body):]
+
+    def literal(self, text: str) -> None:
+        """Text from a CDATA section: its whitespace is part of the value."""
+        if not text:
+            return
+        self._started = True
+        self._out(self._held + text)
+        self._held = ""
 
     def _out(self, text: str) -> None:
         if self._maybe_null is not None:
@@ -145,9 +157,10 @@ class _Entities:
             self._pending = ""
 
 
-def _value(cur: Cursor, write: Callable[[str], None]) -> Generator[None, None, bool]:
-    """One parameter value after its opening tag, through ``</param>``: CDATA sections are
-    literal, other text has its entities decoded."""
+def _value(cur: Cursor, write: Callable[[str], None],
+           literal: Callable[[str], None] | None = None) -> Generator[None, None, bool]:
+    """One parameter value after its opening tag, through ``</param>``: CDATA sections go to
+    ``literal`` as written (default: ``write``), other text has its entities decoded."""
     entities = _Entities(write)
     while True:
         marker = yield from cur.until(_VALUE_MARKERS, entities.write)
@@ -156,7 +169,7 @@ def _value(cur: Cursor, write: Callable[[str], None]) -> Generator[None, None, b
             return False
         if marker == PARAM_END:
             return True
-        if (yield from cur.until(_CDATA_END, write)) is None:
+        if (yield from cur.until(_CDATA_END, literal or write)) is None:
             return False
 
 
@@ -193,7 +206,7 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
         args.key(key)
         if kind == "string":
             value = _StringArg(args.raw, nullable)
-            if not (yield from _value(cur, value.write)):
+            if not (yield from _value(cur, value.write, value.literal)):
                 return False
             value.close()
         else:
@@ -212,4 +225,5 @@ WIRE = WireFormat('<function name="$name">$args</function>', separator="\n",
 
 
 class MiniCpm5(ToolCallDetector):
+    end_tokens = CHATML
     format = calls_format(FUNCTION_STARTS, _read_call, markers=(FUNCTION_END, *PARAM_STARTS, PARAM_END), wire=WIRE)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from detectors.turns import MINIMAX
 from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, tagged_xml
 
 SECTION = ("<minimax:tool_call>", "</minimax:tool_call>")
@@ -18,4 +19,5 @@ SHAPE = XmlCallShape(name_end=('">',), call_end="</invoke>",
 
 
 class MinimaxM2(ToolCallDetector):
+    end_tokens = MINIMAX
     format = tagged_xml('<invoke name="', SHAPE, section=SECTION)

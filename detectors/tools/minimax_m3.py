@@ -10,10 +10,12 @@ Object and array arguments are nested elements (``<number><real>1.5</real>…</n
 
 from __future__ import annotations
 
+from detectors.turns import MINIMAX
 from parsers.declare import NestedXmlShape, ToolCallDetector, nested_xml
 
 SHAPE = NestedXmlShape(prefix="]<]minimax[>[")
 
 
 class MinimaxM3(ToolCallDetector):
+    end_tokens = MINIMAX
     format = nested_xml(SHAPE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from detectors.turns import MISTRAL
 from parsers.declare import (
     DEFAULT_SHAPE,
     CallContext,
@@ -61,6 +62,7 @@ def _named_call(cur: Cursor, out: Out) -> Generator[None, None, None]:
 
 
 class Mistral(ToolCallDetector):
+    end_tokens = MISTRAL
     # written in the v11+ spelling: one ``[TOOL_CALLS]NAME[ARGS]{…}`` per call
     format = ToolFormat(read=_read, start_markers=(TOOL_CALLS,), markers=(TOOL_CALLS, ARGS, CALL_ID),
                         wire=WireFormat(lit(TOOL_CALLS) + "$name" + lit(ARGS) + "$args"))

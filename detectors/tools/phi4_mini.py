@@ -8,10 +8,12 @@ is text after it. Each call names its arguments ``arguments`` (or ``parameters``
 
 from __future__ import annotations
 
+from detectors.turns import PHI
 from parsers.declare import Opener, ToolCallDetector, json_list
 
 FUNCTOOLS = "functools["
 
 
 class Phi4MiniJson(ToolCallDetector):
+    end_tokens = PHI
     format = json_list({FUNCTOOLS: Opener(opens_list=True)}, write=FUNCTOOLS)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Generator
 
+from detectors.turns import CHATML, LLAMA3, LLAMA4
 from parsers.declare import (
     CallContext,
     Cursor,
@@ -62,6 +63,7 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
 
 
 class Pythonic(ToolCallDetector):
+    end_tokens = (*LLAMA4, *LLAMA3, *CHATML)
     # a bare list is only known to be calls after its header went out; text next to a list that
     # turns out to be prose must come back unchanged, so whitespace around calls is content.
     # Written as a bare list (Llama 3.2 / 4 pythonic).

@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
+from detectors.turns import CHATML
 from parsers.declare import ToolCallDetector, tagged_json
 
 
 class Qwen25(ToolCallDetector):
+    end_tokens = CHATML
     format = tagged_json(start="<tool_call>", end="</tool_call>", separator="\n")
 
 

@@ -17,6 +17,7 @@ the ``<tool_call>`` wrapper is accepted (its stray ``</tool_call>`` is markup).
 
 from __future__ import annotations
 
+from detectors.turns import CHATML
 from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, wrapped_xml
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<tool_call>", "</tool_call>", "<function="
@@ -26,4 +27,5 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>", args=XmlArgs(
 
 
 class Qwen3Coder(ToolCallDetector):
+    end_tokens = CHATML
     format = wrapped_xml((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

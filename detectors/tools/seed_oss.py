@@ -16,6 +16,7 @@ A bare ``<function=…>`` without the wrapper is accepted, as vLLM's parser does
 
 from __future__ import annotations
 
+from detectors.turns import SEED_OSS
 from parsers.declare import ToolCallDetector, XmlArgs, XmlCallShape, wrapped_xml
 
 TOOL_CALL, TOOL_CALL_END, FUNCTION = "<seed:tool_call>", "</seed:tool_call>", "<function="
@@ -25,4 +26,5 @@ SHAPE = XmlCallShape(name_end=(">",), call_end="</function>",
 
 
 class SeedOss(ToolCallDetector):
+    end_tokens = SEED_OSS
     format = wrapped_xml((TOOL_CALL, TOOL_CALL_END), FUNCTION, SHAPE)

@@ -15,6 +15,7 @@ The fence and wrappers are markup; a fence holding anything but a call list stay
 
 from __future__ import annotations
 
+from detectors.turns import CHATML, LLAMA3
 from parsers.declare import Opener, ToolCallDetector, json_list
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -23,6 +24,7 @@ FENCE, JSON_FENCE = "```", "```json"
 
 
 class Xlam(ToolCallDetector):
+    end_tokens = (*LLAMA3, *CHATML)
     format = json_list({TOOL_CALLS: Opener(lone_object=True),
                         TOOL_CALL: Opener(closer=TOOL_CALL_END, lone_object=True),
                         JSON_FENCE: Opener(closer=FENCE, literal=True),

@@ -16,6 +16,8 @@ from typing import Any
 
 from parsers.core.channels import TextChannel
 from parsers.core.cursor import Cursor
+from parsers.core.markers import MarkerSet
+from parsers.core.trailing import TrailingTokens
 from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
 
 log = logging.getLogger("toolwire.parsers")
@@ -160,10 +162,12 @@ class Out:
     __slots__ = ("calls", "content", "events", "reasoning")
 
     def __init__(self, cursor: Cursor, *, trim_around_calls: bool = False,
-                 known_names: frozenset[str] | None = None, max_calls: int | None = None) -> None:
+                 known_names: frozenset[str] | None = None, max_calls: int | None = None,
+                 content_markup: tuple[str, ...] = ()) -> None:
         self.events: list[Event] = []
         self.content = TextChannel(
-            self._write_content, trim_before_boundary=trim_around_calls, trim_after_boundary=trim_around_calls
+            self._write_content, trim_before_boundary=trim_around_calls, trim_after_boundary=trim_around_calls,
+            markup=MarkerSet(content_markup) if content_markup else None,
         )
         self.reasoning = TextChannel(
             self._write_reasoning, trim_before_boundary=True, trim_after_boundary=True, strip_leading=True
@@ -190,19 +194,28 @@ class Out:
 
 
 class Driver:
-    """Drives one program over one response: ``feed`` text, then ``finish`` once."""
+    """Drives one program over one response: ``feed`` text, then ``finish`` once.
 
-    __slots__ = ("_done", "_gen", "cursor", "failed", "out")
+    ``content_markup``: the format's envelope markers, dropped from the content wherever they
+    occur (``TextChannel``); ``end_tokens``: the end-of-turn tokens its templates close a turn
+    with, dropped from the input when they are its last text (``TrailingTokens``)."""
+
+    __slots__ = ("_done", "_gen", "_trailing", "cursor", "failed", "out")
 
     def __init__(self, program: Program, *, trim_around_calls: bool = False,
-                 known_names: frozenset[str] | None = None, max_calls: int | None = None) -> None:
+                 known_names: frozenset[str] | None = None, max_calls: int | None = None,
+                 content_markup: tuple[str, ...] = (), end_tokens: tuple[str, ...] = ()) -> None:
         self.cursor = Cursor()
-        self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names, max_calls=max_calls)
+        self.out = Out(self.cursor, trim_around_calls=trim_around_calls, known_names=known_names, max_calls=max_calls,
+                       content_markup=content_markup)
+        self._trailing = TrailingTokens(end_tokens) if end_tokens else None
         self._gen = program(self.cursor, self.out)
         self._done = False
         self.failed = False  # the program raised (a detector bug); the rest went through as content
 
     def feed(self, text: str) -> list[Event]:
+        if text and self._trailing is not None:
+            text = self._trailing.feed(text)
         if text:
             self.cursor.feed(text)
             self._run()
@@ -211,6 +224,10 @@ class Driver:
     def finish(self, truncated: bool = False) -> list[Event]:
         """End of stream: every primitive decides with what it has; held text is released.
         ``truncated``: the backend stopped at its token limit, not at the model's own end."""
+        if self._trailing is not None:
+            rest = self._trailing.finish()
+            if rest:
+                self.cursor.feed(rest)
         self.cursor.eof = True
         self.cursor.truncated = truncated
         for _ in range(1000):  # a correct program needs one resumption; never spin forever

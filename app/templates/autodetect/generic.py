@@ -40,7 +40,7 @@ class LearnedReasoning(ReasoningDetector):
     """Learned markers; an end marker that opens the output closes an empty block (templates that
     render ``</think>`` before an answer without reasoning teach the model to write it)."""
 
-    def make_program(self, in_reasoning: bool, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         inside = super().make_program(in_reasoning, stop_markers)
         outside = super().make_program(False, stop_markers)
         ends = self.ends()
