@@ -7,6 +7,7 @@ chat template writes them (and as Llama-Nemotron models write them: vLLM's ``lla
 
 from __future__ import annotations
 
+from detectors.turns import NEMOTRON_NANO2
 from parsers.declare import Opener, ToolCallDetector, json_list
 
 TOOLCALL = "<TOOLCALL>"
@@ -14,3 +15,4 @@ TOOLCALL = "<TOOLCALL>"
 
 class NemotronNanoV2(ToolCallDetector):
     format = json_list({TOOLCALL: Opener(closer="</TOOLCALL>", lone_object=True)}, write=TOOLCALL)
+    end_tokens = NEMOTRON_NANO2

@@ -12,8 +12,10 @@ one that stopped at a call inside the block): they are dropped, the text between
 
 from __future__ import annotations
 
+from detectors.turns import CHATML
 from parsers.declare import ToolCallDetector, tagged_json
 
 
 class Trinity(ToolCallDetector):
     format = tagged_json(start="<tool_call>", end="</tool_call>", separator="\n", markup=("<think>", "</think>"))
+    end_tokens = CHATML
