@@ -114,6 +114,12 @@ def test_reasoning_and_tool_call_tokens_get_no_entries(backend_factory, proxy_fa
         else:
             assert not choice["delta"].get("content")
 
+    backend.script(Script(pieces=MIXED, delay=0.002))  # the SDK's stream helper gathers them too
+    with client_for(proxy).chat.completions.stream(model="x", messages=MESSAGES, tools=TOOLS, logprobs=True,
+                                                   top_logprobs=1) as stream:
+        final = stream.get_final_completion()
+    assert [e.model_dump() for e in final.choices[0].logprobs.content] == entries
+
 
 @pytest.mark.parametrize("kind", DIALECTS)
 def test_tokens_straddling_a_boundary_count_by_the_text_they_give(backend_factory, proxy_factory, kind: str) -> None:
@@ -294,6 +300,22 @@ def test_content_joined_across_removed_markup_is_matched_char_by_char() -> None:
     parser = build_response_parser(None, None, "granite", in_reasoning=False)  # drops <response> from content
     assert attribute(["<think>", "think</think>", "x", "A<response>B", "C"], parser) == \
         [["x"], ["A<response>B"], ["C"]]
+
+
+def test_placed_reasoning_moves_the_search_on() -> None:
+    """Reasoning text is placed too, so a long reasoning block never widens the text searched for
+    the content after it (each batch's search starts where the last placed text ended)."""
+    parser = build_response_parser(None, None, "qwen3", in_reasoning=True)
+    track = ContentLogprobs(0)
+    for i in range(200):
+        piece = f" step{i}"
+        track.add(piece, [TokenLogprob(piece, -1.0)])
+        track.place(parser.feed(piece))
+        assert track.length - track.cursor <= 2 * len(piece)
+    for piece in ["</think>", "Done", "."]:
+        track.add(piece, [TokenLogprob(piece, -1.0)])
+        track.place(parser.feed(piece))
+    assert track.length - track.cursor <= 1
 
 
 def test_content_that_is_not_in_the_output_goes_to_the_piece_just_read() -> None:
