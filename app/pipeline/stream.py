@@ -60,7 +60,7 @@ class _Lifecycle:
         self.source = source
         self.metrics = metrics
         self.release = release
-        self.error = encoder.error
+        self._error = encoder.error
         self.opening = encoder.head()  # sent with the first text (one write instead of two)
         self.closed = False
         metrics.active_streams.inc()
@@ -72,14 +72,14 @@ class _Lifecycle:
 
     def failed(self, exc: BackendError) -> bytes:
         log.warning("backend failed mid-stream: %s", exc.message)
-        data = self.opening + self.error(exc)
+        data = self.opening + self._error(exc)
         self.opening = b""
         return data
 
     def interrupted(self) -> bytes:
         """The closing bytes of a stream the server cuts (shutdown): the face's error event."""
-        data = self.opening + self.error(APIError(503, "the server is shutting down; retry the request",
-                                                  "server_error", code="server_shutting_down"))
+        data = self.opening + self._error(APIError(503, "the server is shutting down; retry the request",
+                                                   "server_error", code="server_shutting_down"))
         self.opening = b""
         return data
 
