@@ -84,6 +84,7 @@ class Settings(BaseSettings):
     max_tools: int = Field(256, ge=1, description="most tools in one request")
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    max_choices: int = Field(8, ge=1, description="most answers (n) one Chat Completions request may ask for")
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
     header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")

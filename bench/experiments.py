@@ -46,7 +46,7 @@ def _apply_trace() -> None:
     import time
 
     from app.api import chat, respond, server
-    from app.pipeline import plan
+    from app.pipeline import choices, plan
 
     marks: list[dict[str, float]] = []
     current: dict[str, float] = {}
@@ -83,7 +83,7 @@ def _apply_trace() -> None:
                 current[__name + "_end"] = clock()
 
         setattr(module, name, timed)
-    original_start = respond.start_generation
+    original_start = choices.start_generation  # looked up there when the answers are opened
 
     async def start_generation(*args: Any, **kwargs: Any) -> Any:
         current["start_generation_start"] = clock()
@@ -92,7 +92,7 @@ def _apply_trace() -> None:
         finally:
             current["start_generation_end"] = clock()
 
-    respond.start_generation = start_generation
+    choices.start_generation = start_generation
 
     from app.backends import streamhttp
 

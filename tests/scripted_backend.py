@@ -32,6 +32,14 @@ class Script:
     stall_seconds: float = 30.0
     connect_delay: float = 0.0  # seconds before the response head is sent
     stop_word: str | None = None  # the request's stop string that ended the output (finish "stop")
+    #: when the request asks for logprobs (vLLM ``logprobs``, llama.cpp ``n_probs``): the logprob of each
+    #: piece's tokens (default: -0.1 × (piece number + 1)); alternatives are "alt1", "alt2" … below it
+    logprobs: list[float] | None = None
+    #: the tokens reported with each piece (default: the piece is one token); lets a piece be several
+    #: tokens (vLLM) or carry a token that has no text of its own yet (llama.cpp sends ``content: ""``)
+    tokens: list[list[str]] | None = None
+    #: vLLM with ``n`` > 1: each choice's script, streamed interleaved (default: this script for every choice)
+    choices: list[Script] | None = None
 
 
 @dataclass
@@ -190,6 +198,10 @@ class ScriptedBackend:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         llama = path == "/completion"
         try:
+            n = body.get("n") or 1
+            if not llama and n > 1:
+                await self._stream_choices(script, body, n, writer, closed, watcher)
+                return
             for i, piece in enumerate(script.pieces):
                 if script.fault and i == script.fault_after:
                     await self._fault(script, writer)
@@ -249,18 +261,67 @@ class ScriptedBackend:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
 
-    def _piece_event(self, llama: bool, piece: str, i: int, script: Script, body: dict[str, Any]) -> bytes:
+    def _piece_event(self, llama: bool, piece: str, i: int, script: Script, body: dict[str, Any],
+                     index: int = 0) -> bytes:
+        tokens = script.tokens[i] if script.tokens is not None else [piece]
+        logprob = script.logprobs[i] if script.logprobs is not None else round(-0.1 * (i + 1), 6)
         if llama:
-            payload = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
-                       "tokens_predicted": i + 1, "tokens_evaluated": script.prompt_tokens}
+            payload: dict[str, Any] = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
+                                       "tokens_predicted": i + 1, "tokens_evaluated": script.prompt_tokens}
+            top = body.get("n_probs") or 0
+            if top:
+                payload["completion_probabilities"] = [{
+                    "id": i, "token": token, "bytes": list(token.encode()), "logprob": logprob,
+                    "top_logprobs": [{"id": i, "token": token, "bytes": list(token.encode()), "logprob": logprob}]
+                    + [{"id": 1000 + k, "token": f"alt{k}", "bytes": list(f"alt{k}".encode()), "logprob": logprob - k}
+                       for k in range(1, top)]} for token in tokens]
         else:
             continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
             usage = ({"prompt_tokens": script.prompt_tokens, "completion_tokens": i + 1,
                       "total_tokens": script.prompt_tokens + i + 1} if continuous else None)
+            top = body.get("logprobs")
+            logprobs = None if top is None else {  # vLLM: the sampled token and the top N (N + 1 entries)
+                "tokens": tokens, "token_logprobs": [logprob] * len(tokens),
+                "top_logprobs": [{token: logprob, **{f"alt{k}": logprob - k for k in range(1, top + 1)}}
+                                 for token in tokens],
+                "text_offset": [i] * len(tokens)}
             payload = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
-                       "choices": [{"index": 0, "text": piece, "logprobs": None, "finish_reason": None,
+                       "choices": [{"index": index, "text": piece, "logprobs": logprobs, "finish_reason": None,
                                     "stop_reason": None}], "usage": usage}
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    async def _stream_choices(self, script: Script, body: dict[str, Any], n: int, writer: asyncio.StreamWriter,
+                              closed: Callable[[], bool], watcher: asyncio.Future[bytes]) -> None:
+        """vLLM's ``n`` > 1: the choices' pieces interleaved (piece i of choice 0, of choice 1, …), each
+        choice's finish chunk right after its last piece, then the usage of all and ``[DONE]``."""
+        scripts = script.choices or [script] * n
+        scripts = (scripts * n)[:n]
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        for i in range(max(len(s.pieces) for s in scripts) + 1):
+            for k, choice in enumerate(scripts):
+                if i < len(choice.pieces):
+                    await self._chunk(writer, self._piece_event(False, choice.pieces[i], i, choice, body, k))
+                elif i == len(choice.pieces):
+                    usage = ({"prompt_tokens": script.prompt_tokens, "completion_tokens": i,
+                              "total_tokens": script.prompt_tokens + i} if continuous else None)
+                    await self._chunk(writer, b"data: " + json.dumps({
+                        "id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
+                        "choices": [{"index": k, "text": "", "logprobs": None, "finish_reason": choice.finish,
+                                     "stop_reason": choice.stop_word}], "usage": usage}).encode() + b"\n\n")
+            if script.delay:
+                try:
+                    await asyncio.wait_for(asyncio.shield(watcher), script.delay)
+                except TimeoutError:
+                    pass
+            if closed():
+                return
+        total = sum(len(s.pieces) for s in scripts)
+        usage_event = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
+                       "choices": [], "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": total,
+                                                "total_tokens": script.prompt_tokens + total}}
+        await self._chunk(writer, b"data: " + json.dumps(usage_event).encode() + b"\n\ndata: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
 
     def _final_events(self, llama: bool, script: Script, n: int) -> list[bytes]:
         if llama:

@@ -285,7 +285,10 @@ def test_completions_passthrough(qwen3_vllm) -> None:
     ({"messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
       "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not in tools"),
     ({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}, "temperature"),
-    ({"messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 9}, "at most 8 choices"),
+    ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+    ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs needs logprobs"),
+    ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "not supported"),
 ])
 def test_bad_requests_get_openai_errors(qwen3_vllm, body: dict, needle: str) -> None:

@@ -74,6 +74,33 @@ def test_streaming_chat_matches_non_streaming(proxy: ProxyServer) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
 
 
+def test_logprobs_one_per_content_token_streaming_equals_non_streaming(proxy: ProxyServer) -> None:
+    client = client_for(proxy)
+    kwargs = {"model": "smollm2", "messages": GREETING, "max_tokens": 6, "temperature": 0, "seed": 1,
+              "logprobs": True, "top_logprobs": 2}
+    whole = client.chat.completions.create(**kwargs)
+    choice = whole.choices[0]
+    entries = choice.logprobs.content
+    assert choice.finish_reason == "length" and len(entries) == whole.usage.completion_tokens == 6
+    assert "".join(e.token for e in entries) == choice.message.content
+    for entry in entries:
+        assert entry.logprob <= 0 and bytes(entry.bytes).decode() == entry.token
+        assert len(entry.top_logprobs) == 2 and entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+        assert entry.logprob <= entry.top_logprobs[0].logprob + 1e-6
+    chunks = list(client.chat.completions.create(stream=True, **kwargs))
+    streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.token for e in streamed] == [e.token for e in entries]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in entries], abs=1e-3)
+
+
+def test_n_fans_out_on_llama_server(proxy: ProxyServer) -> None:
+    result = client_for(proxy).chat.completions.create(model="smollm2", messages=GREETING, max_tokens=4,
+                                                       temperature=0, n=2)
+    assert [c.index for c in result.choices] == [0, 1]
+    assert result.choices[0].message.content == result.choices[1].message.content  # temperature 0
+    assert result.usage.completion_tokens == 8
+
+
 def test_max_tokens_gives_length(proxy: ProxyServer) -> None:
     result = client_for(proxy).chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "Write a long story about the sea."}],

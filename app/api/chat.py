@@ -12,18 +12,22 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from app.api.chat_chunks import ChunkWriter, completion_object, finish_reason, new_completion_id
+from app.api.chat_chunks import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
 from app.api.chat_protocol import ChatCompletionRequest, NamedToolChoice
-from app.api.respond import RequestScope, start, stream_response, whole_response
+from app.api.respond import RequestScope, start_choices, stream_choices, whole_choices
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask
+from app.pipeline.logprobs import LoggedContent
 from app.pipeline.plan import Plan
 from app.pipeline.run import Finished
 from app.runtime import Runtime
 from parsers import fold
 from parsers.events import Event
+
+#: most alternatives per token OpenAI's ``top_logprobs`` allows
+MAX_TOP_LOGPROBS = 20
 
 
 def validation_message(exc: ValidationError) -> tuple[str, str | None]:
@@ -83,6 +87,10 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     r = request
+    if r.top_logprobs is not None and not r.logprobs:
+        raise bad_request("top_logprobs needs logprobs: true", "top_logprobs")
+    if r.top_logprobs is not None and not 0 <= r.top_logprobs <= MAX_TOP_LOGPROBS:
+        raise bad_request(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}", "top_logprobs")
     sampling = Sampling(
         max_tokens=r.token_limit, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, min_p=r.min_p,
         stop=list(r.stop or []), seed=r.seed, presence_penalty=r.presence_penalty,
@@ -99,6 +107,8 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         sampling=sampling,
         template_kwargs=kwargs,
         hold_tool_calls=request.hold_tool_calls,
+        top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
+        n=r.n,
     )
 
 
@@ -110,18 +120,23 @@ async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | No
     except BaseException:
         scope.release()
         raise
-    run = await start(ask, runtime, scope)
+    choices = await start_choices(ask, runtime, scope)
+    settings = runtime.settings
     if request.stream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        writer = ChunkWriter(new_completion_id(), runtime.model_name, runtime.settings.reasoning_field, include_usage,
-                             named_tool=ask.named_tool is not None)
-        return await stream_response(run, writer, runtime, scope)
+        writer = ChoiceChunks(new_completion_id(), runtime.model_name, ask.n, settings.reasoning_field, include_usage,
+                              named_tool=ask.named_tool is not None)
+        return await stream_choices(choices, writer, runtime, scope)
 
-    def answer(plan: Plan, events: list[Event], finished: Finished) -> Response:
-        message = fold(events)
-        reason = finish_reason(finished.reason, len(message.calls), 0, plan.named_tool is not None)
-        return JSONResponse(completion_object(new_completion_id(), runtime.model_name, message, reason,
-                                              finished.usage, runtime.settings.reasoning_field,
-                                              finished.reasoning_tokens))
+    def answer(plan: Plan, results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+        bodies = []
+        for index, (events, finished) in enumerate(results):
+            message = fold(events)
+            reason = finish_reason(finished.reason, len(message.calls), 0, plan.named_tool is not None)
+            logprobs = ([entry for e in events if isinstance(e, LoggedContent) for entry in e.logprobs]
+                        if ask.top_logprobs is not None else None)
+            bodies.append(choice_object(index, message, reason, settings.reasoning_field, logprobs))
+        return JSONResponse(completion_object(new_completion_id(), runtime.model_name, bodies, total.usage,
+                                              total.reasoning_tokens))
 
-    return await whole_response(run, answer, scope)
+    return await whole_choices(choices, answer, scope)

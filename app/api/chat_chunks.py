@@ -5,7 +5,10 @@ chunk carries ``role``; each tool call opens with one delta holding ``index``, `
 ``name`` and ``arguments: ""``, then argument fragments carry only ``index`` and ``arguments``;
 the chunk that ends the choice has an empty delta and ``finish_reason``; with
 ``stream_options.include_usage`` every chunk has ``usage: null`` and one last chunk with
-``choices: []`` carries the usage.
+``choices: []`` carries the usage. With ``n`` > 1 each choice streams with its own ``index`` and
+ends with its own finish chunk; the usage chunk (the sum over the choices) and ``[DONE]`` follow the
+last. With ``logprobs``, a content chunk's ``logprobs.content`` lists the tokens whose text it is
+the first to show (``app.pipeline.logprobs``); every other chunk has ``logprobs: null``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import orjson
 
 from app.backends.base import Usage
 from app.errors import APIError
+from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
 from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
 from parsers.fold import FoldedMessage
@@ -65,6 +69,7 @@ class ChunkWriter:
     include_usage: bool = False
     named_tool: bool = False  # a named tool_choice keeps finish_reason "stop"
     created: int = field(default_factory=lambda: int(time.time()))
+    index: int = 0  # which choice
     calls_started: int = 0
     calls_completed: int = 0
     unfinished_calls: int = 0  # calls shown in part that never completed
@@ -77,7 +82,7 @@ class ChunkWriter:
         envelope: dict[str, Any] = {
             "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
             "model": self.model, "system_fingerprint": None,
-            "choices": [{"index": 0, "delta": 0, "logprobs": None, "finish_reason": None}],
+            "choices": [{"index": self.index, "delta": 0, "logprobs": None, "finish_reason": None}],
         }
         if self.include_usage:
             envelope["usage"] = None
@@ -91,6 +96,11 @@ class ChunkWriter:
         tail = self._tail.replace(b'"finish_reason":null', b'"finish_reason":' + orjson.dumps(finish_reason), 1)
         return self._head + orjson.dumps(delta) + tail
 
+    def _logged(self, event: LoggedContent) -> bytes:
+        logprobs = orjson.dumps({"content": event.logprobs, "refusal": None})
+        tail = self._tail.replace(b'"logprobs":null', b'"logprobs":' + logprobs, 1)
+        return self._head + orjson.dumps({"content": event.text}) + tail
+
     def head(self) -> bytes:
         """The role chunk that opens the stream."""
         return self._chunk({"role": "assistant", "content": None})
@@ -102,6 +112,9 @@ class ChunkWriter:
             if kind is Content:
                 if event.text:  # type: ignore[union-attr]
                     out.append(self._chunk({"content": event.text}))  # type: ignore[union-attr]
+            elif kind is LoggedContent:
+                if event.text:  # type: ignore[union-attr]
+                    out.append(self._logged(event))  # type: ignore[arg-type]
             elif kind is Reasoning:
                 if event.text:  # type: ignore[union-attr]
                     out.append(self._chunk(reasoning_fields(event.text, self.reasoning_field)))  # type: ignore[union-attr]
@@ -125,13 +138,40 @@ class ChunkWriter:
                     self.unfinished_calls += 1
         return b"".join(out)
 
-    def finish(self, finished: Finished) -> bytes:
-        """The chunk that ends the choice, the usage chunk when asked for, then ``[DONE]``."""
+    def close(self, finished: Finished) -> bytes:
+        """The chunk that ends the choice."""
         reason = finish_reason(finished.reason, self.calls_completed, self.unfinished_calls, self.named_tool)
-        tail = self._chunk({}, reason)
+        return self._chunk({}, reason)
+
+
+class ChoiceChunks:
+    """Encodes a stream of ``n`` choices (``app.pipeline.stream.ChoicesEncoder``): one
+    ``ChunkWriter`` per choice, then the usage chunk when asked for and ``[DONE]``."""
+
+    def __init__(self, completion_id: str, model: str, n: int = 1, reasoning_field: str = "reasoning_content",
+                 include_usage: bool = False, named_tool: bool = False) -> None:
+        self.created = int(time.time())
+        self.completion_id = completion_id
+        self.model = model
+        self.include_usage = include_usage
+        self.writers = [ChunkWriter(completion_id, model, reasoning_field, include_usage, named_tool, self.created, k)
+                        for k in range(n)]
+
+    def head(self) -> bytes:
+        """The role chunk of every choice, which opens the stream."""
+        return b"".join(writer.head() for writer in self.writers)
+
+    def events(self, index: int, events: list[Event]) -> bytes:
+        return self.writers[index].events(events)
+
+    def finish_choice(self, index: int, finished: Finished) -> bytes:
+        return self.writers[index].close(finished)
+
+    def finish(self, total: Finished) -> bytes:
+        """After the last choice: the usage chunk when asked for, then ``[DONE]``."""
         if self.include_usage:
-            tail += self.usage(finished.usage, finished.reasoning_tokens)
-        return tail + SSE_DONE
+            return self.usage(total.usage, total.reasoning_tokens) + SSE_DONE
+        return SSE_DONE
 
     def error(self, exc: APIError) -> bytes:
         return sse(exc.body())
@@ -154,9 +194,10 @@ def finish_reason(backend_reason: str, calls: int, unfinished: int, named_tool: 
     return backend_reason
 
 
-def completion_object(completion_id: str, model: str, message: FoldedMessage, reason: str,
-                      usage: Usage | None, reasoning_field: str, reasoning_tokens: int = 0) -> dict[str, Any]:
-    """The non-streaming ``chat.completion``."""
+def choice_object(index: int, message: FoldedMessage, reason: str, reasoning_field: str,
+                  logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One choice of the non-streaming ``chat.completion`` (``logprobs``: its content tokens' entries,
+    when asked for)."""
     body: dict[str, Any] = {"role": "assistant", "content": message.content or None}
     if message.reasoning:
         body.update(reasoning_fields(message.reasoning, reasoning_field))
@@ -166,12 +207,20 @@ def completion_object(completion_id: str, model: str, message: FoldedMessage, re
              "function": {"name": call.name, "arguments": call.arguments}}
             for call in message.calls
         ]
+    return {"index": index, "message": body,
+            "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
+            "finish_reason": reason}
+
+
+def completion_object(completion_id: str, model: str, choices: list[dict[str, Any]], usage: Usage | None,
+                      reasoning_tokens: int = 0) -> dict[str, Any]:
+    """The non-streaming ``chat.completion``."""
     return {
         "id": completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": None,
-        "choices": [{"index": 0, "message": body, "logprobs": None, "finish_reason": reason}],
+        "choices": choices,
         "usage": (usage or Usage()).as_openai(reasoning_tokens),
     }

@@ -153,7 +153,9 @@ class ChatCompletionRequest(_Lenient):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     repetition_penalty: float | None = None
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None

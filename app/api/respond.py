@@ -20,10 +20,11 @@ from app.api.sse import PING, SSEResponse
 from app.backends.base import Backend
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
+from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
-from app.pipeline.run import Finished, Run, collect, start_generation
-from app.pipeline.stream import Encoder, EventStream
+from app.pipeline.run import Finished, Run, collect
+from app.pipeline.stream import ChoicesEncoder, ChoiceStream, Encoder, EventStream
 from app.pipeline.validate import check_ask
 from app.runtime import Runtime, render_error
 from app.templates.chat_template import TemplateError
@@ -58,9 +59,16 @@ def prepare(ask: Ask, runtime: Runtime, backend: Backend, schema_key: str) -> Pl
 
 
 async def start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str = "function.parameters") -> Run:
-    """Check and plan the request and start its run (the first backend item has arrived). Any
-    failure — limits, template, backend, the client leaving meanwhile — gives the slot back and
+    """Check and plan a one-answer request and start its run (the first backend item has arrived).
+    Any failure — limits, template, backend, the client leaving meanwhile — gives the slot back and
     raises an ``APIError``."""
+    choices = await start_choices(ask, runtime, scope, schema_key)
+    return choices.runs[0]
+
+
+async def start_choices(ask: Ask, runtime: Runtime, scope: RequestScope,
+                        schema_key: str = "function.parameters") -> Choices:
+    """``start`` for ``ask.n`` answers: a run per choice, each with its own parsers."""
     try:
         return await until_gone(scope, _start(ask, runtime, scope, schema_key))
     except BaseException:
@@ -68,23 +76,26 @@ async def start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str
         raise
 
 
-async def _start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str) -> Run:
+async def _start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str) -> Choices:
     backend = await runtime.ready_backend()
     plan = await runtime.offloader.run(is_light(ask), prepare, ask, runtime, backend, schema_key)
     if runtime.settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
-    parser = plan.parser()
+    parsers = [plan.parser() for _ in range(ask.n)]
     try:
-        first, stream = await start_generation(backend, plan.generation_request(), runtime.settings.retries)
+        firsts, streams, demux = await open_choices(backend, plan.generation_request(), ask.n,
+                                                    runtime.settings.retries)
     except BackendError as exc:
         runtime.metrics.backend_errors.labels(exc.kind).inc()
         raise
     runtime.metrics.ttft.observe(time.monotonic() - scope.started)
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else runtime.settings.hold_tool_calls
-    run = Run(first, stream, plan, parser, runtime.metrics, hold)
+    runs = [Run(first, stream, plan, parser, runtime.metrics, hold, count_prompt=k == 0)
+            for k, (first, stream, parser) in enumerate(zip(firsts, streams, parsers, strict=True))]
     if runtime.settings.log_content:
-        run.text = []
-    return run
+        for run in runs:
+            run.text = []
+    return Choices(runs, demux)
 
 
 async def until_gone(scope: RequestScope, work: Awaitable[T]) -> T:
@@ -128,6 +139,18 @@ async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: R
     return SSEResponse(body, lead=lead, ping=ping, headers=headers, on_interrupt=body.interrupted)
 
 
+async def stream_choices(choices: Choices, encoder: ChoicesEncoder, runtime: Runtime,
+                         scope: RequestScope) -> SSEResponse:
+    """``stream_response`` for ``n`` answers side by side."""
+    body = ChoiceStream(choices, encoder, runtime.metrics, scope.release)
+    try:
+        lead = body.lead()
+    except BaseException:
+        await body.aclose()
+        raise
+    return SSEResponse(body, lead=lead, ping=PING, on_interrupt=body.interrupted)
+
+
 async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Response:
     """The answer once the run is complete; the slot is given back however it ends."""
 
@@ -139,6 +162,24 @@ async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Respo
         return await until_disconnected(scope, work())
     finally:
         await run.aclose()
+        scope.release()
+
+
+ChoicesAnswer = Callable[[Plan, list[tuple[list[Event], Finished]], Finished], Response]
+
+
+async def whole_choices(choices: Choices, answer: ChoicesAnswer, scope: RequestScope) -> Response:
+    """``whole_response`` for ``n`` answers: ``answer`` gets each choice's events and how it ended,
+    and the request's totals."""
+
+    async def work() -> Response:
+        results = await choices.collect()
+        return answer(choices.plan, results, choices.total())
+
+    try:
+        return await until_disconnected(scope, work())
+    finally:
+        await choices.aclose()
         scope.release()
 
 

@@ -9,6 +9,7 @@ request is closed upstream as soon as the iterator is closed (client disconnect)
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,22 @@ class Sampling:
     logit_bias: dict[int, float] | None = None  # by token id
 
 
+@dataclass(slots=True)
+class TokenLogprob:
+    """One generated token as the backend reports it: its text, natural-log probability, UTF-8 bytes
+    (``None`` when unknown) and the most likely alternatives (``top``: tokens with empty ``top``)."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top: list[TokenLogprob] = field(default_factory=list)
+
+
+#: a piece of generated text and the tokens that produced it (tokens of a piece that has no text of
+#: its own — half a character, a held stop-string prefix — are completed by the next piece's text)
+TokenPiece = tuple[str, list[TokenLogprob]]
+
+
 @dataclass
 class GenerationRequest:
     prompt: str
@@ -55,6 +72,10 @@ class GenerationRequest:
     #: says which block (its markers, and whether the prompt already opened it)
     reasoning_budget: int | None = None
     reasoning: ReasoningGate | None = None
+    #: ask for each token's logprob and this many alternatives (``None``: no logprobs)
+    logprobs: int | None = None
+    #: answers to generate from the one prompt (only backends with ``native_n`` are sent more than 1)
+    n: int = 1
 
 
 @dataclass
@@ -64,6 +85,10 @@ class TextDelta:
     prompt_tokens: int | None = None
     #: how many generated tokens the text holds (the backend's events joined into it)
     tokens: int = 1
+    #: which answer the text belongs to (``n`` > 1)
+    index: int = 0
+    #: with logprobs asked: ``text`` split into pieces with the tokens that produced each
+    pieces: list[TokenPiece] | None = None
 
 
 @dataclass
@@ -92,6 +117,8 @@ class Finish:
     usage: Usage | None = None
     #: the request's stop string that ended the output (``None``: end of sequence, length, or not reported)
     stop_sequence: str | None = None
+    #: which answer ended (``n`` > 1)
+    index: int = 0
 
 
 Generation = AsyncGenerator[TextDelta | Finish, None]
@@ -102,6 +129,37 @@ def probe_timeout(client: httpx.AsyncClient) -> httpx.Timeout:
     return httpx.Timeout(10.0, connect=client.timeout.connect)
 
 
+def logprob_value(value: Any) -> float:
+    """A logprob from a backend event: a number, at least -9999.0 (OpenAI's stand-in for minus
+    infinity, which JSON cannot carry); anything else counts as that floor."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+        return max(float(value), -9999.0)
+    return -9999.0
+
+
+def utf8(token: str) -> list[int]:
+    """A token's UTF-8 bytes (text a backend could not decode carries U+FFFD, encoded as such)."""
+    return list(token.encode("utf-8", "replace"))
+
+
+class PieceCarry:
+    """Hands tokens that produced no text of their own (half a character, a stop-string prefix the
+    backend held back) on to the next piece that has text."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held: list[TokenLogprob] = []
+
+    def piece(self, text: str, tokens: list[TokenLogprob]) -> TokenPiece | None:
+        if not text:
+            self.held += tokens
+            return None
+        if self.held:
+            tokens, self.held = self.held + tokens, []
+        return text, tokens
+
+
 def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
@@ -110,6 +168,8 @@ class Backend:
     """Common plumbing: URL, auth header, error mapping. Subclasses speak one API."""
 
     kind = "base"
+    #: the backend generates ``n`` answers in one request (else toolwire sends ``n`` requests)
+    native_n = False
 
     def __init__(self, base_url: str, client: httpx.AsyncClient, api_key: str | None = None,
                  model: str | None = None, streaming: StreamingClient | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import httpx
@@ -11,12 +12,17 @@ from app.backends.base import (
     Finish,
     Generation,
     GenerationRequest,
+    PieceCarry,
     TextDelta,
+    TokenLogprob,
+    TokenPiece,
     Usage,
     _drop_none,
     count,
+    logprob_value,
     probe_timeout,
     unexpected_shape,
+    utf8,
 )
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
@@ -31,6 +37,39 @@ def reasoning_budget_fields(request: GenerationRequest) -> dict[str, Any]:
         return {}
     return {"reasoning_budget_tokens": request.reasoning_budget, "reasoning_budget_start_tag": gate.start,
             "reasoning_budget_end_tag": gate.end, "reasoning_budget_arm_immediately": gate.inside}
+
+
+def token_probabilities(data: Any, top: int) -> list[TokenLogprob]:
+    """The tokens of one streamed event from llama-server's ``completion_probabilities``, with the
+    ``top`` most likely alternatives of each. llama-server reports natural-log ``logprob`` /
+    ``top_logprobs`` by default, and probabilities (``prob`` / ``top_probs``, after sampling) when
+    asked for ``post_sampling_probs``: those are turned into logprobs."""
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise unexpected_shape('"completion_probabilities" is not a list')
+    out = []
+    for entry in data:
+        token = _token(entry)
+        alternatives = entry.get("top_logprobs", entry.get("top_probs"))
+        best = [_token(option) for option in alternatives[:top]] if top and isinstance(alternatives, list) else []
+        out.append(TokenLogprob(token.token, token.logprob, token.bytes, best))
+    return out
+
+
+def _token(entry: Any) -> TokenLogprob:
+    if not isinstance(entry, dict) or not isinstance(entry.get("token"), str):
+        raise unexpected_shape('a "completion_probabilities" entry without a "token" string')
+    token: str = entry["token"]
+    if "logprob" in entry:
+        value = logprob_value(entry["logprob"])
+    else:
+        prob = entry.get("prob")
+        positive = isinstance(prob, (int, float)) and not isinstance(prob, bool) and prob > 0
+        value = logprob_value(math.log(float(prob)) if positive else None)  # type: ignore[arg-type]
+    raw = entry.get("bytes")
+    data = raw if isinstance(raw, list) and all(isinstance(b, int) and 0 <= b < 256 for b in raw) else utf8(token)
+    return TokenLogprob(token, value, data)
 
 
 class LlamaCppBackend(Backend):
@@ -60,6 +99,8 @@ class LlamaCppBackend(Backend):
             "logit_bias": [[k, v] for k, v in s.logit_bias.items()] if s.logit_bias else None,
             "preserved_tokens": list(request.preserved_tokens) or None,
             "cache_prompt": True,
+            # per-token probabilities (llama-server reports none for n_probs 0: ask for 1, show 0)
+            "n_probs": max(request.logprobs, 1) if request.logprobs is not None else None,
             **reasoning_budget_fields(request),
             **request.constraint,
         })
@@ -69,9 +110,12 @@ class LlamaCppBackend(Backend):
         finish: Finish | None = None
         prompt_tokens: Any = None  # llama-server tells it with every token; handed on with the first delta
         told = False
+        want = request.logprobs
+        carry = PieceCarry()
         try:
             async for batch in self.sse_batches(response):
                 texts: list[str] = []
+                pieces: list[TokenPiece] = []
                 for data in batch:
                     if data is None:
                         break
@@ -80,6 +124,10 @@ class LlamaCppBackend(Backend):
                         if not isinstance(text, str):
                             raise unexpected_shape('"content" is not a string')
                         texts.append(text)
+                    if want is not None:
+                        piece = carry.piece(text or "", token_probabilities(data.get("completion_probabilities"), want))
+                        if piece is not None:
+                            pieces.append(piece)
                     if prompt_tokens is None:
                         prompt_tokens = data.get("tokens_evaluated")
                     if data.get("stop"):
@@ -93,7 +141,7 @@ class LlamaCppBackend(Backend):
                                         word if isinstance(word, str) and word else None)
                         break
                 if texts:
-                    delta = TextDelta("".join(texts), tokens=len(texts))
+                    delta = TextDelta("".join(texts), tokens=len(texts), pieces=pieces if want is not None else None)
                     if not told and isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool):
                         delta.prompt_tokens = prompt_tokens
                         told = True

@@ -22,7 +22,9 @@ class Ask:
     template (``enable_thinking``, ``reasoning_effort``, …). ``hold_tool_calls`` ``None`` means the
     server's setting. ``thinking`` turns reasoning on or off through whichever switch the template
     reads (``None``: the template's default; explicit ``template_kwargs`` win); ``thinking_budget``
-    caps the reasoning block's tokens where the backend can enforce it.
+    caps the reasoning block's tokens where the backend can enforce it. ``top_logprobs`` ``None``
+    means no logprobs; a number asks for each content token's logprob and that many alternatives.
+    ``n`` answers are generated from the one prompt, each parsed on its own.
     """
 
     turns: list[Turn]
@@ -36,3 +38,5 @@ class Ask:
     hold_tool_calls: bool | None = None
     thinking: bool | None = None
     thinking_budget: int | None = None
+    top_logprobs: int | None = None
+    n: int = 1

@@ -179,7 +179,7 @@ class Plan:
         budget = self.ask.thinking_budget if self.ask.thinking is not False else None
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
         return GenerationRequest(self.prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
-                                 self.constraint.fields, budget, gate)
+                                 self.constraint.fields, budget, gate, self.ask.top_logprobs)
 
 
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,

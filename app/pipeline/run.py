@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.backends import Backend, Finish, TextDelta
-from app.backends.base import Generation, GenerationRequest, Usage
+from app.backends.base import Generation, GenerationRequest, TokenPiece, Usage
 from app.errors import BackendError
 from app.metrics import Metrics
+from app.pipeline.logprobs import ContentLogprobs
 from app.pipeline.plan import Plan
 from parsers import ResponseParser
 from parsers.events import CallArgs, CallEnd, Content, Event, Reasoning
@@ -129,10 +130,12 @@ _WARNED = {"constraint_ignored": False}
 
 
 class Run:
-    """One answer's events (see the module docstring)."""
+    """One answer's events (see the module docstring). With ``logprobs`` asked, the text is fed to
+    the parsers token by token and content events carry their tokens' entries (``app.pipeline.logprobs``).
+    ``first`` may be ``None`` (the stream's first item is still to come)."""
 
     def __init__(self, first: Any, stream: Generation, plan: Plan, parser: ResponseParser, metrics: Metrics,
-                 hold: bool) -> None:
+                 hold: bool, count_prompt: bool = True) -> None:
         self.pending: Any = first
         self.stream = stream
         self.plan = plan
@@ -147,6 +150,9 @@ class Run:
                                           else first.usage.prompt_tokens if isinstance(first, Finish) and first.usage
                                           else None)
         self.text: list[str] | None = None  # the raw output, when content logging asked for it
+        top = plan.ask.top_logprobs
+        self.logprobs = ContentLogprobs(top) if top is not None else None
+        self.count_prompt = count_prompt  # one of ``n`` answers counts the shared prompt in the metrics
         self.closed = False
 
     def _apply(self, events: list[Event]) -> list[Event]:
@@ -157,9 +163,21 @@ class Run:
     def _feed(self, item: TextDelta) -> list[Event]:
         if self.text is not None:
             self.text.append(item.text)
+        if self.logprobs is not None and item.pieces is not None:
+            return self._feed_pieces(self.logprobs, item.pieces or [(item.text, [])])
         events = self._apply(self.parser.feed(item.text))
         self.reasoning.add(item.tokens, events)
         return events
+
+    def _feed_pieces(self, logprobs: ContentLogprobs, pieces: list[TokenPiece]) -> list[Event]:
+        out: list[Event] = []
+        for text, tokens in pieces:
+            logprobs.add(text, tokens)
+            events = self._apply(self.parser.feed(text))
+            self.reasoning.add(len(tokens), events)
+            if events:
+                out += logprobs.place(events)
+        return out
 
     def lead(self) -> list[Event]:
         """The events of the first backend item, if it is text (``[]`` otherwise)."""
@@ -172,11 +190,14 @@ class Run:
     def _finish(self, item: Finish) -> list[Event]:
         events = self._apply(self.parser.end(truncated=item.reason == "length"))
         self.reasoning.add(0, events)
+        if self.logprobs is not None and events:
+            events = self.logprobs.place(events)
         self.finished = Finished(item.reason, item.usage, self.tally.calls, self.tally.unfinished, item.stop_sequence,
                                  int(self.reasoning))
         usage = item.usage
         if usage is not None:
-            self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)
+            if self.count_prompt:
+                self.metrics.tokens.labels("prompt").inc(usage.prompt_tokens)
             self.metrics.tokens.labels("completion").inc(usage.completion_tokens)
         self.tally.record(self.metrics, self.plan.label, self.parser)
         if self.plan.constraint_ignored(self.parser) and not _WARNED["constraint_ignored"]:

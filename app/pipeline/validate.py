@@ -114,6 +114,9 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         problem = schema_problem(encoded)
         if problem is not None:
             raise bad_request(f"{where} is not a valid JSON schema: {problem}", f"{tools_param}.{i}.{schema_key}")
+    if ask.n > settings.max_choices:
+        raise bad_request(f"n is {ask.n}; this server generates at most {settings.max_choices} choices per request "
+                          "(--max-choices)", "n")
     if ask.tool_choice == "required" and not ask.tools:
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
     if ask.named_tool is not None and ask.named_tool not in {t["function"]["name"] for t in ask.tools}:
