@@ -17,8 +17,11 @@ This module only re-exports; the names live in ``parsers.core`` (primitives), ``
 """
 
 from parsers.core.args import (
+    JSON,
     ArgsObject,
+    ArgType,
     StringValue,
+    arg_type,
     convert_value,
     escape,
     param_kind,
@@ -125,6 +128,6 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "ANALYSIS_BODY",
     # primitives
     "Cursor", "Write", "discard", "separated", "MarkerSet", "TextChannel", "Out", "CallWriter", "Program",
-    "is_json_object", "ArgsObject", "StringValue", "escape", "param_kind", "schema_type", "convert_value",
-    "typed_value", "resolve_ref",
+    "is_json_object", "ArgsObject", "StringValue", "escape", "arg_type", "ArgType", "JSON", "param_kind", "schema_type",
+    "convert_value", "typed_value", "resolve_ref",
 ]

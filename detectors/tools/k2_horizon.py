@@ -9,9 +9,10 @@
 
 The template's ``tool_call_format`` picks one of three spellings of a call, told apart by what
 follows ``<ifm|tool_call>``: the name and key/value tags (``xml``), the same with
-``<ifm|arg_type>T</ifm|arg_type>`` before each value (``xml_typed``: the written type wins), or a
+``<ifm|arg_type>T</ifm|arg_type>`` before each value (``xml_typed``: the written type picks among
+the schema's types, and types a value the schema leaves open), or a
 JSON call object ``{"name": …, "arguments": {…}}`` (``json``; a ``[…]`` list of them is read too).
-Key/value values are typed by the tool's JSON schema (strings as written); JSON arguments stream
+Key/value values are typed by the core's one rule (``arg_type``: the tool's JSON schema first); JSON arguments stream
 through as written. The ``<ifm|tool_calls>`` group is optional; text between calls inside it is
 markup.
 """

@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator
 from detectors.turns import CHATML
 from parsers.declare import (
     ArgsObject,
+    ArgType,
     CallContext,
     Cursor,
     MarkerSet,
@@ -31,10 +32,9 @@ from parsers.declare import (
     ToolCallDetector,
     WireFormat,
     XmlParams,
+    arg_type,
     calls_format,
-    convert_value,
     escape,
-    param_kind,
 )
 
 FUNCTION_STARTS = ('<function name="', "<function name='")
@@ -202,10 +202,10 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
         key = yield from _tag_rest(cur, opened[-1])
         if key is None:
             return False
-        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
+        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else ArgType()
         args.key(key)
-        if kind == "string":
-            value = _StringArg(args.raw, nullable)
+        if typed.streams:
+            value = _StringArg(args.raw, typed.nullable)
             if not (yield from _value(cur, value.write, value.literal)):
                 return False
             value.close()
@@ -213,7 +213,7 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
             parts: list[str] = []
             if not (yield from _value(cur, parts.append)):
                 return False
-            args.raw(convert_value("".join(parts), kind))
+            args.raw(typed.json("".join(parts)))
     args.close()
     return True
 

@@ -4,8 +4,24 @@ Formats whose arguments are not written as JSON (XML-style parameters, Python ke
 object notation, learned tagged parameters) build the object with ``ArgsObject``: ``{`` with the
 first key, ``"KEY": `` per key, the value, ``}`` at the end — so a call's fragments always
 concatenate to one JSON object. String values stream JSON-escaped as they arrive
-(``StringValue``); other values are converted once complete (``convert_value``), typed by the
-tool's JSON schema (``param_kind``).
+(``StringValue``); other values are converted once complete.
+
+**The one typing rule** (``arg_type``) — every format whose argument values are text uses it:
+
+* the parameter's schema gives the JSON types it allows: ``type`` (a name or a list), ``anyOf`` /
+  ``oneOf`` / ``allOf`` (the union of the options), a local ``$ref`` (followed), ``enum`` /
+  ``const`` (the types of the values), else ``properties`` → object, ``items`` → array; ``null``
+  among them (or ``nullable: true``) makes the value nullable. Type names other tools write
+  (``int``, ``float``, ``bool``, ``dict``, ``list``, ``varchar`` …) count as their JSON type;
+* a value that may be a string is a string — exactly as written, even when it looks like JSON;
+* otherwise the text is read as JSON (or a Python literal: ``True``, ``{'a': 1}``) and kept if it
+  is one of the allowed types (tried in the schema's order; an integral number is an integer,
+  ``true``/``false`` in any case a boolean, ``null``/``None`` null); empty text is ``{}`` / ``[]``
+  for an object / array. A value that fits none of them is kept as the model wrote it, a string;
+* no schema (a parameter the tool does not describe, or a schema that names no type): a string —
+  unless the format itself says what the value is (DSML ``string="false"``: JSON; Kimi K3's
+  ``type="…"``). Such a declaration also picks among the schema's types when it is one of them
+  (``anyOf: [string, integer]`` + ``string="false"`` → integer); the schema wins otherwise.
 """
 
 from __future__ import annotations
@@ -13,11 +29,29 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
 from json.encoder import encode_basestring as _quote  # json.dumps(s, ensure_ascii=False)
 from typing import Any
 
 from parsers.core.driver import CallWriter
+
+#: the JSON types a schema can name
+KINDS = ("string", "integer", "number", "boolean", "null", "object", "array")
+#: a declared kind meaning "some JSON value, not a string" (DSML ``string="false"``)
+JSON = "json"
+_ALIASES = {
+    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string", "uuid": "string",
+    "date": "string", "datetime": "string", "time": "string", "timestamp": "string",
+    "bool": "boolean", "int": "integer", "long": "integer", "short": "integer", "bigint": "integer",
+    "float": "number", "double": "number", "decimal": "number", "real": "number", "numeric": "number",
+    "list": "array", "tuple": "array", "set": "array", "arr": "array", "dict": "object", "map": "object",
+}
+_ALIAS_PREFIX = re.compile(r"(int|uint|long|float|num|list|dict)(?=$|[0-9\[<( ])")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NO = object()  # a value that does not fit a kind
 
 
 def resolve_ref(schema: Any, root: Mapping[str, Any] | None, depth: int = 0) -> Mapping[str, Any] | None:
@@ -36,41 +70,213 @@ def resolve_ref(schema: Any, root: Mapping[str, Any] | None, depth: int = 0) -> 
     return schema if isinstance(schema, Mapping) and "$ref" not in schema else None
 
 
-def param_kind(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None = None) -> tuple[str, bool]:
-    """The JSON type a parameter schema asks for, and whether it allows ``null`` — the one rule
-    every format whose values are text uses. ``type`` (a list: the first non-null type, ``string``
-    if a string is allowed), ``anyOf`` / ``oneOf`` / ``allOf`` (the same over the options), a
-    local ``$ref`` into ``root`` (followed), ``enum`` (the type of its values), ``properties`` /
-    ``items`` (object / array); ``"string"`` when nothing says (an untyped value stays text)."""
+def _kind_name(name: object) -> str | None:
+    """The JSON type a type name stands for (``int`` → integer, ``varchar(255)`` → string …)."""
+    if not isinstance(name, str):
+        return None
+    if name in KINDS:
+        return name
+    base = name.split("(", 1)[0].strip().lower()
+    if base in KINDS:
+        return base
+    if base in _ALIASES:
+        return _ALIASES[base]
+    found = _ALIAS_PREFIX.match(base)
+    if found is None:
+        return None
+    return {"int": "integer", "uint": "integer", "long": "integer", "float": "number", "num": "number",
+            "list": "array", "dict": "object"}[found.group(1)]
+
+
+def _value_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "string"
+
+
+def schema_kinds(schema: Any, root: Mapping[str, Any] | None = None, depth: int = 0) -> tuple[tuple[str, ...], bool]:
+    """The JSON types a parameter schema allows, in the schema's order (empty when it names none;
+    ``null`` is not listed), and whether it allows ``null`` — see the module docstring."""
     schema = resolve_ref(schema, root)
-    if not isinstance(schema, Mapping):
-        return "string", False
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kinds = [k for k in kind if k != "null"]
-        return ("string" if not kinds or "string" in kinds else str(kinds[0])), "null" in kind
-    if isinstance(kind, str):
-        return kind, kind == "null"
-    for combinator in ("anyOf", "oneOf", "allOf"):
-        resolved = (resolve_ref(o, root) for o in schema.get(combinator) or () if isinstance(o, Mapping))
-        options = [o for o in resolved if o is not None]
-        if options:
-            subs = [param_kind(o, root) for o in options]
-            nullable = any(o.get("type") == "null" for o in options)
-            kinds = [k for (k, _), o in zip(subs, options) if o.get("type") != "null"]
-            return ("string" if not kinds or "string" in kinds else kinds[0]), nullable or any(n for _, n in subs)
-    if "enum" in schema and isinstance(schema["enum"], list):
-        values = schema["enum"]
-        nullable = None in values
-        if all(isinstance(v, str) or v is None for v in values):
-            return "string", nullable
-        first = next((v for v in values if v is not None), None)
-        return {bool: "boolean", int: "integer", float: "number"}.get(type(first), "string"), nullable
-    if "properties" in schema:
-        return "object", False
-    if "items" in schema:
-        return "array", False
-    return "string", False
+    if not isinstance(schema, Mapping) or depth > 16:
+        return (), False
+    kinds: list[str] = []
+    nullable = schema.get("nullable") is True
+
+    def add(kind: str | None) -> None:
+        nonlocal nullable
+        if kind == "null":
+            nullable = True
+        elif kind is not None and kind not in kinds:
+            kinds.append(kind)
+
+    named = schema.get("type")
+    for name in named if isinstance(named, list) else [named]:
+        add(_kind_name(name))
+    if not kinds:
+        for combinator in ("anyOf", "oneOf", "allOf"):
+            options = schema.get(combinator)
+            for option in options if isinstance(options, list) else ():
+                sub, sub_nullable = schema_kinds(option, root, depth + 1)
+                for kind in sub:
+                    add(kind)
+                nullable = nullable or sub_nullable
+    if not kinds:
+        enum = schema.get("enum")
+        values: list[Any] = enum if isinstance(enum, list) else [schema["const"]] if "const" in schema else []
+        for value in values:
+            add(_value_kind(value))
+    if not kinds:
+        if "properties" in schema:
+            add("object")
+        elif "items" in schema or "prefixItems" in schema:
+            add("array")
+    return tuple(kinds), nullable
+
+
+@dataclass(frozen=True, slots=True)
+class ArgType:
+    """What one parameter's value may be (``arg_type``): the JSON types it is read as, tried in
+    order (``()``: any JSON value), whether ``null`` is allowed, and whether the format wrote the
+    value as JSON (then a string value is a JSON string literal, decoded)."""
+
+    kinds: tuple[str, ...] = ("string",)
+    nullable: bool = False
+    encoded: bool = False
+
+    @classmethod
+    def named(cls, kind: str, nullable: bool = False) -> ArgType:
+        """The type one kind name stands for (``JSON``: any JSON value)."""
+        return cls((), nullable, True) if kind == JSON else cls((_kind_name(kind) or "string",), nullable)
+
+    @property
+    def streams(self) -> bool:
+        """A plain string: written as the model writes it, as it arrives."""
+        return self.kinds == ("string",) and not self.encoded
+
+    @property
+    def kind(self) -> str:
+        """The first type (``JSON`` for any value)."""
+        return self.kinds[0] if self.kinds else JSON
+
+    def convert(self, text: str) -> Any:
+        """The value of ``text``; the text itself (a string) when it fits none of the types."""
+        if self.streams:
+            return None if self.nullable and text.strip() in ("null", "None") else text
+        raw = text.strip()
+        if raw in ("null", "None"):
+            return None
+        if not raw:
+            return {} if "object" in self.kinds[:1] else [] if "array" in self.kinds[:1] else text
+        value = _parse(raw)
+        for kind in self.kinds or (JSON,):
+            fitted = _fit(value, raw, kind)
+            if fitted is not _NO:
+                return fitted
+        return text
+
+    def json(self, text: str) -> str:
+        """JSON text for the value of ``text`` (``convert``)."""
+        try:
+            return json.dumps(self.convert(text), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):  # a Python literal JSON cannot spell (a set, bytes)
+            return json.dumps(text, ensure_ascii=False)
+
+
+def arg_type(schema: Any, root: Mapping[str, Any] | None = None, declared: str | None = None) -> ArgType:
+    """THE rule typing a parameter value written as text (see the module docstring): from its
+    schema (followed through ``root``, the tool's parameters schema, for ``$ref``), and what the
+    format itself declares, if anything (``declared``: a type name, or ``JSON`` for DSML's
+    ``string="false"``)."""
+    kinds, nullable = schema_kinds(schema, root)
+    said = declared if declared in (None, JSON) else _kind_name(declared)
+    if said == "null":
+        said, nullable = None, True
+    from_schema = ArgType(("string",) if not kinds or "string" in kinds else kinds, nullable)
+    if said is None:
+        return from_schema
+    if not kinds:
+        if said == JSON:
+            return ArgType((), nullable, True)
+        return ArgType((said,), nullable)
+    if said == JSON:
+        options = tuple(k for k in kinds if k != "string")
+        return ArgType(options, nullable) if options else ArgType(("string",), nullable, True)
+    if said in kinds:
+        return ArgType((said,), nullable)
+    return from_schema
+
+
+def _parse(raw: str) -> Any:
+    """``raw`` read as JSON, else as a Python literal; ``_NO`` when it is neither."""
+    try:
+        return json.loads(raw, parse_constant=_reject)
+    except (ValueError, RecursionError):
+        pass
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _NO
+
+
+def _fit(value: Any, raw: str, kind: str) -> Any:
+    """``value`` (read from ``raw``) as JSON type ``kind``, or ``_NO``."""
+    if kind in ("integer", "number"):
+        if isinstance(value, bool):
+            return _NO
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return _NO
+            if kind == "number":
+                return value
+            return int(value) if value.is_integer() else _NO
+        try:  # spellings JSON does not accept: zero-padded (07), a leading + or .
+            if kind == "integer":
+                return int(raw) if _INTEGER.fullmatch(raw) else _NO
+            if _NUMBER.fullmatch(raw):
+                number = float(raw)
+                if math.isfinite(number):
+                    return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
+        except ValueError:  # more digits than Python converts
+            pass
+        return _NO
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        lowered = raw.lower()
+        return lowered == "true" if lowered in ("true", "false") else _NO
+    if kind == "object":
+        return value if isinstance(value, dict) else _NO
+    if kind == "array":
+        return list(value) if isinstance(value, list | tuple) else _NO
+    if kind == "string":
+        return value if isinstance(value, str) else _NO
+    if kind == JSON:
+        return value
+    return _NO
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def param_kind(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+    """The first JSON type ``arg_type`` reads a parameter as (``string`` when a string is
+    allowed or nothing is said), and whether ``null`` is allowed."""
+    kinds, nullable = schema_kinds(schema, root)
+    return ("string" if not kinds or "string" in kinds else kinds[0]), nullable
 
 
 def schema_type(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None = None) -> str:
@@ -78,46 +284,13 @@ def schema_type(schema: Mapping[str, Any] | None, root: Mapping[str, Any] | None
 
 
 def typed_value(text: str, kind: str) -> Any:
-    """A non-string parameter value of JSON type ``kind`` from the text the model wrote; the text
-    itself (a string) when it does not parse as that type (the model's text is never dropped).
-    ``null`` / ``None`` is null; an empty object or array value is ``{}`` / ``[]``."""
-    raw = text.strip()
-    if raw in ("null", "None"):
-        return None
-    if not raw and kind in ("object", "array"):
-        return {} if kind == "object" else []
-    try:
-        if kind == "integer":
-            return int(raw)
-        if kind == "number":
-            number = float(raw)
-            if not math.isfinite(number):
-                raise ValueError(raw)
-            return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
-        if kind == "boolean":
-            lowered = raw.lower()
-            if lowered in ("true", "false"):
-                return lowered == "true"
-            raise ValueError(raw)
-        return json.loads(raw, parse_constant=_reject)
-    except (ValueError, OverflowError, RecursionError):
-        pass
-    try:  # Python literals: {'a': 1}, [1, 2], True, None
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    """A value of JSON type ``kind`` (``JSON``: any) from the text the model wrote (``ArgType.convert``)."""
+    return ArgType.named(kind).convert(text)
 
 
 def convert_value(text: str, kind: str) -> str:
-    """JSON text for a non-string parameter value (``typed_value``)."""
-    try:
-        return json.dumps(typed_value(text, kind), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):  # a Python literal JSON cannot spell (a set, bytes)
-        return json.dumps(text, ensure_ascii=False)
+    """JSON text for a value of JSON type ``kind`` (``typed_value``)."""
+    return ArgType.named(kind).json(text)
 
 
 def escape(text: str) -> str:
@@ -141,15 +314,17 @@ class ArgsObject:
     def raw(self, text: str) -> None:
         self._calls.args(text)
 
-    def value(self, kind: str, trim_newline: bool, nullable: bool,
+    def value(self, kind: str | ArgType, trim_newline: bool, nullable: bool,
               read: Callable[[Callable[[str], None]], Generator[None, None, object]], *,
               strip: bool = False) -> Generator[None, None, bool]:
-        """One parameter value of schema ``kind``, its text produced by ``read(write)`` (falsy
-        result: the value did not end properly → ``False``). Strings stream as they arrive;
-        other kinds are converted (``convert_value``) once the whole text is in, with one
-        newline trimmed at each end when ``trim_newline``, all surrounding whitespace when ``strip``."""
-        if kind == "string":
-            value = StringValue(self.raw, trim_newline, nullable, strip)
+        """One parameter value of type ``kind`` (an ``ArgType``, or a kind name with ``nullable``),
+        its text produced by ``read(write)`` (falsy result: the value did not end properly →
+        ``False``). Plain strings stream as they arrive; other values are converted
+        (``ArgType.json``) once the whole text is in, with one newline trimmed at each end when
+        ``trim_newline``, all surrounding whitespace when ``strip``."""
+        typed = kind if isinstance(kind, ArgType) else ArgType.named(kind, nullable)
+        if typed.streams:
+            value = StringValue(self.raw, trim_newline, typed.nullable, strip)
             if not (yield from read(value.write)):
                 return False
             value.close()
@@ -162,7 +337,7 @@ class ArgsObject:
             text = text.removeprefix("\n").removesuffix("\n")
         if strip:
             text = text.strip()
-        self.raw(convert_value(text, kind))
+        self.raw(typed.json(text))
         return True
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 
-from parsers.core.args import ArgsObject, param_kind
+from parsers.core.args import ArgsObject, ArgType, arg_type
 from parsers.core.cursor import Cursor, discard
 from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
@@ -363,10 +363,10 @@ def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
         key = key.strip()
         if not key:
             return False
-        kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
+        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else ArgType()
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
-        if not (yield from args.value(kind, p.trim_newline, nullable, partial(cur.until, ends))):
+        if not (yield from args.value(typed, p.trim_newline, typed.nullable, partial(cur.until, ends))):
             return False
     args.close()
     return True

@@ -8,7 +8,7 @@
 Only a tag behind the prefix is markup (``a <b> c`` in a value is text); spacing between the prefix
 and its tag is allowed. A parameter is a leaf — its text — or a container of child elements:
 an object (a child per key; a key written twice is a list), or an array (``<item>`` children).
-Which one comes from the tool's JSON schema (``parsers.core.args.param_kind``: ``object`` /
+Which one comes from the tool's JSON schema (``parsers.core.args.arg_type``: ``object`` /
 ``array`` → a container); a parameter the schema does not type is a container when an element
 follows its opening tag, else text. Leaves are typed by their own schema (``items``,
 ``prefixItems``, ``properties``, ``additionalProperties``, local ``$ref``s followed).
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cache, partial
 from typing import Any
 
-from parsers.core.args import ArgsObject, param_kind, resolve_ref, typed_value
+from parsers.core.args import ArgsObject, arg_type, param_kind, resolve_ref
 from parsers.core.cursor import Cursor
 from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
@@ -121,12 +121,10 @@ class _Element:
     children: list[tuple[str, Any]] = field(default_factory=list)
 
     def value(self, root: Mapping[str, Any] | None, item: str) -> Any:
-        kind, nullable = param_kind(self.schema, root)
+        typed = arg_type(self.schema, root)
+        kind = typed.kind
         if not self.children:
-            text = "".join(self.text).strip()
-            if kind == "string":
-                return None if nullable and text in ("null", "None") else text
-            return typed_value(text, kind)
+            return typed.convert("".join(self.text).strip())
         if kind == "array" or (kind != "object" and all(tag == item for tag, _ in self.children)):
             return [value for _, value in self.children]
         counts: dict[str, int] = {}
@@ -205,16 +203,17 @@ def nested_xml_call(shape: NestedXmlShape, tools: Mapping[str, ToolSpec], cur: C
             args.close()
             return True
         schema = tool.param_schema(tag) if tool is not None else None
-        kind, nullable = param_kind(schema, root)
+        typed = arg_type(schema, root)
         declared = schema is not None and any(k in schema for k in _TYPING_KEYS)
         args.key(tag)
-        if kind in ("object", "array") or (not declared and (yield from _element_follows(cur, shape))):
+        if ({"object", "array"} & set(typed.kinds)
+                or (not declared and (yield from _element_follows(cur, shape)))):
             ok, value = yield from _container(cur, shape, tag, schema, root)
             if not ok:
                 return False
             args.raw(json.dumps(value, ensure_ascii=False))
             continue
-        if not (yield from args.value(kind, False, nullable, partial(_leaf, cur, shape, tag))):
+        if not (yield from args.value(typed, False, typed.nullable, partial(_leaf, cur, shape, tag))):
             return False
 
 

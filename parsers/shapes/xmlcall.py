@@ -8,11 +8,12 @@
 The arguments object is written incrementally: ``{`` with the first parameter, then
 ``"KEY": `` and — for string parameters — the JSON-escaped value as it arrives (the closing tag
 is held back by the marker scanner), or — for other types — the converted value once the closing
-tag arrives; ``}`` at the end. Types come from the tool's JSON schema (or a ``string="…"``
-attribute where the format has one); a parameter the schema does not describe is a string.
-Every call's fragments concatenate to one JSON object. Whatever encloses the parameters — a call's
-closing tag (``xml_call``) or the end of a Harmony-like message (``xml_params_until``) — each one
-is read by ``xml_param``.
+tag arrives; ``}`` at the end. Values are typed by the core's one rule
+(``parsers.core.args.arg_type``): the tool's JSON schema, and what the format declares where it
+has a declaration (DSML's ``string="…"``, Kimi K3's ``type="…"``, K2 Horizon's type tag); a
+parameter neither describes is a string. Every call's fragments concatenate to one JSON object.
+Whatever encloses the parameters — a call's closing tag (``xml_call``) or the end of a
+Harmony-like message (``xml_params_until``) — each one is read by ``xml_param``.
 
 ``tagged_xml`` and ``wrapped_xml`` declare whole formats; the way they write calls (``xml_wire``)
 is derived from the same ``XmlCallShape``: the name and parameters in their tags, string values
@@ -27,7 +28,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from parsers.core.args import ArgsObject, param_kind
+from parsers.core.args import JSON, ArgsObject, arg_type
 from parsers.core.cursor import Cursor
 from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
@@ -178,9 +179,9 @@ def xml_params_until(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, out: Out, e
 def xml_param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject) -> Generator[None, None, bool]:
     """One parameter after its ``key_start`` — the one parameter reader of every XML-style format:
     the key (or its key attribute, unquoted with ``unquote_key``), attributes, an optional type tag,
-    and the value, written to ``args``. The value's type is the tool's schema's, overridden by a
-    type attribute or tag (K3, K2 Horizon) or a string attribute (DSML); ``strip`` / ``trim_newline``
-    say what whitespace around it is markup."""
+    and the value, written to ``args``. The value is typed by the core's one rule (``arg_type``):
+    the tool's schema, with what a type attribute or tag (K3, K2 Horizon) or a string attribute
+    (DSML) declares; ``strip`` / ``trim_newline`` say what whitespace around it is markup."""
     sets = _param_sets(a)
     key, term = yield from cur.read_until(sets.key_end, limit=512)
     if term is None:
@@ -193,7 +194,6 @@ def xml_param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject) 
     key = key.strip()
     if a.unquote_key:
         key = _unquote(key)
-    kind, nullable = param_kind(tool.param_schema(key), tool.parameters) if tool is not None else ("string", False)
     if a.attributes:
         attrs_text, term = yield from cur.read_until(sets.attr_end, limit=512)
         if term is None:
@@ -201,7 +201,7 @@ def xml_param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject) 
         if a.string_attribute:
             flag = _attributes(attrs_text).get(a.string_attribute)
             if flag is not None:
-                kind = "string" if flag.lower() == "true" else (kind if kind != "string" else "json")
+                declared_type = "string" if flag.lower() == "true" else JSON
     if a.type_tag and sets.type_end is not None:
         yield from cur.skip_ws()
         if (yield from cur.expect(a.type_tag[0])):
@@ -210,14 +210,14 @@ def xml_param(a: XmlArgs, tool: ToolSpec | None, cur: Cursor, args: ArgsObject) 
                 return False
             if written.strip():
                 declared_type = written.strip()
-    if declared_type:
-        kind, nullable = (declared_type, nullable) if declared_type != "null" else ("json", True)
+    typed = arg_type(tool.param_schema(key) if tool is not None else None,
+                     tool.parameters if tool is not None else None, declared_type)
     if a.value_start:
         yield from cur.skip_ws()
         if not (yield from cur.expect(a.value_start)):
             return False
     args.key(key)
-    return (yield from args.value(kind, a.trim_newline, nullable,
+    return (yield from args.value(typed, a.trim_newline, typed.nullable,
                                   lambda write: _read_value(cur, a, sets.value_ends, write), strip=a.strip))
 
 
