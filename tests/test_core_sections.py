@@ -62,6 +62,14 @@ def test_bare_calls_only_where_allowed() -> None:
     assert parse("x <c>f={}", (BEGIN, END), False) == ("x <c>f={}", [])
 
 
+def test_bare_calls_read_as_the_section_whose_opener_was_left_out() -> None:
+    # the stray end after them (or anywhere, with no opener before it) is markup
+    assert parse("hi <c>f={}\n <c>g={}\n</calls> bye", (BEGIN, END), True) == ("hibye", [("f", "{}"), ("g", "{}")])
+    assert parse("a </calls> b", (BEGIN, END), True) == ("ab", [])
+    assert parse("a </calls> b", (BEGIN, END), False) == ("a </calls> b", [])
+    assert parse("<c>f={} </callsX", (BEGIN, END), True) == ("</callsX", [("f", "{}")])
+
+
 def test_after_a_malformed_call_the_rest_of_the_section_is_content() -> None:
     content, calls = parse("<calls><c>f=oops <c>g={}</calls>", (BEGIN, END), False)
     assert calls == [] and "oops" in content and "<c>g={}" in content

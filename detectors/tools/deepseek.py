@@ -6,7 +6,9 @@
     V4:       the same DSML inside <｜DSML｜tool_calls>; V4.1 spells the tags with a space (<｜DSML｜ calls>, <｜DSML｜ invoke …>)
 
 DSML values marked ``string="false"`` are JSON (typed by the schema when it says more). A
-zero-argument invoke may be self-closing (``<｜DSML｜invoke name="x"/>``).
+zero-argument invoke may be self-closing (``<｜DSML｜invoke name="x"/>``). Invokes whose opening
+``function_calls`` / ``tool_calls`` wrapper is missing (models drop it at long context) are calls
+too; the wrapper's stray closing tag after them is markup.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "
 class DeepSeekV32(ToolCallDetector):
     end_tokens = DEEPSEEK
     format = tagged_xml(f'<{DSML}invoke name="', _dsml(DSML), section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>"),
-                        markers=(DSML,))
+                        bare_calls=True, markers=(DSML,))
 
 
 _INVOKES = {f'<{p}invoke name="': _dsml(p) for p in (DSML, DSML_SPACED)}
@@ -73,12 +75,12 @@ class DeepSeekV4(ToolCallDetector):
     """Written in V4.0's spelling (``<｜DSML｜tool_calls>``)."""
 
     end_tokens = DEEPSEEK
-    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
+    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, bare_calls=True, markers=(DSML,),
                           wire=xml_wire(f'<{DSML}invoke name="', _dsml(DSML), _V4_SECTIONS[0]))
 
 
 class DeepSeekV41(ToolCallDetector):
     """Read as V4; written in V4.1's spacing (``<｜DSML｜ calls>``), so forced calls keep its tags."""
 
-    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, markers=(DSML,),
+    format = calls_format(tuple(_INVOKES), _read_dsml, section=_V4_SECTIONS, bare_calls=True, markers=(DSML,),
                           wire=xml_wire(f'<{DSML_SPACED}invoke name="', _dsml(DSML_SPACED), _V4_SECTIONS[1]))

@@ -2,7 +2,9 @@
 
     <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
 
-Text between calls inside the section is markup; whitespace around the section is content.
+Text between calls inside the section is markup; whitespace around the section is content. Calls
+written without the section's opener (starting at ``<|tool_call_begin|>``) are read as if it were
+there: whitespace between them and the stray ``<|tool_calls_section_end|>`` after them are markup.
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@
   inside a section is markup, not content. With ``bare_calls`` a call may also appear outside any
   section.
 
-After a malformed call the rest of a section is read as content again, so nothing is lost.
+After a malformed call the rest of a section is read as content again, so nothing is lost. Where
+calls may stand outside a section (``bare_calls``: models drop the opener — Kimi K2 at
+``<|tool_call_begin|>``, DeepSeek V4 at a DSML ``invoke``), a run of such calls reads as the
+section would: whitespace between them is markup, and the section's end after them (or anywhere
+in the content, with no opener before it) is dropped.
 ``markup`` lists texts that are dropped wherever they stand in the content (Trinity's stray
 ``<think>``/``</think>`` around calls written inside its thinking); the text around them is kept
 as written.
@@ -70,12 +74,25 @@ def section_calls(cur: Cursor, out: Out, inside: MarkerSet, end: str, read_one: 
             return True
 
 
+def _after_bare_call(cur: Cursor, out: Out, starts: tuple[str, ...], ends: tuple[str, ...]) -> Generator[None, None, None]:
+    """After a complete call outside any section, in a format whose calls belong in one (the model
+    left the opener out): the run of calls is that section — whitespace up to the next call or to
+    the section's end is markup, and the end is dropped. Anything else: the whitespace is content."""
+    held: list[str] = []
+    yield from cur.skip_ws(held.append)
+    if (yield from cur.match(ends)) is not None:
+        out.content.boundary()
+    elif (yield from cur.match(starts, consume=False)) is None:
+        out.content.write("".join(held))
+
+
 def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
                  section: Sections | None = None, bare_calls: bool = False, markup: tuple[str, ...] = ()) -> Read:
     """A format's program: content, and calls after ``call_starts`` (see the module docstring)."""
     starts = as_tuple(call_starts)
     sections = dict(section_pairs(section))
-    outer = MarkerSet(((*sections, *starts) if bare_calls or not sections else tuple(sections)) + markup)
+    orphans = tuple(sections.values()) if bare_calls else ()  # section ends whose opener the model left out
+    outer = MarkerSet(((*sections, *starts, *orphans) if bare_calls or not sections else tuple(sections)) + markup)
     inner = {begin: MarkerSet((*starts, end)) for begin, end in sections.items()}
     dropped = frozenset(markup)
 
@@ -89,9 +106,13 @@ def marker_calls(call_starts: str | tuple[str, ...], read_call: ReadCall,
                 return
             if marker in dropped:
                 continue
+            if marker in orphans:
+                out.content.boundary()
+                continue
             if marker not in sections:
                 out.calls.begin(marker)
-                out.calls.end((yield from read_call(ctx, cur, out, marker)))
+                if out.calls.end((yield from read_call(ctx, cur, out, marker))) and orphans:
+                    yield from _after_bare_call(cur, out, starts, orphans)
                 continue
             if not (yield from section_calls(cur, out, inner[marker], sections[marker], read_one)):
                 return
