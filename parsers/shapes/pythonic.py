@@ -19,9 +19,14 @@ converted to JSON incrementally:
 Nothing is re-parsed per chunk: every character is examined a bounded number of times.
 
 A quote ends a string only where the string can end — when what follows (after optional
-whitespace) is ``,`` ``)`` ``]`` ``}`` ``:`` or the end of the output. Models write unescaped
-apostrophes and nested quotes (``city='Martha's Vineyard'``, ``cmd='sed -n '1,9p' f'``); those stay
-part of the text. Raw newlines inside a one-line string are kept as newlines.
+whitespace) is ``,`` ``)`` ``]`` ``}`` ``:`` or the end of the output. For a keyword argument's own
+string value that is sharper: the call must be able to go on there — ``,`` and then ``KEY=`` or
+``)``, or ``)`` and then what may follow the call (in a list ``,`` or ``]``; in a run of lines
+another call, after ``,`` / ``;`` or not, or a marker ``<``) or the end of the output.
+Models write unescaped apostrophes and nested quotes (``city='Martha's Vineyard'``,
+``cmd='sed -n '1,9p' f'``, ``cmd='python3 -c "print(latex(x, mul_symbol='\\,'))"'`` — there the
+quote before ``))"`` cannot end the string, as ``)`` cannot follow a call's ``)``); those stay part
+of the text. Raw newlines inside a one-line string are kept as newlines.
 
 ``call_head`` decides, without consuming anything, whether a call starts at the cursor: the name,
 ``(`` and then ``)`` or ``KEY =``. Formats that find their call list in free text (a bare ``[``)
@@ -48,6 +53,17 @@ _HEAD = re.compile(rf"{_WS}(?P<name>{_NAME}){_WS}(?P<open>\(){_WS}(?:\)|{_KEY}{_
 # every proper prefix of a call head (to tell "not yet" from "never")
 _HEAD_PREFIX = re.compile(rf"{_WS}(?:{_NAME}(?:{_WS}(?:\({_WS}(?:{_KEY}{_WS})?)?)?)?")
 _IDENT = re.compile(_KEY)
+# after a keyword argument's string value and ``,``: the next ``KEY =`` (not ``==``), and its prefixes
+_NEXT_KEY = re.compile(rf"{_KEY}{_WS}=(?!=)")
+_NEXT_KEY_PREFIX = re.compile(rf"(?:{_KEY}{_WS}=?)?")
+# after the call's ``)``: another call (``NAME(``), and its prefixes
+_NEXT_CALL = re.compile(rf"{_NAME}{_WS}\(")
+_NEXT_CALL_PREFIX = re.compile(rf"(?:{_NAME}{_WS})?")
+#: what may follow a call's ``)``: in a list, ``,`` or ``]``; in a run of lines, ``,`` ``;`` an end
+#: marker (``<``) or another call
+IN_LIST, IN_LINES = (",]", False), (",;<", True)
+Follow = tuple[str, bool]
+LOOKAHEAD = 256  # characters looked through to decide whether a keyword argument's string ends
 _NON_WS = re.compile(r"[^ \t\r\n]")
 # a scalar's characters; a sign only at the start or after an exponent ``e``
 _SCALAR = re.compile(r"[+-]?(?:[\w.]|(?<=[eE])[+-])*")
@@ -168,10 +184,49 @@ def _escape_sequence(buf: str, i: int, eof: bool) -> tuple[str, int] | None:
     return literal
 
 
-def py_string(cur: Cursor, write: Write, raw: bool = False) -> Generator[None, None, bool]:
+def _matches_at(cur: Cursor, at: int, full: re.Pattern[str], prefix: re.Pattern[str]) -> Generator[None, None, bool]:
+    """Whether ``full`` matches at ``cur.pos + at`` (nothing consumed); waits while the text there
+    is still a prefix of a match (``prefix`` reaches the end of the buffer), up to ``LOOKAHEAD``."""
+    while True:
+        buf = cur.buf
+        start = cur.pos + at
+        if full.match(buf, start) is not None:
+            return True
+        found = prefix.match(buf, start)
+        if cur.eof or found is None or found.end() < len(buf) or len(buf) - start > LOOKAHEAD:
+            return False
+        yield
+
+
+def _kwarg_string_ends(cur: Cursor, at: int, follow: Follow) -> Generator[None, None, bool]:
+    """Whether a keyword argument's string value may end with the quote just before
+    ``cur.pos + at``: what follows lets the call go on (see the module docstring; ``follow``:
+    what may come after the call). Nothing is consumed; past ``LOOKAHEAD`` characters of
+    whitespace it may."""
+    first, at = yield from peek_past_ws(cur, at, LOOKAHEAD)
+    if not first:
+        return True
+    second, at2 = yield from peek_past_ws(cur, at + 1, LOOKAHEAD)
+    if first == ",":
+        return not second or second == ")" or (yield from _matches_at(cur, at2, _NEXT_KEY, _NEXT_KEY_PREFIX))
+    if first == ")":
+        chars, lines = follow
+        if not second or second not in chars or not lines or second == "<":
+            return not second or second in chars or (lines and (yield from _next_call(cur, at2)))
+        third, at3 = yield from peek_past_ws(cur, at2 + 1, LOOKAHEAD)  # lines: after , or ; comes a call
+        return not third or third == "<" or (yield from _next_call(cur, at3))
+    return False
+
+
+def _next_call(cur: Cursor, at: int) -> Generator[None, None, bool]:
+    return (yield from _matches_at(cur, at, _NEXT_CALL, _NEXT_CALL_PREFIX))
+
+
+def py_string(cur: Cursor, write: Write, raw: bool = False, kwarg: Follow | None = None) -> Generator[None, None, bool]:
     """Stream the Python string literal at the cursor (at its opening quote, after any prefix) to
     ``write`` as one JSON string. Returns ``True`` once the string has closed (see the module
-    docstring for when a quote closes it), ``False`` if the output ends first."""
+    docstring for when a quote closes it; ``kwarg``: the string is a keyword argument's whole
+    value, and what may follow its call), ``False`` if the output ends first."""
     quote = (yield from cur.peek())
     if quote not in ("'", '"'):
         return False
@@ -221,6 +276,13 @@ def py_string(cur: Cursor, write: Write, raw: bool = False) -> Generator[None, N
             cur.pos = end + 1
             continue
         # a one-line string: does this quote end it? Look past whitespace.
+        if kwarg is not None:
+            closes = yield from _kwarg_string_ends(cur, 1, kwarg)
+            cur.pos += 1
+            write('"' if closes else escape(quote))
+            if closes:
+                return True
+            continue
         cur.pos = end + 1
         held = [quote]
         more = yield from cur.skip_ws(held.append)
@@ -233,14 +295,15 @@ def py_string(cur: Cursor, write: Write, raw: bool = False) -> Generator[None, N
 # ---------------------------------------------------------------------------------- values
 
 
-def py_value(cur: Cursor, write: Write, depth: int = 0) -> Generator[None, None, bool]:
+def py_value(cur: Cursor, write: Write, depth: int = 0, kwarg: Follow | None = None) -> Generator[None, None, bool]:
     """Stream one Python literal at the cursor (not at whitespace) to ``write`` as JSON.
-    Returns ``True`` when the value is complete and convertible, ``False`` otherwise."""
+    Returns ``True`` when the value is complete and convertible, ``False`` otherwise
+    (``kwarg``: the value is a keyword argument's, see ``py_string``)."""
     if depth > MAX_DEPTH:
         return False
     first = yield from cur.peek()
     if first in ("'", '"'):
-        return (yield from py_string(cur, write))
+        return (yield from py_string(cur, write, kwarg=kwarg))
     if first == "[":
         cur.pos += 1
         return (yield from _sequence(cur, write, "]", depth))
@@ -254,7 +317,7 @@ def py_value(cur: Cursor, write: Write, depth: int = 0) -> Generator[None, None,
     if text is None:
         return False
     if text.lower() in _STRING_PREFIXES and (yield from cur.peek()) in ("'", '"'):
-        return (yield from py_string(cur, write, raw="r" in text.lower()))
+        return (yield from py_string(cur, write, raw="r" in text.lower(), kwarg=kwarg))
     converted = scalar_json(text)
     if converted is None:
         return False
@@ -377,10 +440,11 @@ def call_head(cur: Cursor, limit: int = 256) -> Generator[None, None, bool]:
         yield
 
 
-def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
+def python_call(cur: Cursor, out: Out, follow: Follow = IN_LIST) -> Generator[None, None, bool]:
     """Parse one call ``NAME(KEY=VALUE, …)`` at the cursor (after optional whitespace). The call
     must have been begun (``out.calls.begin``); this sends its header once ``NAME(`` is confirmed
-    and streams its arguments. Returns ``True`` when the call closed with ``)``."""
+    and streams its arguments. Returns ``True`` when the call closed with ``)``. ``follow``: what
+    may come after it (``IN_LIST``, ``IN_LINES``)."""
     if not (yield from call_head(cur)):
         if cur.eof and _head_prefix_end(cur.buf, cur.pos) == len(cur.buf):
             cur.pos = len(cur.buf)  # cut off inside the head: an unfinished call
@@ -403,7 +467,7 @@ def python_call(cur: Cursor, out: Out) -> Generator[None, None, bool]:
             return False
         yield from cur.skip_ws()
         args.key(key)
-        if not (yield from py_value(cur, args.raw)):
+        if not (yield from py_value(cur, args.raw, kwarg=follow)):
             return False
         sep = yield from cur.list_separator(")")
         if sep is None:
@@ -445,7 +509,7 @@ def python_call_lines(cur: Cursor, out: Out, end: str) -> Generator[None, None, 
     what follows it is ``end``, a separator, another call or the end of the output. Returns
     ``True`` when ``end`` closed the run (or the output ended there without being cut off)."""
     while True:
-        if not (yield from python_call(cur, out)):
+        if not (yield from python_call(cur, out, IN_LINES)):
             out.calls.end(False)
             return False
         lead: list[str] = []
