@@ -18,7 +18,8 @@ Contracts every primitive keeps:
   *without consuming* that text, so the program can hand it on (typically as content).
 
 Raw recording (``record``/``recorded``) keeps the source text of a tool call so a call that never
-completes can be passed through verbatim.
+completes can be passed through verbatim; ``tap``/``tapped`` does the same for a caller's own
+stretch of text, independently.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def discard(_text: str) -> None:
 
 
 class Cursor:
-    __slots__ = ("_rec_from", "_rec_parts", "buf", "eof", "pos", "truncated")
+    __slots__ = ("_rec_from", "_rec_parts", "_tap_from", "_tap_parts", "buf", "eof", "pos", "truncated")
 
     def __init__(self) -> None:
         self.buf = ""
@@ -50,6 +51,8 @@ class Cursor:
         self.truncated = False  # set with eof when the output was cut at the token limit
         self._rec_from: int | None = None
         self._rec_parts: list[str] = []
+        self._tap_from: int | None = None
+        self._tap_parts: list[str] = []
 
     # ------------------------------------------------------------------ feeding and recording
 
@@ -61,6 +64,10 @@ class Cursor:
                 if pos > self._rec_from:
                     self._rec_parts.append(self.buf[self._rec_from : pos])
                 self._rec_from = 0
+            if self._tap_from is not None:
+                if pos > self._tap_from:
+                    self._tap_parts.append(self.buf[self._tap_from : pos])
+                self._tap_from = 0
             self.buf = self.buf[pos:] + text
             self.pos = 0
         else:
@@ -80,6 +87,23 @@ class Cursor:
             parts.append(self.buf[self._rec_from : self.pos])
         self._rec_from = None
         self._rec_parts = []
+        return "".join(parts)
+
+    def tap(self) -> None:
+        """Start keeping consumed text, independently of ``record`` (which calls use): a format
+        that needs the source of a stretch spanning several calls (LFM2's echo check)."""
+        self._tap_parts = []
+        self._tap_from = self.pos
+
+    def tapped(self) -> str:
+        """The text consumed since ``tap``; keeping stops."""
+        if self._tap_from is None:
+            return ""
+        parts = self._tap_parts
+        if self.pos > self._tap_from:
+            parts.append(self.buf[self._tap_from : self.pos])
+        self._tap_from = None
+        self._tap_parts = []
         return "".join(parts)
 
     @property
