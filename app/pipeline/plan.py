@@ -21,6 +21,7 @@ from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
 from app.conversation import Call
 from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask
+from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import CallText, json_call_text, render_conversation
 from app.templates.switches import thinking_kwargs
@@ -167,8 +168,12 @@ class Plan:
         return isinstance(detector, ConstrainedOrOwn) and detector.fell_back
 
     def filters(self, hold: bool) -> list[Any]:
-        """Post-parse event filters: at most ``max_calls`` calls; calls held until complete."""
+        """Post-parse event filters: a JSON answer's Markdown fence stripped when JSON was asked for
+        (``app.pipeline.fence``); at most ``max_calls`` calls; calls held until complete. A filter
+        with a ``finish()`` is flushed at the end of the answer."""
         filters: list[Any] = []
+        if (self.ask.response_format or {}).get("type") in ("json_object", "json_schema"):
+            filters.append(JsonFence())
         if self.constraint.max_calls is not None:
             filters.append(CallLimit(self.constraint.max_calls))
         if hold:

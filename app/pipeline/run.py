@@ -188,7 +188,12 @@ class Run:
         return self._feed(item)
 
     def _finish(self, item: Finish) -> list[Event]:
-        events = self._apply(self.parser.end(truncated=item.reason == "length"))
+        events = self.parser.end(truncated=item.reason == "length")
+        for apply in self.filters:  # each filter's held events go on through the filters after it
+            events = apply(events)
+            finish = getattr(apply, "finish", None)
+            if finish is not None:
+                events = events + finish()
         self.reasoning.add(0, events)
         if self.logprobs is not None and events:
             events = self.logprobs.place(events)

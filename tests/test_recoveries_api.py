@@ -1,0 +1,105 @@
+"""Recoveries real models need, over HTTP with a scripted backend: a JSON answer in a Markdown
+fence when JSON was asked for, and Qwen 3.5's start state (its template opens ``<think>`` unless
+thinking is turned off) following the rendered prompt."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from app.pipeline.fence import JsonFence, unfence
+from parsers import Content, Reasoning, fold
+from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
+from tests.proxy_server import ProxyServer
+from tests.scripted_backend import Script, ScriptedBackend
+
+MESSAGES = [{"role": "user", "content": "Give me the answer as JSON."}]
+JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+    "type": "object", "properties": {"answer": {"type": "integer"}, "note": {"type": "string"}}}}}
+FENCED = ["```", "json\n", '{"answer": 4, ', '"note": "two ``` plus two"}', "\n``", "`\n"]
+
+
+def _stream(proxy: ProxyServer, **body: Any) -> tuple[str, str, list[Any]]:
+    """Content and reasoning of a streamed chat completion, and its chunks."""
+    response = httpx.post(proxy.url + "/v1/chat/completions", timeout=30,
+                          json={"model": "x", "messages": MESSAGES, "stream": True, **body})
+    assert response.status_code == 200, response.text
+    chunks = [e for e in sse_events(response) if e != "[DONE]"]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    content = "".join(d.get("content") or "" for d in deltas)
+    reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+    return content, reasoning, chunks
+
+
+@pytest.mark.parametrize("kind", ["vllm", "openai"])  # a generic backend cannot constrain at all
+def test_a_fenced_json_answer_is_the_json(kind: str, backend_factory: Callable[..., ScriptedBackend],
+                                          proxy_factory: Callable[..., ProxyServer]) -> None:
+    backend = backend_factory(kind)
+    proxy = proxy_factory(backend=backend.url, backend_type=kind, chat_template=str(QWEN3_TEMPLATE),
+                          reasoning_parser="qwen3")
+    client = client_for(proxy)
+    for response_format in (JSON_SCHEMA, {"type": "json_object"}):
+        backend.script(Script(pieces=FENCED))
+        whole = client.chat.completions.create(model="x", messages=MESSAGES, response_format=response_format)
+        content = whole.choices[0].message.content
+        assert content is not None and json.loads(content) == {"answer": 4, "note": "two ``` plus two"}
+        assert not content.startswith("`")
+        backend.script(Script(pieces=FENCED))
+        streamed, _, chunks = _stream(proxy, response_format=response_format)
+        assert streamed == content
+        assert all("```json" not in (c["choices"][0]["delta"].get("content") or "") for c in chunks if c["choices"])
+
+
+def test_the_fence_stays_unless_json_was_asked_for_and_the_answer_is_one_block(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
+    client = client_for(proxy)
+    cases = [
+        ({}, FENCED, "".join(FENCED)),  # no response_format: the fence is the model's answer
+        ({"response_format": JSON_SCHEMA}, ["Here:\n```json\n{}\n```"], "Here:\n```json\n{}\n```"),
+        ({"response_format": JSON_SCHEMA}, ["```json\n{}\n```\nHope this helps."], "```json\n{}\n```\nHope this helps."),
+        ({"response_format": JSON_SCHEMA}, ["```json\n{\"a\": \n```"], "```json\n{\"a\": \n```"),  # not JSON inside
+        ({"response_format": JSON_SCHEMA}, ['{"answer": 4}'], '{"answer": 4}'),  # unfenced: streams as written
+    ]
+    for extra, pieces, expected in cases:
+        backend.script(Script(pieces=pieces))
+        whole = client.chat.completions.create(model="x", messages=MESSAGES, **extra)
+        assert whole.choices[0].message.content == expected, (extra, pieces)
+        backend.script(Script(pieces=pieces))
+        assert _stream(proxy, **extra)[0] == expected
+
+
+def test_reasoning_before_a_fenced_answer_streams_and_stays_reasoning(qwen3_vllm) -> None:
+    backend, proxy = qwen3_vllm
+    pieces = ["<think>\nFour.", "\n</think>\n\n", "```json\n", '{"answer": 4}', "\n```"]
+    backend.script(Script(pieces=pieces))
+    content, reasoning, _ = _stream(proxy, response_format=JSON_SCHEMA)
+    assert (content, reasoning) == ('{"answer": 4}', "Four.")
+
+
+@pytest.mark.parametrize("text", [
+    '```json\n{"a": 1}\n```', '\n```JSON\n[1, 2]\n```\n', '```\n{"a": "```"}\n```', "```json\r\n{}\r\n```",
+])
+def test_unfence(text: str) -> None:
+    assert unfence(text) is not None
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": 1}', '```python\n{"a": 1}\n```', '```json\n{"a": 1}\n```\n```json\n{}\n```', "```json\n{a: 1}\n```",
+    '```json\n{"a": 1}', 'x```json\n{}\n```',
+])
+def test_unfence_leaves_anything_else(text: str) -> None:
+    assert unfence(text) is None
+
+
+def test_json_fence_is_the_same_in_every_split() -> None:
+    text = '  ```json\n{"answer": 4}\n```  '
+    for cut in range(len(text) + 1):
+        fence = JsonFence()
+        events = fence([Reasoning("r"), Content(text[:cut])]) + fence([Content(text[cut:])]) + fence.finish()
+        assert fold(events).content == '{"answer": 4}' and fold(events).reasoning == "r"
+    fence = JsonFence()
+    assert fence([Content("``x")]) == [Content("``x")]  # decided at once: not a fence
