@@ -17,6 +17,7 @@ from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import Script, ScriptedBackend
 
+QWEN35 = "/work/shared/templates/Qwen3.5-4B.jinja"
 MESSAGES = [{"role": "user", "content": "Give me the answer as JSON."}]
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
     "type": "object", "properties": {"answer": {"type": "integer"}, "note": {"type": "string"}}}}}
@@ -103,3 +104,54 @@ def test_json_fence_is_the_same_in_every_split() -> None:
         assert fold(events).content == '{"answer": 4}' and fold(events).reasoning == "r"
     fence = JsonFence()
     assert fence([Content("``x")]) == [Content("``x")]  # decided at once: not a fence
+
+
+# ------------------------------------------------------------------------------ Qwen 3.5's start state
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def qwen35() -> Any:
+    backend = ScriptedBackend("vllm", model="Qwen/Qwen3.5-4B").start()
+    proxy = ProxyServer(backend=backend.url, chat_template=QWEN35, reasoning_parser="auto",
+                        tool_call_parser="auto").start()
+    yield backend, proxy
+    proxy.stop()
+    backend.stop()
+
+
+@pytest.mark.parametrize(("switch", "tail", "pieces", "content", "reasoning"), [
+    ({}, "<think>\n", ["The user", " says hi.\n</think>\n\n", "Hello!"], "Hello!", "The user says hi."),
+    ({"chat_template_kwargs": {"enable_thinking": False}}, "<think>\n\n</think>\n\n", ["Hello!"], "Hello!", ""),
+    ({"chat_template_kwargs": {"enable_thinking": True}}, "<think>\n", ["Hm.\n</think>\n\nHi."], "Hi.", "Hm."),
+    ({"reasoning_effort": "none"}, "<think>\n\n</think>\n\n", ["Hello!"], "Hello!", ""),
+    ({"reasoning_effort": "low"}, "<think>\n", ["Brief.\n</think>\n\nHello!"], "Hello!", "Brief."),
+])
+def test_qwen35_start_state_follows_the_rendered_prompt(qwen35: Any, switch: dict[str, Any], tail: str,
+                                                        pieces: list[str], content: str, reasoning: str) -> None:
+    backend, proxy = qwen35
+    backend.script(Script(pieces=pieces))
+    message = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, extra_body=switch).choices[0].message
+    assert backend.bodies()[-1]["prompt"].endswith("<|im_start|>assistant\n" + tail)
+    assert (message.content or "", getattr(message, "reasoning_content", None) or "") == (content, reasoning)
+    backend.script(Script(pieces=pieces))
+    assert _stream(proxy, **switch)[:2] == (content, reasoning)
+
+
+@pytest.mark.parametrize(("switch", "pieces", "reasoning"), [
+    ({}, ["Need the weather.\n</think>\n\n", CALL], "Need the weather."),
+    ({}, [CALL], ""),  # thinking skipped: the call ends the block the prompt opened
+    ({"chat_template_kwargs": {"enable_thinking": False}}, [CALL], ""),
+])
+def test_qwen35_calls_in_either_start_state(qwen35: Any, switch: dict[str, Any], pieces: list[str],
+                                            reasoning: str) -> None:
+    backend, proxy = qwen35
+    backend.script(Script(pieces=pieces))
+    message = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS,
+                                                        extra_body=switch).choices[0].message
+    assert message.content is None and (getattr(message, "reasoning_content", None) or "") == reasoning
+    assert message.tool_calls is not None
+    assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Paris", "days": 2}

@@ -84,7 +84,10 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     for name in RESERVED_TEMPLATE_NAMES & kwargs.keys():
         raise bad_request(f"chat_template_kwargs.{name}: {name!r} is set by the server from the request itself; "
                           "send it as the request's own field", f"chat_template_kwargs.{name}")
-    if request.reasoning_effort is not None:
+    thinking: bool | None = None
+    if request.reasoning_effort == "none":  # as on the Responses API: the template's thinking switch off
+        thinking = False
+    elif request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     r = request
     if r.top_logprobs is not None and not r.logprobs:
@@ -106,6 +109,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         response_format=request.response_format.model_dump(exclude_none=True) if request.response_format else None,
         sampling=sampling,
         template_kwargs=kwargs,
+        thinking=thinking,
         hold_tool_calls=request.hold_tool_calls,
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
