@@ -160,3 +160,21 @@ def test_feed_drops_consumed_text_and_recording_spans_feeds() -> None:
     assert cur.recorded() == ""  # recording stopped
     cur.unread(2)
     assert cur.buf[cur.pos:] == "def"
+
+
+def test_tap_keeps_consumed_text_across_feeds_independently_of_recording() -> None:
+    cur = Cursor()
+    cur.feed("xxabc")
+    cur.pos = 2
+    cur.tap()
+    cur.record()
+    cur.pos = 3
+    assert cur.recorded() == "a"
+    cur.feed("def")
+    cur.record()
+    cur.pos += 3
+    cur.feed("g")
+    cur.pos += 1
+    assert cur.recorded() == "bcde"
+    assert cur.tapped() == "abcde"
+    assert cur.tapped() == ""  # keeping stopped
