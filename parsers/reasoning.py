@@ -78,6 +78,10 @@ class ReasoningDetector:
     #: end-of-turn tokens the model's templates close a turn with: never content when they are the
     #: last text of the output (``parsers.core.trailing``)
     end_tokens: ClassVar[tuple[str, ...]] = ()
+    #: with ``reopen``: tool calls in the answer, passed on as written and not searched for
+    #: reasoning markers — ``(opener, closers, quote)``: a closer between two ``quote`` markers (inside
+    #: a string argument) does not end the call
+    answer_calls: ClassVar[tuple[tuple[str, tuple[str, ...], str], ...]] = ()
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -117,8 +121,26 @@ class ReasoningDetector:
         passing = dict(self.passthrough)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
         undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
-        reopening = MarkerSet((*starts, *ends)) if self.reopen else None
+        calls = {opener: (closers, quote) for opener, closers, quote in self.answer_calls} if self.reopen else {}
+        reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
+
+        def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
+            """A tool call in the answer, after its ``opener`` (written): passed on as written up to
+            and including its closer; ``False`` when the output ended first."""
+            closers, quote = calls[opener]
+            inside = MarkerSet((*closers, quote) if quote else closers)
+            while True:
+                marker = yield from cur.until(inside, out.content.write)
+                if marker is None:
+                    return False
+                out.content.write(marker)
+                if marker in closers:
+                    return True
+                marker = yield from cur.until(MarkerSet((quote,)), out.content.write)  # the string, to its end
+                if marker is None:
+                    return False
+                out.content.write(marker)
 
         def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
             """Reasoning up to what ends it (consumed); ``False`` when the output ended first."""
@@ -138,6 +160,8 @@ class ReasoningDetector:
                 out.content.strip_next()
             else:  # a tool-call start passes on; the content channel drops the answer's markup
                 out.content.write(marker)
+                if marker in calls:  # a call that ended the block: its text is not searched either
+                    return (yield from call(cur, out, marker))
             return True
 
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
@@ -162,6 +186,8 @@ class ReasoningDetector:
                     out.content.write("".join(held))
                     if marker is not None:
                         out.content.write(marker)
+                        if marker in calls and not (yield from call(cur, out, marker)):
+                            return
             else:
                 out.content.write("".join(lead))
             if reopening is None:
@@ -170,6 +196,10 @@ class ReasoningDetector:
             while (marker := (yield from cur.until(reopening, out.content.write))) is not None:
                 if marker in starts and not (yield from block(cur, out)):
                     return
+                if marker in calls:
+                    out.content.write(marker)
+                    if not (yield from call(cur, out, marker)):
+                        return
 
         return program
 
