@@ -4,7 +4,8 @@ The same table of (schema, text the model wrote, value) runs through each format
 in one chunk and per character: ``parsers.core.args.arg_type`` decides in all of them. Formats
 that declare a value's type themselves (DSML / GCML ``string="…"``, Kimi K3 ``type="…"``, K2
 Horizon's type tag) write the declaration their templates render for the value meant, and a
-second table checks how a declaration and the schema combine.
+second table checks how a declaration and the schema combine. (Their SGLang names: the XML-style,
+GLM-style, DSML / GCML, XTML, nested-element and MiniCPM5 formats.)
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ FORMATS: dict[str, tuple[str, Callable[[str, Any], str]]] = {
     "kimi_k3": ("kimi_k3", lambda t, v: f'<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument '
                                         f'key="v" type="{_kind(v)}"<|sep|>{t}<|close|>argument<|sep|><|close|>call<|sep|>'
                                         "<|close|>tools<|sep|>"),
+    "gigachat35 (GCML)": ("gigachat35", lambda t, v: f'<{G}tool_calls>\n<{G}invoke name="f">\n<{G}parameter name="v" '
+                                                      f'string="{_flag(v)}">{t}</{G}parameter>\n</{G}invoke>\n</{G}tool_calls>'),
+    "dots": ("dots", lambda t, v: f'<dots_function_call><invoke name="f"><parameter name="v">{t}</parameter></invoke>'
+                                  "</dots_function_call>"),
+    "iquest_q1": ("iquest_q1", lambda t, v: f"<iquest_tool_call>f<arg_key>v</arg_key><arg_value>{t}</arg_value>"
+                                            "</iquest_tool_call>"),
     "minicpm5": ("minicpm5", lambda t, v: f'<function name="f"><param name="v">{t}</param></function>'),
     "minimax-m3": ("minimax-m3", lambda t, v: f'{P}<tool_call>\n{P}<invoke name="f">{P}<v>{t}{P}</v>{P}</invoke>\n'
                                               f"{P}</tool_call>"),
