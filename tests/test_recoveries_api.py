@@ -13,11 +13,11 @@ import pytest
 
 from app.pipeline.fence import JsonFence, unfence
 from parsers import Content, Reasoning, fold
-from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
+from tests.conftest import QWEN3_TEMPLATE, TEMPLATES, client_for, sse_events
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import Script, ScriptedBackend
 
-QWEN35 = "/work/shared/templates/Qwen3.5-4B.jinja"
+QWEN35 = str(TEMPLATES / "Qwen3.5-4B.jinja")
 MESSAGES = [{"role": "user", "content": "Give me the answer as JSON."}]
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
     "type": "object", "properties": {"answer": {"type": "integer"}, "note": {"type": "string"}}}}}
