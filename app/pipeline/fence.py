@@ -23,7 +23,6 @@ from typing import Any
 from parsers.events import Content, Event
 
 FENCE = "```"
-_ONE_BLOCK = re.compile(r"\s*```[ \t]*(?:json)?[ \t]*\r?\n(?P<body>.*?)\r?\n?[ \t]*```\s*", re.DOTALL | re.IGNORECASE)
 _INNER_FENCE = re.compile(r"(?m)^[ \t]*```")
 
 
@@ -33,10 +32,13 @@ def _reject(name: str) -> Any:
 
 def unfence(text: str) -> str | None:
     """The JSON inside ``text`` when ``text`` is one fenced block of valid JSON, else ``None``."""
-    found = _ONE_BLOCK.fullmatch(text)
-    if found is None:
+    block = text.strip()
+    opening_end = block.find("\n")
+    if not block.startswith(FENCE) or not block.endswith(FENCE) or opening_end < 0:
         return None
-    body = found.group("body").strip()
+    if block[len(FENCE):opening_end].strip().lower() not in ("", "json"):
+        return None
+    body = block[opening_end + 1:-len(FENCE)].strip()
     if _INNER_FENCE.search(body):
         return None
     try:
@@ -50,10 +52,11 @@ class JsonFence:
     """Strips the fence around a whole-JSON answer (see the module docstring). Call it on each
     batch of events, then ``finish()`` once at the end of the answer."""
 
-    __slots__ = ("_held", "_state")
+    __slots__ = ("_held", "_opening", "_state")
 
     def __init__(self) -> None:
         self._held: list[str] = []
+        self._opening = ""  # the content's first non-whitespace characters, while deciding
         self._state = "start"  # "start": deciding; "held": fenced, holding all; "pass": as written
 
     def __call__(self, events: list[Event]) -> list[Event]:
@@ -67,7 +70,8 @@ class JsonFence:
             self._held.append(event.text)
             if self._state == "held":
                 continue
-            opening = "".join(self._held).lstrip()
+            self._opening += event.text if self._opening else event.text.lstrip()
+            opening = self._opening
             if opening.startswith(FENCE):
                 self._state = "held"
             elif not opening or FENCE.startswith(opening):
