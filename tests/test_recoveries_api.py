@@ -81,6 +81,23 @@ def test_reasoning_before_a_fenced_answer_streams_and_stays_reasoning(qwen3_vllm
     assert (content, reasoning) == ('{"answer": 4}', "Four.")
 
 
+def test_a_fenced_json_answer_with_logprobs(qwen3_vllm) -> None:
+    # the fence's tokens became no content: they get no entries; the JSON's tokens do, streamed or not
+    backend, proxy = qwen3_vllm
+    pieces = ["```", "json\n", '{"answer": ', "4}", "\n```"]
+    backend.script(Script(pieces=pieces))
+    whole = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, response_format=JSON_SCHEMA,
+                                                      logprobs=True)
+    choice = whole.choices[0]
+    assert choice.message.content == '{"answer": 4}'
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    assert [t.token for t in choice.logprobs.content] == ['{"answer": ', "4}"]
+    backend.script(Script(pieces=pieces))
+    _, _, chunks = _stream(proxy, response_format=JSON_SCHEMA, logprobs=True)
+    tokens = [e["token"] for c in chunks for ch in c["choices"] if ch.get("logprobs") for e in ch["logprobs"]["content"]]
+    assert tokens == ['{"answer": ', "4}"]
+
+
 @pytest.mark.parametrize("text", [
     '```json\n{"a": 1}\n```', '\n```JSON\n[1, 2]\n```\n', '```\n{"a": "```"}\n```', "```json\r\n{}\r\n```",
 ])
