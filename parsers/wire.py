@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any, ClassVar
 
+from parsers.core.args import json_type
+
 #: a call to write: the tool's name and its arguments object
 Call = tuple[str, Mapping[str, Any]]
 
@@ -37,24 +39,6 @@ Call = tuple[str, Mapping[str, Any]]
 def lit(text: str) -> str:
     """Literal text for a template (``$`` doubled)."""
     return text.replace("$", "$$")
-
-
-def json_type(value: object) -> str:
-    """The JSON type name of a Python value (``"string"``, ``"integer"``, ``"number"``,
-    ``"boolean"``, ``"null"``, ``"object"``, ``"array"``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    return "array"
 
 
 def _finite(value: float) -> str:

@@ -88,7 +88,9 @@ def _kind_name(name: object) -> str | None:
             "list": "array", "dict": "object"}[found.group(1)]
 
 
-def _value_kind(value: object) -> str:
+def json_type(value: object) -> str:
+    """The JSON type name of a Python value (``"string"``, ``"integer"``, ``"number"``,
+    ``"boolean"``, ``"null"``, ``"object"``, ``"array"``)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -135,7 +137,7 @@ def schema_kinds(schema: Any, root: Mapping[str, Any] | None = None, depth: int 
         enum = schema.get("enum")
         values: list[Any] = enum if isinstance(enum, list) else [schema["const"]] if "const" in schema else []
         for value in values:
-            add(_value_kind(value))
+            add(json_type(value))
     if not kinds:
         if "properties" in schema:
             add("object")
