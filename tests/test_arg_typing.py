@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from parsers import build_response_parser, fold
-from parsers.core.args import JSON, ArgType, arg_type, schema_kinds
+from parsers.core.args import JSON, ArgType, arg_type, json_type, schema_kinds
 
 POINT = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}}
 DEFS = {"Point": POINT, "Mode": {"enum": ["fast", "slow"]}, "Count": {"type": "integer"}}
@@ -79,23 +79,6 @@ def _tools(schema: Any) -> list[dict[str, Any]]:
         "type": "object", "properties": props, "$defs": DEFS}}}]
 
 
-def _kind(value: Any) -> str:
-    """The JSON type name of a value (what Kimi K3's template writes as ``type``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "string"
-
-
 def _flag(value: Any) -> str:
     """DSML's ``string="…"`` as the templates render it for the value meant."""
     return "true" if isinstance(value, str) else "false"
@@ -129,7 +112,7 @@ FORMATS: dict[str, tuple[str, Callable[[str, Any], str]]] = {
     "gigachat3 (GCML)": ("gigachat3", lambda t, v: f'<{G}tool_calls><{G}invoke name="f">\n<{G}parameter name="v" '
                                                     f'string="{_flag(v)}">{t}</{G}parameter>\n</{G}invoke></{G}tool_calls>'),
     "kimi_k3": ("kimi_k3", lambda t, v: f'<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument '
-                                        f'key="v" type="{_kind(v)}"<|sep|>{t}<|close|>argument<|sep|><|close|>call<|sep|>'
+                                        f'key="v" type="{json_type(v)}"<|sep|>{t}<|close|>argument<|sep|><|close|>call<|sep|>'
                                         "<|close|>tools<|sep|>"),
     "gigachat35 (GCML)": ("gigachat35", lambda t, v: f'<{G}tool_calls>\n<{G}invoke name="f">\n<{G}parameter name="v" '
                                                       f'string="{_flag(v)}">{t}</{G}parameter>\n</{G}invoke>\n</{G}tool_calls>'),

@@ -46,22 +46,8 @@ class TextChannel:
         if not text:
             return
         markup = self._markup
-        if markup is None:  # no envelope: ``_put`` inlined, on the path every character takes
-            if self._strip_leading:
-                text = text.lstrip(_WS)
-                if not text:
-                    return
-                self._strip_leading = False
-            if not self.trim_before_boundary:
-                self._emit(text)
-                return
-            body = text.rstrip(_WS)
-            if not body:
-                self._held += text
-                return
-            released = self._held + body if self._held else body
-            self._held = text[len(body) :]
-            self._emit(released)
+        if markup is None:  # no envelope: nothing to look for
+            self._put(text)
             return
         if self._partial:
             text, self._partial = self._partial + text, ""
