@@ -18,26 +18,13 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.prebuilt import create_react_agent
 
+from tests.agent_round_trip import CITY, INSTRUCTIONS, check_call_only_round_trip
+from tests.agent_round_trip import scripted_model as agent_scripted_model
 from tests.conftest import QWEN3_TEMPLATE
-from tests.scripted_backend import Script
 
-CITY = "Reykjavik"
 RESULT = "RESULT-drizzle-7083"
 ANSWER = f"It drizzles in {CITY}."
-# how the Qwen3 template renders the assistant's call, and then the tool result, in the next prompt
-RENDERED_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Reykjavik"}}\n</tool_call><|im_end|>'
-RENDERED_RESULT = f"<|im_start|>user\n<tool_response>\n{RESULT}\n</tool_response><|im_end|>"
-
-
-def scripted_model(body: dict[str, Any]) -> Script:
-    """The model: a call (after a little thinking) until the tool result is in the last user turn, then
-    a plain answer — both streamed in small pieces."""
-    prompt: str = body["prompt"]
-    if RESULT in prompt[prompt.rfind("<|im_start|>user"):]:
-        return Script(pieces=["<think>\nI have it.\n</think>\n\n", "It drizzles", f" in {CITY}."], delay=0.005)
-    call = json.dumps({"name": "get_weather", "arguments": {"city": CITY}})
-    return Script(pieces=["<think>\nAsk the tool.\n</think>\n\n", "<tool_call>\n", call[:17], call[17:],
-                          "\n</tool_call>"], delay=0.005)
+scripted_model = agent_scripted_model(RESULT, ANSWER)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -66,7 +53,7 @@ def test_langgraph_react_agent_round_trip(streamed: bool, backend_factory, proxy
                            max_retries=0, http_client=http)
         with warnings.catch_warnings():  # LangGraph 1.x deprecates it for langchain's create_agent; still the API in use
             warnings.simplefilter("ignore", DeprecationWarning)
-            agent = create_react_agent(model, [get_weather], prompt="Answer with the tool.")
+            agent = create_react_agent(model, [get_weather], prompt=INSTRUCTIONS)
         if streamed:
             chunks: list[AIMessageChunk] = []
             state: dict[str, Any] = {}
@@ -91,21 +78,5 @@ def test_langgraph_react_agent_round_trip(streamed: bool, backend_factory, proxy
     result = next(m for m in messages if isinstance(m, ToolMessage))
     assert result.content == RESULT and result.tool_call_id == call_turn.tool_calls[0]["id"]
 
-    # what ChatOpenAI sent: two requests (streamed or not, as the graph was run), the second with the
-    # call-only assistant turn as content null and the tool result pointing at its call
-    assert len(sent) == 2 and all(bool(body.get("stream")) == streamed for body in sent)
-    history = sent[1]["messages"]
-    assistant = next(m for m in history if m["role"] == "assistant")
-    tool_message = next(m for m in history if m["role"] == "tool")
-    assert "content" in assistant and assistant["content"] is None, assistant
-    assert [c["function"]["name"] for c in assistant["tool_calls"]] == ["get_weather"]
-    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"city": CITY}
-    assert tool_message["tool_call_id"] == assistant["tool_calls"][0]["id"] and tool_message["content"] == RESULT
-
-    # what reached the backend: the second prompt renders the call, then the result, then a new turn
-    prompts = [b["prompt"] for b in backend.bodies()]
-    assert len(prompts) == 2 and prompts[1].startswith("<|im_start|>system\nAnswer with the tool.")
-    assert RENDERED_CALL not in prompts[0] and RESULT not in prompts[0]
-    assert RENDERED_CALL in prompts[1] and RENDERED_RESULT in prompts[1], prompts[1]
-    assert prompts[1].index(RENDERED_CALL) < prompts[1].index(RENDERED_RESULT)
-    assert prompts[1].endswith("<|im_start|>assistant\n")
+    # what ChatOpenAI sent (the call-only turn as content null) and what reached the backend
+    check_call_only_round_trip(sent, backend, RESULT, streamed)
