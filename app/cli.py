@@ -86,6 +86,22 @@ def configure_logging(level: str) -> None:
     configure(level)
 
 
+def store_problem(settings: Settings) -> str | None:
+    """Why the configured response store cannot be opened (a bad ``--state-dir``, a corrupt file, a
+    malformed ``--response-store``), or ``None``. A Redis that does not answer yet is not a problem
+    at start: requests that need it get 503 until it does."""
+    import asyncio
+
+    from app.state import StoreUnavailable, open_store
+
+    try:
+        store = open_store(settings)
+    except (StoreUnavailable, ValueError) as exc:
+        return str(exc)
+    asyncio.run(store.close())
+    return None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_args(args)
@@ -98,6 +114,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         validate_parser_names(settings)
     except (UnknownParserError, ParserConfigError) as exc:
         print(f"toolwire: {exc}", file=sys.stderr)
+        return 2
+    problem = store_problem(settings)
+    if problem is not None:
+        print(f"toolwire: {problem}", file=sys.stderr)
         return 2
     if not settings.backend and settings.local_model is None:
         print("toolwire: pass --backend URL (an existing backend) or --local-model PATH.gguf|embedded",
@@ -132,6 +152,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from app.api.server import uvicorn_options
 
         if settings.workers > 1:
+            if settings.response_store and settings.thinking_secret is None:
+                from app.runtime import SHARED_STORE_WITHOUT_SECRET
+
+                logging.getLogger("toolwire").warning(SHARED_STORE_WITHOUT_SECRET)
             if settings.thinking_secret is None:  # workers must agree on thinking-block signatures
                 settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)

@@ -1,272 +1,110 @@
-"""Process-wide state: the pooled HTTP client, the backend, the chat template, the parser choice.
+"""The process's lifecycle: its services (``app.services``) and, once the backend has answered, the
+model it serves (``app.served``).
 
-The backend may come up after toolwire (a sidecar starting beside its model server), so probing
-it — type, model name, template — is retried until it succeeds: at start-up (briefly), by
-``/health`` and by requests. Parser names are validated before anything starts.
+The backend may come up after toolwire (a sidecar starting beside its model server), so it is
+probed at start-up (briefly) and again on demand — by ``/health``, readiness and requests — until it
+answers. ``draining`` is set when the process was told to stop: readiness then says no, so a load
+balancer stops sending new requests while the ones under way finish.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import signal
+import threading
+from types import FrameType
 from typing import Any
 
 import httpx
 
-from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, VllmBackend, detect_backend_type
-from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
-from app.metrics import Metrics
-from app.parser_choice import ParserChoice
-from app.pipeline.offload import Offloader
-from app.pipeline.plan import Formats
-from app.sched import set_slice
+from app.served import ParserConfigError, ServedModel, probe, validate_parser_names
+from app.services import Services
 from app.settings import Settings
-from app.state import ResponseStore, open_store
 from app.templates.chat_template import ChatTemplate, TemplateError
-from app.templates.prompt import profile_of
-from parsers.registry import (
-    canonical_reasoning_parser,
-    canonical_tool_parser,
-)
 
 log = logging.getLogger("toolwire")
 
+__all__ = ["ParserConfigError", "Runtime", "render_error", "validate_parser_names"]
 
-class ParserConfigError(ValueError):
-    """A parser that cannot be set up as configured (``response-schema`` without a schema)."""
-
-
-def validate_parser_names(settings: Settings) -> None:
-    """Raise ``UnknownParserError`` (listing the known names) for a name that is not registered,
-    and ``ParserConfigError`` when ``response-schema`` has no schema to use."""
-    if settings.reasoning_parser and settings.reasoning_parser != "auto":
-        canonical_reasoning_parser(settings.reasoning_parser)
-    if settings.tool_call_parser == "response-schema":
-        response_schema_parser(settings)
-    elif settings.tool_call_parser and settings.tool_call_parser != "auto":
-        canonical_tool_parser(settings.tool_call_parser)
-
-
-def response_schema_parser(settings: Settings) -> type:
-    """The ``response-schema`` detector class for the configured schema: ``--response-schema``
-    (a schema or a ``tokenizer_config.json``), else the chat template's ``tokenizer_config.json``."""
-    from detectors.tools.response_schema import ResponseSchema, load_response_schema
-
-    source = settings.response_schema or settings.chat_template
-    if source is None:
-        raise ParserConfigError("--tool-call-parser response-schema needs --response-schema FILE, or a "
-                                "--chat-template tokenizer_config.json (or model directory) with a response_schema")
-    try:
-        schema = load_response_schema(source)
-    except (OSError, ValueError) as exc:
-        raise ParserConfigError(f"--tool-call-parser response-schema: {exc}") from exc
-    return ResponseSchema.with_schema(schema, label=f"response-schema({source.name})")
-
-
-class Slots:
-    """A bounded number of concurrent requests (``--max-concurrency``); unbounded when ``None``."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit
-        self.used = 0
-
-    def try_acquire(self) -> Callable[[], None] | None:
-        """A release function (safe to call more than once), or ``None`` when all slots are taken."""
-        if self.limit is not None and self.used >= self.limit:
-            return None
-        self.used += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.used -= 1
-
-        return release
+SHARED_STORE_WITHOUT_SECRET = (
+    "!!! --response-store is shared (Redis) but no --thinking-secret is set: this replica seals reasoning "
+    "and signs thinking blocks with a key of its own, which no other replica can verify — a conversation "
+    "whose next turn lands elsewhere loses its reasoning. Give every replica the same --thinking-secret.")
 
 
 class Runtime:
+    """See the module docstring."""
+
     def __init__(self, settings: Settings) -> None:
         validate_parser_names(settings)
         self.settings = settings
-        self.client: httpx.AsyncClient | None = None
-        self.streaming: StreamingClient | None = None
-        self.backend: Backend | None = None
-        self.template: ChatTemplate | None = None
-        self.model_name: str = settings.model or "default"
-        self._parsers = ParserChoice()
-        self.responses: ResponseStore | None = None  # stored Responses API responses (opened at start)
-        self.offloader = Offloader(2, settings.max_render_ms / 1000, max_jobs=8)
-        self.formats = Formats()
-        self.metrics = Metrics()
-        self.slots = Slots(settings.max_concurrency)
-        self._prepared = False
+        self.services = Services(settings)
+        self.model: ServedModel | None = None
+        self.draining = False
+        self._template: ChatTemplate | None = None  # --chat-template, loaded at start
         self._lock = asyncio.Lock()
 
-    # ------------------------------------------------------------------ lifecycle
-
     async def start(self) -> None:
-        s = self.settings
-        if s.sched_slice_us is not None:
-            problem = set_slice(s.sched_slice_us)
-            if problem is None:
-                log.info("scheduler slice set to %d µs", s.sched_slice_us)
-            else:
-                log.warning("scheduler slice not set: %s", problem)
-        timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=30.0, pool=s.connect_timeout)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
-        self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
-        self.responses = open_store(s)
-        if s.chat_template is not None:
-            self.template = ChatTemplate.load(s.chat_template)
+        await self.services.start()
+        self._watch_for_termination()
+        if self.settings.response_store and self.settings.thinking_secret is None:
+            log.warning(SHARED_STORE_WITHOUT_SECRET)
+        if self.settings.chat_template is not None:
+            self._template = ChatTemplate.load(self.settings.chat_template)
         try:
-            await asyncio.wait_for(self.prepare(), timeout=max(5.0, s.connect_timeout))
-        except (TimeoutError, APIError, httpx.HTTPError) as exc:
-            log.warning("backend not ready at start-up (%s); will retry on demand", exc)
+            await asyncio.wait_for(self.ready(), timeout=max(5.0, self.settings.connect_timeout))
+        except (TimeoutError, APIError) as exc:
+            log.warning("backend not ready at start-up (%s); will retry on demand", getattr(exc, "message", exc))
 
     async def stop(self) -> None:
-        self.offloader.close()
-        if self.responses is not None:
-            await self.responses.close()
-        if self.client is not None:
-            await self.client.aclose()
-        if self.streaming is not None:
-            await self.streaming.close()
+        await self.services.stop()
 
-    @property
-    def parsers(self) -> ParserChoice:
-        """The parsers in use; setting them resolves ``formats`` (once, not per request)."""
-        return self._parsers
-
-    @parsers.setter
-    def parsers(self, choice: ParserChoice) -> None:
-        self._parsers = choice
-        self.formats = Formats.of(choice)
-
-    @property
-    def prepared(self) -> bool:
-        return self._prepared
-
-    async def prepare(self) -> None:
-        """Probe the backend once it answers: type, model names, template, parser choice."""
-        if self._prepared:
+    def _watch_for_termination(self) -> None:
+        """On SIGTERM: readiness says ``draining`` at once, and the server's own shutdown (uvicorn's
+        handler, which stops accepting and drains in-flight streams) follows ``--drain-seconds``
+        later, so a load balancer stops sending here first. A second SIGTERM, or SIGINT, stops at
+        once. (Signals reach the main thread only: a server run in another thread does not drain.)"""
+        if threading.current_thread() is not threading.main_thread() or self.settings.drain_seconds <= 0:
             return
-        async with self._lock:
-            if self._prepared:
+        loop = asyncio.get_running_loop()
+        server_handler = signal.getsignal(signal.SIGTERM)
+        if not callable(server_handler):
+            return
+        delay = self.settings.drain_seconds
+
+        def on_term(sig: int, frame: FrameType | None) -> None:
+            if self.draining:
+                server_handler(sig, frame)
                 return
-            s = self.settings
-            if not s.backend:
-                raise APIError(503, "no backend configured (--backend or --local-model)", "server_error")
-            assert self.client is not None
-            api_key = s.backend_api_key.get_secret_value() if s.backend_api_key else None
-            kind = s.backend_type or await detect_backend_type(s.backend, self.client, api_key)
-            if kind is None:
-                raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
-            backend = BACKEND_TYPES[kind](s.backend, self.client, api_key, streaming=self.streaming)
-            if isinstance(backend, VllmBackend):
-                backend.legacy_guided = s.vllm_legacy_guided
-            upstream_model = await backend.served_model()
-            backend.model = upstream_model or s.model
-            if self.template is None:
-                published = await backend.chat_template()
-                if published:
-                    self.template = ChatTemplate(published["chat_template"], published["bos_token"],
-                                                 published["eos_token"], name="backend /props")
-            if self.template is not None:
-                profile_of(self.template)  # probe it now, not on the first request
-            if isinstance(backend, LlamaCppBackend):
-                await backend.detect_bos()
-            self.model_name = s.model or served_name(upstream_model) or "default"
-            self.parsers = self._choose_parsers()
-            self.backend = backend
-            self._prepared = True
-            log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind,
-                     self.model_name, self.parsers.reasoning, self.parsers.tools)
+            self.draining = True
+            log.info("SIGTERM: draining (readiness is 503) for %.1f s, then shutting down", delay)
+            loop.call_soon_threadsafe(loop.call_later, delay, server_handler, sig, frame)
 
-    def _choose_parsers(self) -> ParserChoice:
-        s = self.settings
-        choice = ParserChoice()
-        wants_auto = "auto" in (s.reasoning_parser, s.tool_call_parser)
-        auto = self._auto_parsers() if wants_auto else None
-        if s.reasoning_parser == "auto":
-            choice.reasoning = auto.reasoning if auto else None
-            choice.why["reasoning"] = auto.why.get("reasoning", "") if auto else ""
-        elif s.reasoning_parser:
-            choice.reasoning = canonical_reasoning_parser(s.reasoning_parser)
-            choice.why["reasoning"] = "--reasoning-parser"
-        if s.tool_call_parser == "auto":
-            choice.tools = auto.tools if auto else None
-            choice.why["tools"] = auto.why.get("tools", "") if auto else ""
-        elif s.tool_call_parser == "response-schema":
-            choice.tools = response_schema_parser(s)
-            choice.why["tools"] = f"--tool-call-parser response-schema ({s.response_schema or s.chat_template})"
-        elif s.tool_call_parser:
-            choice.tools = canonical_tool_parser(s.tool_call_parser)
-            choice.why["tools"] = "--tool-call-parser"
-        return choice
+        signal.signal(signal.SIGTERM, on_term)
 
-    def _auto_parsers(self) -> ParserChoice | None:
-        """What ``auto`` learns from the chat template (``app.templates.autodetect``); ``None`` without one."""
-        if self.template is None:
-            log.warning("parser auto: no chat template to learn from; not parsing")
-            return None
-        from app.templates.autodetect import choose_parsers
-
-        try:
-            choice = choose_parsers(self.template.source)
-        except Exception:  # the analysis must never keep the server from starting
-            log.exception("parser auto: template analysis failed; not parsing")
-            return ParserChoice(why={"reasoning": "template analysis failed", "tools": "template analysis failed"})
-        for kind in ("reasoning", "tools"):
-            log.info("parser auto (%s): %s", kind, choice.why.get(kind, ""))
-        return choice
-
-    # ------------------------------------------------------------------ per request helpers
-
-    async def ready_backend(self) -> Backend:
-        if not self._prepared:
-            try:
-                await self.prepare()
-            except httpx.HTTPError as exc:
-                raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
-                               code="backend_unreachable") from exc
-        assert self.backend is not None
-        return self.backend
-
-    def require_template(self) -> ChatTemplate:
-        if self.template is None:
-            raise APIError(500, "no chat template: pass --chat-template (the backend does not publish one)",
-                           "server_error", code="no_chat_template")
-        return self.template
-
-    def marker_tokens(self, tools_active: bool) -> tuple[str, ...]:
-        """Marker strings the backend must keep as text for the active parsers."""
-        return self.formats.markers(tools_active)
+    async def ready(self) -> ServedModel:
+        """The served model, probing the backend first if that has not succeeded yet (503 while it
+        does not answer)."""
+        if self.model is not None:
+            return self.model
+        async with self._lock:
+            if self.model is None:
+                assert self.services.client is not None
+                try:
+                    self.model = await probe(self.settings, self.services.client, self.services.streaming,
+                                             self._template)
+                except httpx.HTTPError as exc:
+                    raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
+                                   code="backend_unreachable") from exc
+            return self.model
 
     def describe(self) -> dict[str, Any]:
-        def label(parser: str | type | None) -> str | None:
-            return parser if parser is None or isinstance(parser, str) else getattr(parser, "label", parser.__name__)
-
-        return {
-            "backend": self.settings.backend,
-            "backend_type": self.backend.kind if self.backend else None,
-            "model": self.model_name,
-            "reasoning_parser": label(self.parsers.reasoning),
-            "tool_call_parser": label(self.parsers.tools),
-            "template": self.template.name if self.template else None,
-        }
-
-
-def served_name(upstream: str | None) -> str | None:
-    """The name to serve for a backend's model id: llama-server reports the GGUF path, which
-    becomes its file name (``/models/SmolLM2-135M-Instruct.Q4_1.gguf`` → ``SmolLM2-135M-Instruct.Q4_1``)."""
-    if upstream and upstream.endswith(".gguf") and "/" in upstream:
-        return upstream.rsplit("/", 1)[1][: -len(".gguf")]
-    return upstream
+        if self.model is None:
+            return {"backend": self.settings.backend, "backend_type": None, "model": self.settings.model,
+                    "reasoning_parser": None, "tool_call_parser": None, "template": None}
+        return self.model.describe(self.settings.backend)
 
 
 def render_error(exc: TemplateError) -> APIError:

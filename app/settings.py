@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     max_render_ms: float = Field(
         3000, gt=0, description="longest a large request may take to check and render (beyond: 400); the loop "
         "keeps serving meanwhile")
+    drain_seconds: float = Field(
+        5.0, ge=0, description="on SIGTERM, seconds to keep serving while /readyz says draining (so a load "
+        "balancer stops sending here) before shutting down")
     shutdown_grace: float = Field(10.0, ge=0, description="seconds to drain in-flight streams on shutdown")
     sched_slice_us: int | None = Field(
         None, ge=100, le=100_000, description="Linux ≥ 6.12: ask for this scheduler slice (µs) so processes sharing "

@@ -45,7 +45,8 @@ def _apply_trace() -> None:
     import os
     import time
 
-    from app.api import chat, respond, server
+    from app.api import answer, server
+    from app.api.chat import routes as chat
     from app.pipeline import choices, plan
 
     marks: list[dict[str, float]] = []
@@ -72,7 +73,7 @@ def _apply_trace() -> None:
 
     server.EdgeMiddleware.__call__ = edge_call  # type: ignore[method-assign]
     # (where the name is looked up, its name, the mark): validation, planning, building the parsers
-    for module, name in ((chat, "parse_request"), (respond, "plan_request"), (plan.Plan, "parser")):
+    for module, name in ((chat, "parse_request"), (answer, "plan_request"), (plan.Plan, "parser")):
         fn = getattr(module, name)
 
         def timed(*args: Any, __fn: Any = fn, __name: str = name, **kwargs: Any) -> Any:

@@ -217,7 +217,7 @@ def test_llamacpp_backend(backend_factory, proxy_factory) -> None:
     template = QWEN3_TEMPLATE.read_text()
     backend = backend_factory("llamacpp", chat_template=template, bos_token="", eos_token="<|im_end|>")
     proxy = proxy_factory(backend=backend.url, reasoning_parser="qwen3", tool_call_parser="qwen25")
-    assert proxy.runtime.backend is None or proxy.runtime.backend.kind == "llamacpp"
+    assert proxy.runtime.model is None or proxy.runtime.model.backend.kind == "llamacpp"
     backend.script(Script(pieces=REASONING_AND_CALL), Script(pieces=["x", "y"], finish="length"))
     client = client_for(proxy)
     result = client.chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS, max_tokens=64)
@@ -248,7 +248,7 @@ def test_generic_openai_backend(backend_factory, proxy_factory) -> None:
     body = backend.bodies()[-1]
     assert "skip_special_tokens" not in body and "add_special_tokens" not in body
     assert body["model"] == "some-model"
-    assert proxy.runtime.backend.kind == "openai"
+    assert proxy.runtime.model.backend.kind == "openai"
 
 
 def test_models_and_health(qwen3_vllm) -> None:

@@ -91,7 +91,8 @@ def test_auto_picks_beam_for_a_beam_template_not_gpt_oss() -> None:
 def test_response_template_means_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     """SGLang's ``response_template`` names (either kind) choose what ``auto`` does, from the
     chat template; the choice parses the template's own render of a call."""
-    from app.runtime import Runtime, validate_parser_names
+    from app.runtime import validate_parser_names
+    from app.served import choose_parsers
     from app.settings import Settings
     from parsers import build_response_parser, fold
 
@@ -99,9 +100,7 @@ def test_response_template_means_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(chat_template=TEMPLATES / "tencent-Hy3.jinja", tool_call_parser="response_template")
     assert (settings.reasoning_parser, settings.tool_call_parser) == ("auto", "auto")
     validate_parser_names(settings)
-    runtime = Runtime(settings)
-    runtime.template = ChatTemplate.load(TEMPLATES / "tencent-Hy3.jinja")
-    choice = runtime._choose_parsers()
+    choice = choose_parsers(settings, ChatTemplate.load(TEMPLATES / "tencent-Hy3.jinja"))
     assert (choice.reasoning, choice.tools) == ("hunyuan", "hunyuan")
     prompt = "<｜hy_User:opensource｜>Hi<｜hy_Assistant:opensource｜><think:opensource>"
     output = ("Need weather.</think:opensource><tool_calls:opensource>\n<tool_call:opensource>get_weather"

@@ -366,21 +366,24 @@ def test_inspect_template_text_and_json(capsys: pytest.CaptureFixture[str], tmp_
 
 
 def test_runtime_auto_parsers() -> None:
-    from app.runtime import Runtime
+    import httpx
+
+    from app.backends import OpenAICompletionsBackend
+    from app.served import ServedModel, choose_parsers
     from app.settings import Settings
 
-    runtime = Runtime(Settings(chat_template=TEMPLATES / "upstage-Solar-Open-100B.jinja", reasoning_parser="auto",
-                               tool_call_parser="auto"))
-    runtime.template = ChatTemplate.load(TEMPLATES / "upstage-Solar-Open-100B.jinja")
-    runtime.parsers = runtime._choose_parsers()
-    assert isinstance(runtime.parsers.tools, type) and isinstance(runtime.parsers.reasoning, type)
-    described = runtime.describe()
+    settings = Settings(chat_template=TEMPLATES / "upstage-Solar-Open-100B.jinja", reasoning_parser="auto",
+                        tool_call_parser="auto")
+    template = ChatTemplate.load(TEMPLATES / "upstage-Solar-Open-100B.jinja")
+    parsers = choose_parsers(settings, template)
+    assert isinstance(parsers.tools, type) and isinstance(parsers.reasoning, type)
+    model = ServedModel.of("m", OpenAICompletionsBackend("http://unused", httpx.AsyncClient()), template, parsers)
+    described = model.describe(None)
     assert described["tool_call_parser"] == "generic(<|tool_calls|> + JSON args)"
     assert described["reasoning_parser"] == "generic(<|think|> … <|end|>)"
-    assert "<|tool_calls|>" in runtime.marker_tokens(True)
-    assert runtime.parsers.why["tools"]
-    runtime.template = None
-    assert runtime._choose_parsers().tools is None
+    assert "<|tool_calls|>" in model.marker_tokens(True)
+    assert parsers.why["tools"]
+    assert choose_parsers(settings, None).tools is None
 
 
 # ------------------------------------------------------------------------------------- the full stack

@@ -154,18 +154,21 @@ def test_load_response_schema(tmp_path: Path) -> None:
 
 
 def test_runtime_wiring(tmp_path: Path) -> None:
-    from app.runtime import ParserConfigError, Runtime, validate_parser_names
+    from app.runtime import ParserConfigError, validate_parser_names
+    import httpx
+
+    from app.backends import OpenAICompletionsBackend
+    from app.served import ServedModel, choose_parsers
     from app.settings import Settings
 
     schema_file = tmp_path / "schema.json"
     schema_file.write_text(json.dumps(QWEN3_SCHEMA))
-    runtime = Runtime(Settings(tool_call_parser="response-schema", response_schema=schema_file,
-                               reasoning_parser="qwen3"))
-    choice = runtime._choose_parsers()
+    settings = Settings(tool_call_parser="response-schema", response_schema=schema_file, reasoning_parser="qwen3")
+    choice = choose_parsers(settings, None)
     assert isinstance(choice.tools, type) and choice.tools.schema == QWEN3_SCHEMA
     assert choice.reasoning == "qwen3"
-    runtime.parsers = choice
-    assert runtime.describe()["tool_call_parser"] == "response-schema(schema.json)"
+    model = ServedModel.of("m", OpenAICompletionsBackend("http://unused", httpx.AsyncClient()), None, choice)
+    assert model.describe(None)["tool_call_parser"] == "response-schema(schema.json)"
     with pytest.raises(ParserConfigError, match="needs --response-schema"):
         validate_parser_names(Settings(tool_call_parser="response-schema"))
     with pytest.raises(ParserConfigError, match="No such file"):

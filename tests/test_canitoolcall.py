@@ -24,7 +24,7 @@ from canitoolcall.fixtures import Fixture
 from canitoolcall.pytest_plugin import assert_conforms, assert_equivalent, family_for
 from canitoolcall.results import ParsedToolCall, ParseResult
 
-from app.api.chat_chunks import finish_reason
+from app.api.chat.encode import finish_reason
 from parsers import CallArgs, CallEnd, CallStart, Content, Event, Reasoning, build_response_parser, fold
 from parsers.fold import CallHolder
 

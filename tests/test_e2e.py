@@ -48,7 +48,7 @@ def test_backend_is_detected_with_its_own_template(proxy: ProxyServer) -> None:
     health = httpx.get(proxy.url + "/health", timeout=30).json()
     assert health["status"] == "ok" and health["backend_type"] == "llamacpp"
     assert health["template"] == "backend /props"
-    assert "<|im_start|>" in proxy.runtime.template.source
+    assert "<|im_start|>" in proxy.runtime.model.template.source
 
 
 def test_non_streaming_chat(proxy: ProxyServer) -> None:
@@ -125,7 +125,7 @@ def test_stop_strings(proxy: ProxyServer) -> None:
 def test_usage_matches_llama_server(proxy: ProxyServer, llama: LlamaServerProcess) -> None:
     result = client_for(proxy).chat.completions.create(model="smollm2", messages=GREETING, max_tokens=8,
                                                        temperature=0)
-    prompt = proxy.runtime.template.render(GREETING)
+    prompt = proxy.runtime.model.template.render(GREETING)
     tokens = httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True}, timeout=30).json()
     assert result.usage.prompt_tokens == len(tokens["tokens"])
     assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
@@ -278,7 +278,7 @@ def test_call_only_round_trip_on_the_real_model(tool_proxy: ProxyServer, monkeyp
     tool result, and the next request, streamed and not, answers with text. The prompts that reach
     llama-server are recorded as the backend client builds them: the second holds the call and then
     the tool result."""
-    backend = tool_proxy.runtime.backend
+    backend = tool_proxy.runtime.model.backend
     assert backend is not None, "the proxy did not probe llama-server at start-up"
     prompts: list[str] = []
     build = backend.body

@@ -177,7 +177,7 @@ def test_client_disconnect_closes_the_upstream_request_at_once(setup) -> None:
     seen = backend.seen[-1]
     assert seen.closed is not None, "the backend never saw the connection close"
     assert seen.closed - closed_at < 0.1, f"upstream closed {seen.closed - closed_at:.3f}s after the client left"
-    assert proxy.runtime.metrics.active_streams._value.get() == 0
+    assert proxy.runtime.services.metrics.active_streams._value.get() == 0
 
 
 def test_client_disconnect_during_a_non_streaming_request_closes_upstream(setup) -> None:
@@ -237,7 +237,7 @@ def test_concurrent_streams_no_errors_no_cross_talk_memory_returns(setup) -> Non
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     assert after - baseline < 3_000_000, f"memory grew by {after - baseline} bytes"
-    assert proxy.runtime.slots.used == 0 and proxy.runtime.metrics.active_streams._value.get() == 0
+    assert proxy.runtime.services.slots.used == 0 and proxy.runtime.services.metrics.active_streams._value.get() == 0
 
 
 def test_max_concurrency_answers_429_with_retry_after(setup) -> None:
@@ -252,7 +252,7 @@ def test_max_concurrency_answers_429_with_retry_after(setup) -> None:
     for t in threads:
         t.start()
     deadline = time.monotonic() + 5
-    while proxy.runtime.slots.used < 2 and time.monotonic() < deadline:
+    while proxy.runtime.services.slots.used < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     refused = post(proxy, {})
     assert refused.status_code == 429
@@ -261,7 +261,7 @@ def test_max_concurrency_answers_429_with_retry_after(setup) -> None:
     for t in threads:
         t.join()
     assert all(r.status_code == 200 for r in responses)
-    assert proxy.runtime.slots.used == 0
+    assert proxy.runtime.services.slots.used == 0
     assert post(proxy, {}).status_code == 200
 
 
@@ -414,7 +414,7 @@ def test_graceful_shutdown_drains_in_flight_streams(setup) -> None:
     thread = threading.Thread(target=lambda: result.append(post(proxy, {"stream": True})))
     thread.start()
     deadline = time.monotonic() + 5
-    while proxy.runtime.metrics.active_streams._value.get() < 1 and time.monotonic() < deadline:
+    while proxy.runtime.services.metrics.active_streams._value.get() < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     proxy.server.should_exit = True  # what SIGTERM does
     thread.join(15)

@@ -127,7 +127,7 @@ def test_hostile_input_is_a_400_naming_the_field(vllm, body: dict[str, Any], whe
 
 
 def test_an_internal_error_is_a_500_with_a_request_id_logged_once(vllm, monkeypatch, caplog) -> None:
-    from app.api import chat
+    from app.api.chat import routes as chat
 
     _, make = vllm
     proxy = make()

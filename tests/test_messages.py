@@ -592,7 +592,7 @@ def test_limits_answer_in_anthropic_shape(backend_factory, proxy_factory) -> Non
     first.start()
     try:
         deadline = time.monotonic() + 5
-        while proxy.runtime.slots.used < 1 and time.monotonic() < deadline:
+        while proxy.runtime.services.slots.used < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         with pytest.raises(anthropic.RateLimitError) as limited:
             client_for(proxy).messages.create(model="m", max_tokens=5, messages=ASK)

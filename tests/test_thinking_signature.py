@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.api.thinking_signature import SEALED, SIGNED, ThinkingSigner
+from app.thinking_signature import SEALED, SIGNED, ThinkingSigner
 
 TEXT = "Étape 1 : vérifier — 東京 and Paris. 🌦"
 

@@ -1,5 +1,6 @@
-"""The FastAPI application: routes, the edge middleware (request ids, auth, metrics, access log),
-concurrency limits, and errors as OpenAI error objects (Anthropic's on the ``/v1/messages`` paths).
+"""The FastAPI application: the faces' routes (``FACES``, each mounted the same way), the process's
+own routes (health, readiness, models, metrics), the edge middleware (request ids, auth, tenants,
+metrics, access log) and errors in each face's shape.
 
 ``create_app(settings)`` builds an app; ``app_from_env()`` is the factory uvicorn workers use
 (settings from ``TOOLWIRE_*``).
@@ -14,38 +15,35 @@ import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.chat import chat_completions
-from app.api.completions import completions as passthrough_completions
+from app.api import chat, completions, messages, responses
+from app.api.answer import Exchange
+from app.api.face import Face, Route, face_for, openai_error
 from app.api.http_protocol import with_header_timeout
-from app.api.messages import count_tokens, create_message
-from app.api.messages_protocol import error_body as messages_error_body
-from app.api.messages_protocol import error_response as messages_error_response
-from app.api.respond import RequestScope, error_response
-from app.api.responses import create_response, delete_response, input_items, retrieve_response
-from app.errors import APIError, BackendError, bad_request, error_body
+from app.errors import APIError, BackendError, bad_request
 from app.logs import request_id
 from app.metrics import Metrics
 from app.runtime import Runtime
 from app.settings import Settings
-from app.tenancy import request_tenant, tenant_of
+from app.tenancy import tenant_of
 
 log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/v1/messages",
-             "/v1/messages/count_tokens", "/v1/responses")
+#: the APIs toolwire speaks; a new face is one more entry (see CONTRIBUTING.md)
+FACES: tuple[Face, ...] = (chat.FACE, completions.FACE, responses.FACE, messages.FACE)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -105,14 +103,19 @@ def _presented_key(headers: dict[bytes, bytes]) -> bytes:
 
 class EdgeMiddleware:
     """Pure ASGI middleware: request id (``X-Request-ID`` honoured and returned), bearer auth on
-    ``/v1/*`` (and ``/metrics`` unless open), request counts and latency, one access-log line per
-    request (method, path, status, duration — never content)."""
+    ``/v1/*`` (and ``/metrics`` unless open) and the request's tenant, request counts and latency by
+    route, one access-log line per request (method, path, status, duration — never content).
+    Refusals take the shape of the face whose path was asked for."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics, faces: Sequence[Face],
+                 default: Face) -> None:
         self.app = app
         self.settings = settings
         self.metrics = metrics
+        self.faces = faces
+        self.default = default
         self.keys = [k.encode() for k in settings.accepted_keys()]
+        self.labels = [(compile_path(route.path)[0], route.path) for face in (*faces, default) for route in face.routes]
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if not self.keys:
@@ -124,6 +127,12 @@ class EdgeMiddleware:
         for key in self.keys:  # compare with every key: the time taken does not depend on which matched
             matched |= hmac.compare_digest(given, key)
         return matched
+
+    def _label(self, path: str) -> str:
+        for pattern, label in self.labels:
+            if pattern.match(path):
+                return label
+        return "other"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,30 +155,27 @@ class EdgeMiddleware:
                 message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode())]
             await send(message)
 
-        def refuse(status_code: int, message: str, code: str, kind: str = "invalid_request_error",
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-            body = (messages_error_body("authentication_error" if status_code == 401 else kind, message)
-                    if path.startswith("/v1/messages") else error_body(message, kind, None, code))
-            return JSONResponse(body, status_code=status_code, headers=headers)
+        def refuse(exc: APIError) -> Response:
+            return face_for(path, self.faces, self.default).error_response(exc)
 
+        state = scope.setdefault("state", {})
         try:
             protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
             credentials = [v for k, v in scope["headers"] if k in (b"authorization", b"x-api-key")]
             authorized = len(credentials) <= 1 and self._authorized(headers)
-            state = scope.setdefault("state", {})
             state["authorized"] = authorized
             if authorized and self.keys:
                 state["tenant"] = tenant_of(_presented_key(headers))
             if protected and len(credentials) > 1:
-                response = refuse(400, "send one credential: more than one Authorization / x-api-key header",
-                                  "ambiguous_credentials")
+                response = refuse(bad_request("send one credential: more than one Authorization / x-api-key header",
+                                              code="ambiguous_credentials"))
             elif protected and not authorized:
                 self.metrics.rejected.labels("auth").inc()
-                response = refuse(401, "invalid or missing API key", "invalid_api_key",
-                                  headers={"WWW-Authenticate": "Bearer"})
+                response = refuse(APIError(401, "invalid or missing API key", code="invalid_api_key",
+                                           headers={"WWW-Authenticate": "Bearer"}))
             elif scope.get("method") == "POST" and path.startswith("/v1/") and not _is_json(headers):
-                response = refuse(415, "send the request body as JSON (Content-Type: application/json)",
-                                  "unsupported_media_type")
+                response = refuse(APIError(415, "send the request body as JSON (Content-Type: application/json)",
+                                           code="unsupported_media_type"))
             else:
                 await self.app(scope, receive, send_with_id)
                 return
@@ -177,17 +183,113 @@ class EdgeMiddleware:
         except Exception:
             log.exception("unexpected error")  # logged once, with the request id (the log context has it)
             if not response_started:
-                await refuse(500, "internal error", "internal_error", "server_error")(scope, receive, send_with_id)
+                await refuse(APIError(500, "internal error", "server_error", code="internal_error"))(
+                    scope, receive, send_with_id)
         finally:
-            endpoint = path if path in ENDPOINTS else (
-                "/v1/responses/{id}" if path.startswith("/v1/responses/") else
-                "/v1/models/{id}" if path.startswith("/v1/models/") else "other")
+            endpoint = state.get("endpoint") or self._label(path)
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
             access.info("request", extra={"fields": {
                 "method": scope.get("method"), "path": path, "status": status, "duration_ms": round(elapsed * 1000, 1)}})
             request_id.reset(token)
+
+
+def mount(app: FastAPI, face: Face, route: Route, runtime: Runtime) -> None:
+    """Serve ``route``: a JSON body read and a concurrency slot leased for ``generate`` routes, the
+    exchange handed to the face, every error in the face's shape."""
+    services = runtime.services
+    settings = runtime.settings
+
+    async def endpoint(request: Request) -> Response:
+        request.scope["state"]["endpoint"] = route.path
+        try:
+            if not route.generate:
+                return await route.handler(Exchange(request, services, runtime.ready))
+            body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
+            async with services.slots.lease() as lease:
+                return await route.handler(body, Exchange(request, services, runtime.ready, lease))
+        except APIError as exc:
+            if isinstance(exc, BackendError):
+                log.warning("backend error: %s", exc.message)
+            return face.error_response(exc)
+        except Exception:  # never a stack trace to the client
+            log.exception("unexpected error")
+            return face.error_response(APIError(500, "internal error", "server_error", code="internal_error"))
+
+    app.add_route(route.path, endpoint, methods=list(route.methods))
+
+
+def process_face(runtime: Runtime) -> Face:
+    """The process's own routes: liveness, readiness, health, models, metrics (OpenAI's error shape)."""
+    services = runtime.services
+
+    async def store_state() -> str:
+        if services.store is None:
+            return "none"
+        return "ok" if await services.store.ping() else "unavailable"
+
+    async def backend_state() -> tuple[bool, str]:
+        try:
+            model = await runtime.ready()
+        except APIError as exc:
+            return False, exc.message
+        return (True, "ok") if await model.backend.health() else (False, "backend is not answering")
+
+    async def livez(ex: Exchange) -> Response:
+        """Alive: the process answers (never depends on the backend or the store)."""
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(ex: Exchange) -> Response:
+        """Ready for traffic: the backend answers and the replica is not draining. The store is
+        reported, but does not make a replica unready (chat and ``store: false`` still work)."""
+        up, _ = await backend_state()
+        status = "draining" if runtime.draining else "ready" if up else "unavailable"
+        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": await store_state()},
+                            status_code=200 if status == "ready" else 503)
+
+    async def health(ex: Exchange) -> Response:
+        """Up or not (the backend answers) for anyone; which backend, model and template only with
+        a key (when keys are set); the store's state."""
+        assert ex.request is not None
+        detailed = ex.request.scope.get("state", {}).get("authorized", True)
+        up, detail = await backend_state()
+        store = await store_state()
+        if not up:
+            return JSONResponse({"status": "unavailable", "detail": detail if detailed else "backend not ready",
+                                 "store": store}, status_code=503)
+        return JSONResponse({"status": "ok", "store": store, **(runtime.describe() if detailed else {})})
+
+    async def metrics(ex: Exchange) -> Response:
+        return Response(services.metrics.render(), media_type=services.metrics.content_type)
+
+    async def served_name() -> str:
+        try:
+            return (await runtime.ready()).name
+        except APIError:  # the served name is known without the backend when --model is given
+            return runtime.settings.model or "default"
+
+    async def models(ex: Exchange) -> Response:
+        return JSONResponse({"object": "list", "data": [model_object(await served_name())]})
+
+    async def model(ex: Exchange) -> Response:
+        """The served model by its id (OpenAI's 404 object for any other id)."""
+        assert ex.request is not None
+        model_id = ex.request.path_params["model_id"]
+        name = await served_name()
+        if model_id != name:
+            raise APIError(404, f"The model {model_id!r} does not exist; this server serves {name!r}",
+                           code="model_not_found", param="model")
+        return JSONResponse(model_object(model_id))
+
+    return Face("process", "", (
+        Route("/livez", ("GET",), livez),
+        Route("/readyz", ("GET",), readyz),
+        Route("/health", ("GET",), health),
+        Route("/metrics", ("GET",), metrics),
+        Route("/v1/models", ("GET",), models),
+        Route("/v1/models/{model_id:path}", ("GET",), model),
+    ), openai_error)
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
@@ -206,148 +308,28 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.runtime = runtime
+    process = process_face(runtime)
+    for face in (process, *FACES):
+        for route in face.routes:
+            mount(app, face, route, runtime)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """A path or method no route serves (404, 405), in the shape of the face the path belongs to."""
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+        message = (f"{request.method} {request.url.path} is not served here" if exc.status_code in (404, 405)
+                   else str(exc.detail))
+        return face_for(request.url.path, FACES, process).error_response(
+            APIError(exc.status_code, message, kind, code=code, headers=dict(exc.headers or {})))
+
+    # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
+    app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.services.metrics, faces=FACES,
+                       default=process)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], expose_headers=["X-Request-ID"])
-    app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.metrics)
-
-    def take_slot() -> Any:
-        release = runtime.slots.try_acquire()
-        if release is None:
-            runtime.metrics.rejected.labels("concurrency").inc()
-            raise APIError(429, f"too many concurrent requests (limit {settings.max_concurrency}); retry shortly",
-                           "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"})
-        return release
-
-    @app.exception_handler(APIError)
-    async def api_error(_: Request, exc: APIError) -> JSONResponse:
-        if isinstance(exc, BackendError):
-            log.warning("backend error: %s", exc.message)
-        return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_body(f"invalid request: {exc.errors()[0].get('msg', '')}"), status_code=400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        code = "not_found" if exc.status_code == 404 else None
-        return JSONResponse(error_body(str(exc.detail), kind, None, code), status_code=exc.status_code)
-
-    @app.get("/health")
-    async def health(request: Request) -> JSONResponse:
-        """Up or not for anyone; which backend, model and template only with a key (when keys are set)."""
-        detailed = request.scope.get("state", {}).get("authorized", True)
-        try:
-            backend = await runtime.ready_backend()
-        except APIError as exc:
-            detail = exc.message if detailed else "backend not ready"
-            return JSONResponse({"status": "unavailable", "detail": detail}, status_code=503)
-        if not await backend.health():
-            return JSONResponse({"status": "unavailable", "detail": "backend is not answering"}, status_code=503)
-        return JSONResponse({"status": "ok", **(runtime.describe() if detailed else {})})
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(runtime.metrics.render(), media_type=runtime.metrics.content_type)
-
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        try:
-            await runtime.ready_backend()
-        except APIError:
-            pass  # the served name is known without the backend when --model is given
-        return JSONResponse({"object": "list", "data": [model_object(runtime.model_name)]})
-
-    @app.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> JSONResponse:
-        """The served model by its id (OpenAI's 404 object for any other id)."""
-        try:
-            await runtime.ready_backend()
-        except APIError:
-            pass
-        if model_id != runtime.model_name:
-            raise APIError(404, f"The model {model_id!r} does not exist; this server serves "
-                                f"{runtime.model_name!r}", code="model_not_found", param="model")
-        return JSONResponse(model_object(model_id))
-
-    # the two generation endpoints are plain Starlette routes: FastAPI's dependency machinery would
-    # add measurable latency before the first token, and they take the raw request anyway
-    async def chat(request: Request) -> Response:
-        body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
-        release = take_slot()
-        return await chat_completions(body, runtime, RequestScope(request=request, release=release))
-
-    async def completions(request: Request) -> Response:
-        """Passed through to the backend's OpenAI-style completions endpoint, within the limits."""
-        body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
-        release = take_slot()
-        return await passthrough_completions(body, runtime, RequestScope(request=request, release=release))
-
-    app.add_route("/v1/chat/completions", chat, methods=["POST"])
-    app.add_route("/v1/completions", completions, methods=["POST"])
-    add_messages_routes(app, runtime, take_slot)
-    add_responses_routes(app, runtime, take_slot)
     return app
-
-
-def add_responses_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], Callable[[], None]]) -> None:
-    """The OpenAI Responses API (``app.api.responses``); errors in OpenAI's shape, as on chat."""
-    limit = runtime.settings.max_body_bytes
-
-    async def create(request: Request) -> Response:
-        body = await read_json(request, limit, runtime.settings.body_timeout)
-        release = take_slot()
-        return await create_response(body, runtime, RequestScope(request=request, release=release))
-
-    async def one(request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        if request.method == "DELETE":
-            return await delete_response(response_id, runtime, request_tenant(request.scope))
-        return await retrieve_response(response_id, runtime, request_tenant(request.scope))
-
-    async def items(request: Request) -> Response:
-        return await input_items(request.path_params["response_id"], request, runtime, request_tenant(request.scope))
-
-    app.add_route("/v1/responses", create, methods=["POST"])
-    app.add_route("/v1/responses/{response_id}", one, methods=["GET", "DELETE"])
-    app.add_route("/v1/responses/{response_id}/input_items", items, methods=["GET"])
-
-
-def add_messages_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[], Callable[[], None]]) -> None:
-    """The Anthropic Messages API (``app.api.messages``); every error on its paths in Anthropic's shape."""
-    limit = runtime.settings.max_body_bytes
-
-    async def answer(work: Any) -> Response:
-        try:
-            return await work
-        except APIError as exc:
-            if isinstance(exc, BackendError):
-                log.warning("backend error: %s", exc.message)
-            return messages_error_response(exc)
-        except Exception:  # never a stack trace to the client
-            log.exception("unexpected error")
-            return messages_error_response(APIError(500, "internal error", "server_error"))
-
-    async def create(request: Request) -> Response:
-        async def work() -> Response:
-            body = await read_json(request, limit, runtime.settings.body_timeout)
-            release = take_slot()
-            return await create_message(body, runtime, RequestScope(request=request, release=release))
-        return await answer(work())
-
-    async def tokens(request: Request) -> Response:
-        async def work() -> Response:
-            return await count_tokens(await read_json(request, limit, runtime.settings.body_timeout), runtime)
-        return await answer(work())
-
-    async def not_found(request: Request) -> Response:
-        return messages_error_response(APIError(404, f"{request.method} {request.url.path} is not served here"))
-
-    app.add_route("/v1/messages", create, methods=["POST"])
-    app.add_route("/v1/messages/count_tokens", tokens, methods=["POST"])
-    app.add_route("/v1/messages/{rest:path}", not_found, methods=["GET", "POST", "DELETE"])
 
 
 def app_from_env() -> FastAPI:
@@ -358,3 +340,6 @@ def app_from_env() -> FastAPI:
     configure(settings.log_level)
     with_header_timeout(settings.header_timeout)
     return create_app(settings)
+
+
+__all__ = ["FACES", "create_app", "read_json", "uvicorn_options"]

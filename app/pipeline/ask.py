@@ -7,16 +7,39 @@ from typing import Any, Literal
 
 from app.backends.base import Sampling
 from app.conversation import Turn
+from parsers.tools import ToolSpec
 
 ToolChoice = Literal["none", "auto", "required"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool offered to the model: ``spec`` is what the parsers and the constraint builders read;
+    ``shown`` is what the chat template is given — OpenAI's function-tool shape
+    (``{"type": "function", "function": {...}}``, as the client wrote it when it wrote that shape),
+    the one shape chat templates know."""
+
+    spec: ToolSpec
+    shown: dict[str, Any]
+
+    @classmethod
+    def function(cls, name: str, parameters: Any, description: str | None = None, strict: bool = False,
+                 shown: dict[str, Any] | None = None) -> Tool:
+        """A function tool (``shown`` defaults to OpenAI's shape of it)."""
+        if shown is None:
+            function: dict[str, Any] = {"name": name}
+            if description is not None:
+                function["description"] = description
+            function["parameters"] = parameters
+            shown = {"type": "function", "function": function}
+        return cls(ToolSpec(name, parameters if isinstance(parameters, dict) else {}, description, strict), shown)
 
 
 @dataclass
 class Ask:
     """One generation request, whichever API it came through.
 
-    ``tools`` are OpenAI function tools (``{"type": "function", "function": {...}}``) as offered;
-    ``tool_choice`` is ``None`` when the client did not say (``auto`` with tools, ``none`` without);
+    ``tools`` are the tools offered (``Tool``); ``tool_choice`` is ``None`` when the client did not say (``auto`` with tools, ``none`` without);
     ``named_tool`` forces one tool by name. ``response_format`` is Chat Completions' shape
     (``{"type": "json_schema", "json_schema": {"schema": …}}``). ``template_kwargs`` reach the chat
     template (``enable_thinking``, ``reasoning_effort``, …). ``hold_tool_calls`` ``None`` means the
@@ -28,7 +51,7 @@ class Ask:
     """
 
     turns: list[Turn]
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[Tool] = field(default_factory=list)
     tool_choice: ToolChoice | None = None
     named_tool: str | None = None
     parallel_tool_calls: bool = True

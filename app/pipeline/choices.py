@@ -163,7 +163,9 @@ class Choices:
 
     def total(self) -> Finished:
         """The request's totals once every choice finished: completion and reasoning tokens summed,
-        the prompt (and its cached part) counted once."""
+        the prompt (and its cached part) counted once. One answer's totals are its own."""
+        if len(self.runs) == 1 and self.runs[0].finished is not None:
+            return self.runs[0].finished
         finished = [run.finished for run in self.runs if run.finished is not None]
         usages = [f.usage for f in finished if f.usage is not None]
         usage = None

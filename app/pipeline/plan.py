@@ -20,13 +20,13 @@ from app.backends.base import Backend, GenerationRequest
 from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
 from app.conversation import Call
 from app.parser_choice import ParserChoice
-from app.pipeline.ask import Ask
+from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import CallText, json_call_text, render_conversation
 from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
-from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser, to_specs
+from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser
 from parsers.fold import CallHolder, CallLimit
 from parsers.function_call import ToolCallDetector
 from parsers.registry import reasoning_detector_class, tool_detector_class
@@ -105,8 +105,8 @@ class Plan:
 
     ask: Ask
     prompt: str
-    tools: list[dict[str, Any]]  # offered to the model (rendered)
-    specs: tuple[ToolSpec, ...]  # the same tools, normalised once for the constraint and the parser
+    tools: list[Tool]  # offered to the model (rendered)
+    specs: tuple[ToolSpec, ...]  # their specs, for the constraint and the parser
     formats: Formats
     in_reasoning: bool  # the output starts inside a reasoning block
     constraint: Constraint
@@ -191,15 +191,15 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                  max_calls: int | None = None) -> Plan:
     """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
     template refuses the conversation)."""
-    tools: list[dict[str, Any]] = []
+    tools: list[Tool] = []
     if ask.tools and ask.tool_choice != "none":
-        tools = [t for t in ask.tools if ask.named_tool is None or t["function"]["name"] == ask.named_tool]
+        tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
-    prompt = render_conversation(template, ask.turns, tools or None, formats.call_text(), **kwargs)
+    prompt = render_conversation(template, ask.turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
     if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
-    specs = to_specs(tools)
+    specs = tuple(t.spec for t in tools)
     request = ConstraintRequest.of(ask.tool_choice, ask.named_tool, specs, formats.wire, ask.parallel_tool_calls,
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)

@@ -1,17 +1,16 @@
-"""The SSE body of one streamed answer, for any face: a ``Run``'s events through the face's encoder.
+"""The SSE body of a streamed answer, for any face: the ``Choices``' events through the face's encoder.
 
-An ``Encoder`` turns events into its wire format's bytes: ``head()`` (what opens the stream:
-the role chunk, ``response.created``, ``message_start`` — sent with the first text, so the first
-token leaves in one write), ``events(batch)``, ``finish(finished)`` (the closing events) and
-``error(exc)`` (a failure after the first byte); an encoder may also have an async ``persist()``,
-awaited after ``finish`` and before the closing bytes are sent. ``EventStream`` owns the lifecycle: ``lead()``
-encodes what the first backend item holds, iteration yields the rest, and ``aclose()`` — run
-however the stream ends, iterated or not — closes the upstream request, gives back the concurrency
-slot and ends the stream in the metrics.
+An ``Encoder`` turns events into its wire format's bytes: ``head()`` (what opens the stream: the
+role chunk, ``response.created``, ``message_start`` — sent with the first text, so the first token
+leaves in one write), ``events(index, batch)`` (a batch of one choice's events), ``end_choice(index,
+finished)`` (what closes one choice), ``await end(total)`` (what closes the stream once every choice
+has; it may do I/O first, e.g. store the answer, and chooses its closing bytes by how that went),
+and ``error(exc)`` (a failure after the first byte).
 
-``ChoiceStream`` is the same for a face that streams ``n`` answers side by side (Chat Completions):
-its ``ChoicesEncoder`` is told which choice each batch belongs to, closes each choice as it ends
-and the stream once all have.
+``AnswerStream`` owns the lifecycle: ``lead()`` encodes what the first backend items hold,
+iteration yields the rest, and ``aclose()`` — run however the stream ends, iterated or not — closes
+the upstream requests, ends the stream in the metrics and gives back the request's concurrency
+slot (``release``, handed over by the request's lease).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Protocol
 from app.errors import APIError, BackendError
 from app.metrics import Metrics
 from app.pipeline.choices import Choices
-from app.pipeline.run import Finished, Run
+from app.pipeline.run import Finished
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -32,35 +31,27 @@ log = logging.getLogger("toolwire")
 class Encoder(Protocol):
     def head(self) -> bytes: ...
 
-    def events(self, events: list[Event]) -> bytes: ...
-
-    def finish(self, finished: Finished) -> bytes: ...
-
-    def error(self, exc: APIError) -> bytes: ...
-
-
-class ChoicesEncoder(Protocol):
-    def head(self) -> bytes: ...
-
     def events(self, index: int, events: list[Event]) -> bytes: ...
 
-    def finish_choice(self, index: int, finished: Finished) -> bytes: ...
+    def end_choice(self, index: int, finished: Finished) -> bytes: ...
 
-    def finish(self, total: Finished) -> bytes: ...
+    async def end(self, total: Finished) -> bytes: ...
 
     def error(self, exc: APIError) -> bytes: ...
 
 
-class _Lifecycle:
-    """What every streamed body shares: the opening sent with the first text, the error event, and
-    closing exactly once (upstream request, metrics, concurrency slot)."""
+SHUTTING_DOWN = APIError(503, "the server is shutting down; retry the request", "server_error",
+                         code="server_shutting_down")
 
-    def __init__(self, source: Run | Choices, encoder: Encoder | ChoicesEncoder, metrics: Metrics,
-                 release: Callable[[], None]) -> None:
-        self.source = source
+
+class AnswerStream:
+    """See the module docstring."""
+
+    def __init__(self, choices: Choices, encoder: Encoder, metrics: Metrics, release: Callable[[], None]) -> None:
+        self.choices = choices
+        self.encoder = encoder
         self.metrics = metrics
         self.release = release
-        self._error = encoder.error
         self.opening = encoder.head()  # sent with the first text (one write instead of two)
         self.closed = False
         metrics.active_streams.inc()
@@ -70,77 +61,10 @@ class _Lifecycle:
             data, self.opening = self.opening + data, b""
         return data
 
-    def failed(self, exc: BackendError) -> bytes:
-        log.warning("backend failed mid-stream: %s", exc.message)
-        data = self.opening + self._error(exc)
-        self.opening = b""
-        return data
-
-    def interrupted(self) -> bytes:
-        """The closing bytes of a stream the server cuts (shutdown): the face's error event."""
-        data = self.opening + self._error(APIError(503, "the server is shutting down; retry the request",
-                                                   "server_error", code="server_shutting_down"))
-        self.opening = b""
-        return data
-
-    async def aclose(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            self.metrics.active_streams.dec()
-            await self.source.aclose()
-        finally:
-            self.release()
-
-
-class EventStream(_Lifecycle):
-    """See the module docstring."""
-
-    def __init__(self, run: Run, encoder: Encoder, metrics: Metrics, release: Callable[[], None]) -> None:
-        super().__init__(run, encoder, metrics, release)
-        self.run = run
-        self.encoder = encoder
-
-    def _encode(self, events: list[Event]) -> bytes:
-        return self._opened(self.encoder.events(events))
-
-    def lead(self) -> bytes:
-        """What the first backend item gives, opening included."""
-        return self._encode(self.run.lead())
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        run = self.run
-        try:
-            async for events in run:
-                if run.finished is not None:
-                    tail = self._encode(events) + self.encoder.finish(run.finished)
-                    persist = getattr(self.encoder, "persist", None)
-                    if persist is not None:  # e.g. a stored response: saved before its last event leaves
-                        await persist()
-                    yield tail
-                    return
-                data = self._encode(events)
-                if data:
-                    yield data
-        except BackendError as exc:
-            yield self.failed(exc)
-        finally:
-            await self.aclose()
-
-
-class ChoiceStream(_Lifecycle):
-    """``n`` answers as one stream (see the module docstring)."""
-
-    def __init__(self, choices: Choices, encoder: ChoicesEncoder, metrics: Metrics,
-                 release: Callable[[], None]) -> None:
-        super().__init__(choices, encoder, metrics, release)
-        self.choices = choices
-        self.encoder = encoder
-
     def lead(self) -> bytes:
         """What the first backend items give, opening included."""
-        return self._opened(b"".join(self.encoder.events(k, events) for k, events in self.choices.lead()))
+        encoder = self.encoder
+        return self._opened(b"".join(encoder.events(k, events) for k, events in self.choices.lead()))
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         encoder = self.encoder
@@ -149,13 +73,33 @@ class ChoiceStream(_Lifecycle):
             async for index, events, finished in self.choices:
                 data = encoder.events(index, events)
                 if finished is not None:
-                    data += encoder.finish_choice(index, finished)
+                    data += encoder.end_choice(index, finished)
                     running -= 1
-                    if not running:  # the last choice's end, the usage and [DONE] leave in one write
-                        data += encoder.finish(self.choices.total())
+                    if not running:  # the last choice's end and the stream's end leave in one write
+                        data += await encoder.end(self.choices.total())
                 if data:
                     yield self._opened(data)
         except BackendError as exc:
-            yield self.failed(exc)
+            log.warning("backend failed mid-stream: %s", exc.message)
+            yield self._failed(exc)
         finally:
             await self.aclose()
+
+    def _failed(self, exc: APIError) -> bytes:
+        data = self.opening + self.encoder.error(exc)
+        self.opening = b""
+        return data
+
+    def interrupted(self) -> bytes:
+        """The closing bytes of a stream the server cuts (shutdown): the face's error event."""
+        return self._failed(SHUTTING_DOWN)
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.metrics.active_streams.dec()
+            await self.choices.aclose()
+        finally:
+            self.release()

@@ -93,13 +93,11 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
     if len(ask.tools) > settings.max_tools:
         raise bad_request(f"too many tools ({len(ask.tools)} > {settings.max_tools})", tools_param)
     for i, tool in enumerate(ask.tools):
-        name = tool["function"].get("name")
+        name = tool.spec.name
         if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
             raise bad_request(f"{tools_param}[{i}] name {name!r} is not a valid tool name: use 1 to 64 letters, "
                               "digits, underscores or dashes", f"{tools_param}.{i}.name")
-        schema = tool["function"].get("parameters")
-        if schema is None:
-            continue
+        schema = tool.spec.parameters
         where = f"{tools_param}[{i}].{schema_key}"
         if nesting(schema) > MAX_SCHEMA_NESTING:
             raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
@@ -119,7 +117,7 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
                           "(--max-choices)", "n")
     if ask.tool_choice == "required" and not ask.tools:
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
-    if ask.named_tool is not None and ask.named_tool not in {t["function"]["name"] for t in ask.tools}:
+    if ask.named_tool is not None and ask.named_tool not in {t.spec.name for t in ask.tools}:
         raise bad_request(f"tool_choice names {ask.named_tool!r}, which is not in tools", "tool_choice")
     limit = ask.sampling.max_tokens
     if settings.max_tokens_cap and limit and limit > settings.max_tokens_cap:

@@ -132,7 +132,7 @@ class RedisStore:
         except OSError as exc:
             raise StoreUnavailable(f"the response store (Redis) is unreachable: {exc}") from None
 
-    def _args(self, tenant: str, *rest: str | bytes | int | float) -> list[str | bytes | int | float]:
+    def _args(self, tenant: str, *rest: str | bytes | float) -> list[str | bytes | int | float]:
         return [self.prefix, tenant, secrets.token_bytes(32), *rest]
 
     async def put(self, record: StoredResponse, tenant: str) -> None:

@@ -8,43 +8,41 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from app.api.protocol import Lenient
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class FunctionDefinition(_Lenient):
+class FunctionDefinition(Lenient):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class ToolDefinition(_Lenient):
+class ToolDefinition(Lenient):
     type: Literal["function"] = "function"
     function: FunctionDefinition
 
 
-class ToolCallFunction(_Lenient):
+class ToolCallFunction(Lenient):
     name: str
     arguments: str | dict[str, Any] = "{}"
 
 
-class MessageToolCall(_Lenient):
+class MessageToolCall(Lenient):
     id: str | None = None
     type: Literal["function"] = "function"
     function: ToolCallFunction
 
 
-class ContentPart(_Lenient):
+class ContentPart(Lenient):
     type: str
     text: str | None = None
     refusal: str | None = None
 
 
-class ChatMessage(_Lenient):
+class ChatMessage(Lenient):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -80,20 +78,20 @@ class ChatMessage(_Lenient):
         return "".join(texts)
 
 
-class NamedToolChoiceFunction(_Lenient):
+class NamedToolChoiceFunction(Lenient):
     name: str
 
 
-class NamedToolChoice(_Lenient):
+class NamedToolChoice(Lenient):
     type: Literal["function"] = "function"
     function: NamedToolChoiceFunction
 
 
-class StreamOptions(_Lenient):
+class StreamOptions(Lenient):
     include_usage: bool = False
 
 
-class ResponseFormat(_Lenient):
+class ResponseFormat(Lenient):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
 
@@ -132,7 +130,7 @@ def _legacy_functions(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-class ChatCompletionRequest(_Lenient):
+class ChatCompletionRequest(Lenient):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[ToolDefinition] | None = None
@@ -233,16 +231,3 @@ class ChatCompletionRequest(_Lenient):
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
-
-
-class CompletionRequest(_Lenient):
-    """Legacy ``/v1/completions``: passed through to the backend, within the server's limits."""
-
-    model: str | None = None
-    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
-    stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=8)
-    best_of: int | None = Field(default=None, ge=1, le=8)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)

@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from starlette.responses import JSONResponse
 
+from app.api.protocol import Lenient
 from app.errors import APIError
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
 
 # ------------------------------------------------------------------------------------- errors
 
@@ -42,8 +38,8 @@ def error_body(kind: str, message: str) -> dict[str, Any]:
 
 def anthropic_error(exc: APIError) -> tuple[int, dict[str, Any]]:
     """``exc`` as Anthropic's (status, body); statuses without a match are ``api_error``."""
-    status, kind = ERROR_TYPES.get(exc.status, (exc.status if exc.status >= 500 else 400,
-                                                "api_error" if exc.status >= 500 else "invalid_request_error"))
+    status, kind = ERROR_TYPES.get(exc.status, (exc.status, "api_error" if exc.status >= 500 else
+                                                "invalid_request_error"))
     return status, error_body(kind, exc.message)
 
 
@@ -72,37 +68,37 @@ def first_problem(exc: ValidationError, where: str = "") -> str:
 # ------------------------------------------------------------------------------------ blocks
 
 
-class TextBlock(_Lenient):
+class TextBlock(Lenient):
     type: Literal["text"]
     text: str
 
 
-class ToolUseBlock(_Lenient):
+class ToolUseBlock(Lenient):
     type: Literal["tool_use"]
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     input: dict[str, Any] = Field(default_factory=dict)
 
 
-class ToolResultBlock(_Lenient):
+class ToolResultBlock(Lenient):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
     content: str | list[dict[str, Any]] | None = None
     is_error: bool | None = None
 
 
-class ThinkingBlock(_Lenient):
+class ThinkingBlock(Lenient):
     type: Literal["thinking"]
     thinking: str = ""
     signature: str | None = None
 
 
-class RedactedThinkingBlock(_Lenient):
+class RedactedThinkingBlock(Lenient):
     type: Literal["redacted_thinking"]
     data: str = ""
 
 
-class ToolReferenceBlock(_Lenient):
+class ToolReferenceBlock(Lenient):
     """A deferred tool loaded by a tool search (inside a ``tool_result``)."""
 
     type: Literal["tool_reference"]
@@ -111,7 +107,7 @@ class ToolReferenceBlock(_Lenient):
 
 Block = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ToolReferenceBlock
 
-BLOCKS: dict[str, type[BaseModel]] = {
+BLOCKS: dict[str, type[Lenient]] = {
     "text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
     "redacted_thinking": RedactedThinkingBlock, "tool_reference": ToolReferenceBlock,
 }
@@ -159,13 +155,13 @@ def block(raw: Any, where: str, context: str) -> Block:
 # ---------------------------------------------------------------------------------- request
 
 
-class InputMessage(_Lenient):
+class InputMessage(Lenient):
     # "system" mid-conversation: Claude Code 2.1 sends one after the first user turn
     role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
-class Tool(_Lenient):
+class Tool(Lenient):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     input_schema: dict[str, Any] = Field(default_factory=dict)
@@ -180,7 +176,7 @@ class Tool(_Lenient):
         return self
 
 
-class ToolChoice(_Lenient):
+class ToolChoice(Lenient):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
@@ -192,7 +188,7 @@ class ToolChoice(_Lenient):
         return self
 
 
-class Thinking(_Lenient):
+class Thinking(Lenient):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(None, ge=0)
     display: str | None = None
@@ -204,11 +200,11 @@ class Thinking(_Lenient):
         return self
 
 
-class OutputConfig(_Lenient):
+class OutputConfig(Lenient):
     effort: str | None = None
 
 
-class Conversation(_Lenient):
+class Conversation(Lenient):
     """What ``/v1/messages`` and ``/v1/messages/count_tokens`` share: the prompt's ingredients."""
 
     model: str

@@ -14,17 +14,17 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
-from app.api.chat import validation_message
-from app.api.chat_protocol import CompletionRequest
-from app.api.respond import RequestScope, until_gone
+from app.api.answer import Exchange, until_gone
+from app.api.completions.protocol import CompletionRequest
+from app.api.protocol import validation_message
 from app.backends.streamhttp import StreamError
 from app.errors import BackendError, bad_request
-from app.runtime import Runtime
+from app.settings import Settings
 
 BROKE = b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
 
 
-def check(body: Any, runtime: Runtime) -> CompletionRequest:
+def check(body: Any, settings: Settings) -> CompletionRequest:
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     try:
@@ -32,7 +32,7 @@ def check(body: Any, runtime: Runtime) -> CompletionRequest:
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
-    cap = runtime.settings.max_tokens_cap
+    cap = settings.max_tokens_cap
     if cap and request.max_tokens and request.max_tokens > cap:
         raise bad_request(f"max_tokens exceeds this server's cap of {cap}", "max_tokens")
     if cap and request.max_tokens is None:
@@ -40,20 +40,16 @@ def check(body: Any, runtime: Runtime) -> CompletionRequest:
     return request
 
 
-async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Response:
-    try:
-        request = check(body, runtime)
+async def completions(body: Any, ex: Exchange) -> Response:
+    request = check(body, ex.settings)
 
-        async def open_upstream() -> Any:
-            backend = await runtime.ready_backend()
-            if backend.model:
-                body["model"] = backend.model
-            return await backend.open_stream("/v1/completions", body)
+    async def open_upstream() -> Any:
+        backend = (await ex.ready()).backend
+        if backend.model:
+            body["model"] = backend.model
+        return await backend.open_stream("/v1/completions", body)
 
-        upstream = await until_gone(scope, open_upstream())
-    except BaseException:
-        scope.release()
-        raise
+    upstream = await until_gone(ex, open_upstream())
     if not request.stream:
         async def read() -> bytes:
             try:
@@ -62,11 +58,12 @@ async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Respo
                 raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
 
         try:
-            raw = await until_gone(scope, read())
+            raw = await until_gone(ex, read())
         finally:
             await upstream.aclose()
-            scope.release()
         return Response(raw, media_type="application/json")
+
+    release = ex.lease.hand_over() if ex.lease is not None else None
 
     async def relay() -> AsyncIterator[bytes]:
         try:
@@ -76,6 +73,7 @@ async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Respo
             yield BROKE
         finally:
             await upstream.aclose()
-            scope.release()
+            if release is not None:
+                release()
 
     return StreamingResponse(relay(), media_type="text/event-stream")

@@ -17,16 +17,16 @@ import secrets
 import string
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from app.api.blocks import REASONING, TEXT, Blocks
 from app.backends.base import Usage
 from app.errors import APIError
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
-from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+from parsers.events import CallArgs, CallStart, Event
 from parsers.fold import FoldedMessage
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -59,32 +59,24 @@ def reasoning_fields(text: str, mode: str) -> dict[str, str]:
     return {mode: text}
 
 
-@dataclass
 class ChunkWriter:
-    """Encodes one streamed choice; tracks what the client has been shown."""
+    """Encodes one streamed choice (a ``BlockWriter``: ``app.api.blocks``)."""
 
-    completion_id: str
-    model: str
-    reasoning_field: str = "reasoning_content"
-    include_usage: bool = False
-    named_tool: bool = False  # a named tool_choice keeps finish_reason "stop"
-    created: int = field(default_factory=lambda: int(time.time()))
-    index: int = 0  # which choice
-    calls_started: int = 0
-    calls_completed: int = 0
-    unfinished_calls: int = 0  # calls shown in part that never completed
-    _ids: dict[int, str] = field(default_factory=dict)
-    _head: bytes = b""
-    _tail: bytes = b""
-
-    def __post_init__(self) -> None:
+    def __init__(self, completion_id: str, model: str, reasoning_field: str = "reasoning_content",
+                 include_usage: bool = False, named_tool: bool = False, created: int | None = None,
+                 index: int = 0) -> None:
+        self.reasoning_field = reasoning_field
+        self.named_tool = named_tool  # a named tool_choice keeps finish_reason "stop"
+        self.blocks = Blocks(self, skip_blank=False)
+        self.out: list[bytes] = []
         # every chunk of a stream shares its envelope: encode it once, around a placeholder delta
         envelope: dict[str, Any] = {
-            "id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model, "system_fingerprint": None,
-            "choices": [{"index": self.index, "delta": 0, "logprobs": None, "finish_reason": None}],
+            "id": completion_id, "object": "chat.completion.chunk",
+            "created": int(time.time()) if created is None else created,
+            "model": model, "system_fingerprint": None,
+            "choices": [{"index": index, "delta": 0, "logprobs": None, "finish_reason": None}],
         }
-        if self.include_usage:
+        if include_usage:
             envelope["usage"] = None
         head, _, tail = orjson.dumps(envelope).partition(b'"delta":0')
         self._head = b"data: " + head + b'"delta":'
@@ -96,57 +88,55 @@ class ChunkWriter:
         tail = self._tail.replace(b'"finish_reason":null', b'"finish_reason":' + orjson.dumps(finish_reason), 1)
         return self._head + orjson.dumps(delta) + tail
 
-    def _logged(self, event: LoggedContent) -> bytes:
-        logprobs = orjson.dumps({"content": event.logprobs, "refusal": None})
-        tail = self._tail.replace(b'"logprobs":null', b'"logprobs":' + logprobs, 1)
-        return self._head + orjson.dumps({"content": event.text}) + tail
-
     def head(self) -> bytes:
         """The role chunk that opens the stream."""
         return self._chunk({"role": "assistant", "content": None})
 
-    def events(self, events: list[Event]) -> bytes:
-        out: list[bytes] = []
-        for event in events:
-            kind = type(event)
-            if kind is Content:
-                if event.text:  # type: ignore[union-attr]
-                    out.append(self._chunk({"content": event.text}))  # type: ignore[union-attr]
-            elif kind is LoggedContent:
-                if event.text:  # type: ignore[union-attr]
-                    out.append(self._logged(event))  # type: ignore[arg-type]
-            elif kind is Reasoning:
-                if event.text:  # type: ignore[union-attr]
-                    out.append(self._chunk(reasoning_fields(event.text, self.reasoning_field)))  # type: ignore[union-attr]
-            elif kind is CallStart:
-                assert isinstance(event, CallStart)
-                call_id = event.id or new_call_id()
-                self._ids[event.index] = call_id
-                self.calls_started += 1
-                out.append(self._chunk({"tool_calls": [{
-                    "index": event.index, "id": call_id, "type": "function",
-                    "function": {"name": event.name, "arguments": ""},
-                }]}))
-            elif kind is CallArgs:
-                assert isinstance(event, CallArgs)
-                out.append(self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}))
-            elif kind is CallEnd:
-                assert isinstance(event, CallEnd)
-                if event.ok:
-                    self.calls_completed += 1
-                else:
-                    self.unfinished_calls += 1
-        return b"".join(out)
+    # ------------------------------------------------------------------ blocks
 
-    def close(self, finished: Finished) -> bytes:
+    def open_block(self, kind: str, call: CallStart | None) -> None:
+        if call is not None:
+            self.out.append(self._chunk({"tool_calls": [{
+                "index": call.index, "id": call.id or new_call_id(), "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }]}))
+
+    def write_block(self, kind: str, text: str, event: Event) -> None:
+        if kind == TEXT:
+            if type(event) is LoggedContent:
+                logprobs = orjson.dumps({"content": event.logprobs, "refusal": None})
+                tail = self._tail.replace(b'"logprobs":null', b'"logprobs":' + logprobs, 1)
+                self.out.append(self._head + orjson.dumps({"content": text}) + tail)
+            else:
+                self.out.append(self._chunk({"content": text}))
+        elif kind == REASONING:
+            self.out.append(self._chunk(reasoning_fields(text, self.reasoning_field)))
+        else:
+            assert isinstance(event, CallArgs)
+            self.out.append(self._chunk({"tool_calls": [{"index": event.index, "function": {"arguments": text}}]}))
+
+    def close_block(self, kind: str, ok: bool) -> None:
+        pass  # a chunk stream has no block ends: the call's last fragment ends it
+
+    # ------------------------------------------------------------------ the stream
+
+    def events(self, events: list[Event]) -> bytes:
+        self.blocks.feed(events)
+        if not self.out:
+            return b""
+        data = b"".join(self.out)
+        self.out.clear()
+        return data
+
+    def end(self, finished: Finished) -> bytes:
         """The chunk that ends the choice."""
-        reason = finish_reason(finished.reason, self.calls_completed, self.unfinished_calls, self.named_tool)
+        reason = finish_reason(finished.reason, self.blocks.calls, self.blocks.unfinished, self.named_tool)
         return self._chunk({}, reason)
 
 
 class ChoiceChunks:
-    """Encodes a stream of ``n`` choices (``app.pipeline.stream.ChoicesEncoder``): one
-    ``ChunkWriter`` per choice, then the usage chunk when asked for and ``[DONE]``."""
+    """Encodes a stream of ``n`` choices (an ``app.pipeline.stream.Encoder``): one ``ChunkWriter``
+    per choice, then the usage chunk when asked for and ``[DONE]``."""
 
     def __init__(self, completion_id: str, model: str, n: int = 1, reasoning_field: str = "reasoning_content",
                  include_usage: bool = False, named_tool: bool = False) -> None:
@@ -164,10 +154,10 @@ class ChoiceChunks:
     def events(self, index: int, events: list[Event]) -> bytes:
         return self.writers[index].events(events)
 
-    def finish_choice(self, index: int, finished: Finished) -> bytes:
-        return self.writers[index].close(finished)
+    def end_choice(self, index: int, finished: Finished) -> bytes:
+        return self.writers[index].end(finished)
 
-    def finish(self, total: Finished) -> bytes:
+    async def end(self, total: Finished) -> bytes:
         """After the last choice: the usage chunk when asked for, then ``[DONE]``."""
         if self.include_usage:
             return self.usage(total.usage, total.reasoning_tokens) + SSE_DONE

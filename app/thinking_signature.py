@@ -11,7 +11,8 @@ model wrote, so a client cannot slip invented "prior reasoning" into the prompt:
   while the client never sees it.
 
 Both keys are derived from one secret (``--thinking-secret``; by default random per process, so
-signatures do not survive a restart). The policy for a block that does not verify — another
+signatures do not survive a restart) and the API key's tenant, so a signature given to one key does
+not verify for another. The policy for a block that does not verify — another
 provider's signature, an edited text, a block from before a restart — is to drop its reasoning
 from the prompt (the rest of the request is served); ``redacted_thinking`` blocks are opened the
 same way when their ``data`` is a sealed signature of ours, and dropped otherwise.
@@ -51,11 +52,14 @@ def _xor(data: bytes, key: bytes) -> bytes:
 
 
 class ThinkingSigner:
-    """Signs, seals and checks thinking text with keys derived from one secret."""
+    """Signs, seals and checks thinking text with keys derived from one secret and the tenant the
+    text belongs to (``app.tenancy``): what one API key's requests were given verifies for that key
+    only. The single tenant of a server without keys uses the secret's keys as they are."""
 
-    def __init__(self, secret: bytes) -> None:
-        self._mac_key = hmac.new(secret, b"toolwire thinking signature", hashlib.sha256).digest()
-        self._enc_key = hmac.new(secret, b"toolwire thinking encryption", hashlib.sha256).digest()
+    def __init__(self, secret: bytes, tenant: str = "") -> None:
+        bound = b"\0" + tenant.encode() if tenant else b""
+        self._mac_key = hmac.new(secret, b"toolwire thinking signature" + bound, hashlib.sha256).digest()
+        self._enc_key = hmac.new(secret, b"toolwire thinking encryption" + bound, hashlib.sha256).digest()
 
     def mac(self) -> hmac.HMAC:
         """A running MAC for a shown block: ``update`` it with the UTF-8 text as it streams."""
@@ -101,17 +105,18 @@ class ThinkingSigner:
             return None
         if signature.startswith(SEALED):
             return self.unseal(signature)
-        if signature.startswith(SIGNED) and hmac.compare_digest(signature, self.sign(text)):
+        if signature.startswith(SIGNED) and hmac.compare_digest(signature.encode(), self.sign(text).encode()):
             return text
         return None
 
 
-@lru_cache(maxsize=4)
-def _signer(secret: bytes) -> ThinkingSigner:
-    return ThinkingSigner(secret)
+@lru_cache(maxsize=1024)
+def _signer(secret: bytes, tenant: str) -> ThinkingSigner:
+    return ThinkingSigner(secret, tenant)
 
 
-def signer_for(settings: Settings) -> ThinkingSigner:
-    """The signer for the server's ``--thinking-secret`` (the process's random secret without one)."""
+def signer_for(settings: Settings, tenant: str = "") -> ThinkingSigner:
+    """The signer for the server's ``--thinking-secret`` (the process's random secret without one)
+    and ``tenant``."""
     configured = settings.thinking_secret
-    return _signer(configured.get_secret_value().encode() if configured is not None else _PROCESS_SECRET)
+    return _signer(configured.get_secret_value().encode() if configured is not None else _PROCESS_SECRET, tenant)

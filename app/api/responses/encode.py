@@ -24,17 +24,18 @@ import re
 import secrets
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
-from app.api.responses_protocol import CUSTOM_INPUT, Offered
-from app.api.thinking_signature import ThinkingSigner
+from app.api.blocks import CALL, REASONING, TEXT, Blocks
+from app.api.responses.protocol import CUSTOM_INPUT, Offered
 from app.backends.base import Usage
 from app.errors import APIError
 from app.pipeline.run import Finished
-from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+from app.thinking_signature import ThinkingSigner
+from parsers.events import CallStart, Event
 
 
 def new_id(prefix: str) -> str:
@@ -146,8 +147,12 @@ def custom_input(arguments: str) -> str:
     return arguments
 
 
+_ITEM_KINDS = {TEXT: "message", REASONING: "reasoning", CALL: "call"}
+
+
 class ResponseItems:
-    """Where items open and close, and what they hold (see the module docstring)."""
+    """The items of one response and, with events on, their SSE events (a ``BlockWriter``:
+    ``app.api.blocks`` decides where items open and close)."""
 
     def __init__(self, tools: dict[str, Offered], *, events: bool, summary: bool, encrypted: bool,
                  signer: ThinkingSigner) -> None:
@@ -156,18 +161,19 @@ class ResponseItems:
         self.summary = summary
         self.encrypted = encrypted
         self.signer = signer
+        self.blocks = Blocks(self)
         self.items: list[dict[str, Any]] = []
         self.out: list[bytes] = []
         self.seq = 0
-        self.kind: str | None = None  # the open item: "reasoning", "message", "call"
-        self.opened = False
-        self.pending = ""  # leading whitespace of a text item not opened yet
         self.parts: list[str] = []
-        self.unfinished = 0
         self._delta_head = b""
         self._summary_head = b""
         self._input: InputString | None = None
         self._input_head = b""
+
+    @property
+    def unfinished(self) -> int:
+        return self.blocks.unfinished
 
     # ------------------------------------------------------------------ events
 
@@ -192,50 +198,41 @@ class ResponseItems:
         self.out.clear()
         return data
 
-    # ------------------------------------------------------------------ parser events
+    # ------------------------------------------------------------------ blocks
 
     def feed(self, events: list[Event]) -> None:
-        for e in events:
-            kind = type(e)
-            if kind is Content:
-                self._text("message", e.text)  # type: ignore[union-attr]
-            elif kind is Reasoning:
-                self._text("reasoning", e.text)  # type: ignore[union-attr]
-            elif kind is CallArgs:
-                if self.kind == "call" and e.text:  # type: ignore[union-attr]
-                    self._call_args(e.text)  # type: ignore[union-attr]
-            elif kind is CallStart:
-                assert isinstance(e, CallStart)
-                self.close()
-                self._call_start(e)
-            elif kind is CallEnd:
-                assert isinstance(e, CallEnd)
-                self.close(ok=e.ok)
+        self.blocks.feed(events)
+
+    def close(self, ok: bool = True) -> None:
+        """Close the open item, if any."""
+        self.blocks.close(ok)
 
     @property
     def index(self) -> int:
         return len(self.items) - 1
 
-    def _text(self, kind: str, text: str) -> None:
-        if not text:
-            return
-        if self.kind != kind:
-            self.close()
-            self.kind, self.opened, self.pending = kind, False, ""
-        if not self.opened:
-            if text.isspace():
-                self.pending += text
-                return
-            text, self.pending = self.pending + text, ""
-            self.opened = True
-            self._open_text(kind)
+    def open_block(self, kind: str, call: CallStart | None) -> None:
+        self.parts = []
+        if call is not None:
+            self._call_start(call)
+        else:
+            self._open_text(_ITEM_KINDS[kind])
+
+    def write_block(self, kind: str, text: str, event: Event) -> None:
         self.parts.append(text)
+        if kind == CALL:
+            if self._input is None:
+                self._delta(self._delta_head, text)
+                return
+            decoded = self._input.feed(text)
+            if decoded:
+                self._delta(self._input_head, decoded)
+            return
         self._delta(self._delta_head, text)
-        if kind == "reasoning" and self.summary:
+        if kind == REASONING and self.summary:
             self._delta(self._summary_head, text)
 
     def _open_text(self, kind: str) -> None:
-        self.parts = []
         index = len(self.items)
         if kind == "reasoning":
             item: dict[str, Any] = {"id": new_id("rs_"), "type": "reasoning", "summary": [], "content": [],
@@ -263,7 +260,6 @@ class ResponseItems:
     def _call_start(self, e: CallStart) -> None:
         offered = self.tools.get(e.name) or Offered(e.name)
         index = len(self.items)
-        self.kind, self.opened, self.parts = "call", True, []
         call_id = e.id or new_call_id()
         if offered.custom:
             item: dict[str, Any] = {"id": new_id("ctc_"), "type": "custom_tool_call", "call_id": call_id,
@@ -282,49 +278,36 @@ class ResponseItems:
         self.items.append(item)
         self.event("response.output_item.added", {"output_index": index, "item": item})
 
-    def _call_args(self, text: str) -> None:
-        self.parts.append(text)
-        if self._input is None:
-            self._delta(self._delta_head, text)
-            return
-        decoded = self._input.feed(text)
-        if decoded:
-            self._delta(self._input_head, decoded)
-
-    def close(self, ok: bool = True) -> None:
-        """Close the open item, if any (a text run that never opened leaves nothing)."""
-        if self.kind is not None and self.opened:
-            item = self.items[-1]
-            ids = {"item_id": item["id"], "output_index": self.index}
-            text = "".join(self.parts)
-            if self.kind == "reasoning":
-                self.event("response.reasoning_text.done", {**ids, "content_index": 0, "text": text})
-                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
-                self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
-                item["content"] = [part]
-                if self.summary:
-                    summary = {"type": "summary_text", "text": text}
-                    self.event("response.reasoning_summary_text.done", {**ids, "summary_index": 0, "text": text})
-                    self.event("response.reasoning_summary_part.done", {**ids, "summary_index": 0, "part": summary})
-                    item["summary"] = [summary]
-                if self.encrypted:
-                    item["encrypted_content"] = self.signer.seal(text)
-            elif self.kind == "message":
-                self.event("response.output_text.done", {**ids, "content_index": 0, "text": text, "logprobs": []})
-                part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-                self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
-                item["content"] = [part]
-            elif item["type"] == "custom_tool_call":
-                item["input"] = custom_input(text)
-                self.event("response.custom_tool_call_input.done", {**ids, "input": item["input"]})
-            else:
-                item["arguments"] = text
-                self.event("response.function_call_arguments.done", {**ids, "name": item["name"], "arguments": text})
-            if not ok:
-                self.unfinished += 1
-            item["status"] = "completed" if ok else "incomplete"
-            self.event("response.output_item.done", {"output_index": self.index, "item": item})
-        self.kind, self.opened, self.pending, self.parts = None, False, "", []
+    def close_block(self, kind: str, ok: bool) -> None:
+        item = self.items[-1]
+        ids = {"item_id": item["id"], "output_index": self.index}
+        text = "".join(self.parts)
+        if kind == REASONING:
+            self.event("response.reasoning_text.done", {**ids, "content_index": 0, "text": text})
+            part: dict[str, Any] = {"type": "reasoning_text", "text": text}
+            self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
+            item["content"] = [part]
+            if self.summary:
+                summary = {"type": "summary_text", "text": text}
+                self.event("response.reasoning_summary_text.done", {**ids, "summary_index": 0, "text": text})
+                self.event("response.reasoning_summary_part.done", {**ids, "summary_index": 0, "part": summary})
+                item["summary"] = [summary]
+            if self.encrypted:
+                item["encrypted_content"] = self.signer.seal(text)
+        elif kind == TEXT:
+            self.event("response.output_text.done", {**ids, "content_index": 0, "text": text, "logprobs": []})
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            self.event("response.content_part.done", {**ids, "content_index": 0, "part": part})
+            item["content"] = [part]
+        elif item["type"] == "custom_tool_call":
+            item["input"] = custom_input(text)
+            self.event("response.custom_tool_call_input.done", {**ids, "input": item["input"]})
+        else:
+            item["arguments"] = text
+            self.event("response.function_call_arguments.done", {**ids, "name": item["name"], "arguments": text})
+        item["status"] = "completed" if ok else "incomplete"
+        self.event("response.output_item.done", {"output_index": self.index, "item": item})
+        self.parts = []
 
 
 def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Finished) -> dict[str, Any]:
@@ -338,38 +321,46 @@ def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Fin
 
 
 class ResponseEvents:
-    """The SSE ``Encoder`` of one streamed response; ``persist`` stores it before the last event leaves."""
+    """The SSE ``Encoder`` (``app.pipeline.stream``) of one streamed response. ``save``, when given,
+    stores the finished response before its last event leaves; it answers ``None``, or the error
+    that kept it from storing — the stream then ends with ``error`` and ``response.failed`` (the
+    output included), so the client knows the response cannot be continued or retrieved."""
 
     def __init__(self, shell: dict[str, Any], items: ResponseItems,
-                 save: Callable[[dict[str, Any]], Any] | None = None) -> None:
+                 save: Callable[[dict[str, Any]], Awaitable[APIError | None]] | None = None) -> None:
         self.shell = shell
         self.items = items
         self.save = save
-        self.final: dict[str, Any] | None = None
 
     def head(self) -> bytes:
         self.items.event("response.created", {"response": self.shell})
         self.items.event("response.in_progress", {"response": self.shell})
         return self.items.take()
 
-    def events(self, events: list[Event]) -> bytes:
+    def events(self, index: int, events: list[Event]) -> bytes:
         self.items.feed(events)
         return self.items.take() if self.items.out else b""
 
-    def finish(self, finished: Finished) -> bytes:
-        self.final = finished_response(self.shell, self.items, finished)
-        kind = "response.completed" if self.final["status"] == "completed" else "response.incomplete"
-        self.items.event(kind, {"response": self.final})
-        return self.items.take()
+    def end_choice(self, index: int, finished: Finished) -> bytes:
+        return b""
 
-    async def persist(self) -> None:
-        if self.save is not None and self.final is not None:
-            await self.save(self.final)
+    async def end(self, total: Finished) -> bytes:
+        final = finished_response(self.shell, self.items, total)
+        problem = await self.save(final) if self.save is not None else None
+        if problem is not None:
+            return self._failed(problem, final["output"])
+        kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
+        self.items.event(kind, {"response": final})
+        return self.items.take()
 
     def error(self, exc: APIError) -> bytes:
         self.items.close(ok=False)
+        return self._failed(exc, self.items.items)
+
+    def _failed(self, exc: APIError, output: list[dict[str, Any]]) -> bytes:
         self.items.event("error", {"code": exc.code or "server_error", "message": exc.message, "param": None})
-        failed = {**self.shell, "status": "failed", "output": self.items.items,
+        # the response object's error code is one of the API's own ("server_error"); the event names the cause
+        failed = {**self.shell, "status": "failed", "output": output,
                   "error": {"code": "server_error", "message": exc.message}}
         self.items.event("response.failed", {"response": failed})
         return self.items.take()

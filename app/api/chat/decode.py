@@ -1,41 +1,21 @@
-"""``POST /v1/chat/completions``: the Chat Completions face.
-
-It decodes the request into the shared ``Ask`` (``app.pipeline``) and encodes the parser events as
-``chat.completion.chunk`` SSE (``chat_chunks.ChunkWriter``) or one ``chat.completion`` — nothing
-else. Streaming and non-streaming answers are the same events, so the two cannot disagree.
-"""
+"""Chat Completions requests → the shared ``Ask``: messages as the shared conversation
+(``app.conversation``), tools, tool choice, response format, sampling, logprobs and ``n``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.responses import JSONResponse, Response
 
-from app.api.chat_chunks import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
-from app.api.chat_protocol import ChatCompletionRequest, NamedToolChoice
-from app.api.respond import RequestScope, start_choices, stream_choices, whole_choices
+from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice
+from app.api.protocol import validation_message
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
-from app.pipeline.ask import Ask
-from app.pipeline.logprobs import LoggedContent
-from app.pipeline.plan import Plan
-from app.pipeline.run import Finished
-from app.runtime import Runtime
-from parsers import fold
-from parsers.events import Event
+from app.pipeline.ask import Ask, Tool
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
 MAX_TOP_LOGPROBS = 20
-
-
-def validation_message(exc: ValidationError) -> tuple[str, str | None]:
-    """The first validation problem as ``(message, param)``."""
-    error = exc.errors()[0]
-    loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
-    msg = error.get("msg", "invalid value").removeprefix("Value error, ")
-    return (f"{loc}: {msg}" if loc else msg), (loc or None)
 
 
 def parse_request(body: Any) -> ChatCompletionRequest:
@@ -102,7 +82,9 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     )
     return Ask(
         turns=chat_turns(request),
-        tools=[t.model_dump(exclude_none=True) for t in request.tools or ()],
+        tools=[Tool.function(t.function.name, t.function.parameters or {}, t.function.description,
+                             bool(t.function.strict), shown=t.model_dump(exclude_none=True))
+               for t in request.tools or ()],
         tool_choice=choice if isinstance(choice, str) else None,
         named_tool=named,
         parallel_tool_calls=request.parallel_tool_calls is not False,
@@ -114,33 +96,3 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
     )
-
-
-async def chat_completions(body: Any, runtime: Runtime, scope: RequestScope | None = None) -> Response:
-    scope = scope or RequestScope()
-    try:
-        request = parse_request(body)
-        ask = chat_ask(request)
-    except BaseException:
-        scope.release()
-        raise
-    choices = await start_choices(ask, runtime, scope)
-    settings = runtime.settings
-    if request.stream:
-        include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        writer = ChoiceChunks(new_completion_id(), runtime.model_name, ask.n, settings.reasoning_field, include_usage,
-                              named_tool=ask.named_tool is not None)
-        return await stream_choices(choices, writer, runtime, scope)
-
-    def answer(plan: Plan, results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
-        bodies = []
-        for index, (events, finished) in enumerate(results):
-            message = fold(events)
-            reason = finish_reason(finished.reason, len(message.calls), 0, plan.named_tool is not None)
-            logprobs = ([entry for e in events if isinstance(e, LoggedContent) for entry in e.logprobs]
-                        if ask.top_logprobs is not None else None)
-            bodies.append(choice_object(index, message, reason, settings.reasoning_field, logprobs))
-        return JSONResponse(completion_object(new_completion_id(), runtime.model_name, bodies, total.usage,
-                                              total.reasoning_tokens))
-
-    return await whole_choices(choices, answer, scope)

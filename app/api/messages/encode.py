@@ -1,10 +1,8 @@
 """Parser events → Anthropic content blocks: the SSE events of a streamed message, or one message.
 
-One rule, ``BlockMachine``, decides the blocks for both answers, so they cannot disagree: blocks
-come in the order the model wrote them — a run of reasoning is a ``thinking`` block, a run of
-content a ``text`` block, each call a ``tool_use`` block. A text or thinking block opens with its
-first non-blank text (a run of nothing but whitespace — the newlines between ``</think>`` and a
-call — makes no block). A thinking block closes with its signature (``app.api.thinking_signature``);
+The blocks are the shared rule's (``app.api.blocks``), so the two answers cannot disagree: a run
+of reasoning is a ``thinking`` block, a run of content a ``text`` block, each call a ``tool_use``
+block. A thinking block closes with its signature (``app.thinking_signature``);
 with ``display: "omitted"`` its text is not shown, only sealed into the signature.
 
 ``MessageEvents`` (the ``Encoder`` of ``app.pipeline.stream``) writes the stream: ``message_start``
@@ -24,12 +22,13 @@ from typing import Any
 
 import orjson
 
-from app.api.messages_protocol import anthropic_error
-from app.api.thinking_signature import ThinkingSigner
+from app.api.blocks import CALL, REASONING, TEXT, Blocks
+from app.api.messages.protocol import anthropic_error
 from app.backends.base import Usage
 from app.errors import APIError
 from app.pipeline.run import Finished
-from parsers.events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning
+from app.thinking_signature import ThinkingSigner
+from parsers.events import CallStart, Event
 
 _ALPHABET = string.ascii_letters + string.digits
 
@@ -83,77 +82,44 @@ def usage_object(usage: Usage | None, prompt_tokens: int | None) -> dict[str, in
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
 
 
-class BlockMachine:
-    """Where blocks open and close (see the module docstring). Subclasses write them: ``_start``,
-    ``_delta`` (text shown in the open block), ``_stop`` (with a thinking block's signature)."""
+_KINDS = {TEXT: "text", REASONING: "thinking", CALL: "tool_use"}
 
-    def __init__(self, signer: ThinkingSigner, omit_thinking: bool = False) -> None:
+
+class _MessageBlocks:
+    """What both message writers share (a ``BlockWriter``: ``app.api.blocks``): block numbering and
+    thinking signatures — a shown thinking block is signed as it streams, an omitted one
+    (``display: "omitted"``) sealed whole at its end."""
+
+    def __init__(self, signer: ThinkingSigner, omit_thinking: bool) -> None:
         self.signer = signer
         self.omit_thinking = omit_thinking
-        self.kind: str | None = None  # the block being written: "thinking", "text", "tool_use"
-        self.opened = False  # its start has been written
-        self.pending = ""  # leading whitespace of a block not opened yet
+        self.blocks = Blocks(self)
         self.index = -1  # the open block's index
-        self.unfinished_calls = 0
         self._mac: Any = None  # running signature of a shown thinking block
         self._hidden: list[str] = []  # text of an omitted thinking block
 
-    def feed(self, events: list[Event]) -> None:
-        for e in events:
-            kind = type(e)
-            if kind is Content:
-                self._text("text", e.text)  # type: ignore[union-attr]
-            elif kind is Reasoning:
-                self._text("thinking", e.text)  # type: ignore[union-attr]
-            elif kind is CallArgs:
-                if self.kind == "tool_use" and e.text:  # type: ignore[union-attr]
-                    self._delta(e.text)  # type: ignore[union-attr]
-            elif kind is CallStart:
-                assert isinstance(e, CallStart)
-                self.close()
-                self.kind, self.opened = "tool_use", True
-                self.index += 1
-                self._start("tool_use", e.id or new_tool_use_id(), e.name)
-            elif kind is CallEnd:
-                assert isinstance(e, CallEnd)
-                if not e.ok:
-                    self.unfinished_calls += 1
-                self.close()
+    def open_block(self, kind: str, call: CallStart | None) -> None:
+        self.index += 1
+        if kind == REASONING:
+            self._mac, self._hidden = (None, []) if self.omit_thinking else (self.signer.mac(), [])
+        self._start(_KINDS[kind], call)
 
-    def _text(self, kind: str, text: str) -> None:
-        if not text:
-            return
-        if self.kind != kind:
-            self.close()
-            self.kind, self.opened, self.pending = kind, False, ""
-        if not self.opened:
-            if text.isspace():
-                self.pending += text
-                return
-            text, self.pending = self.pending + text, ""
-            self.opened = True
-            self.index += 1
-            if kind == "thinking":
-                self._mac, self._hidden = (None, []) if self.omit_thinking else (self.signer.mac(), [])
-            self._start(kind, "", "")
-        if kind == "thinking":
+    def write_block(self, kind: str, text: str, event: Event) -> None:
+        if kind == REASONING:
             if self.omit_thinking:
                 self._hidden.append(text)
                 return
             self._mac.update(text.encode())
         self._delta(text)
 
-    def close(self) -> None:
-        """Close the open block, if any (a block that never opened leaves nothing)."""
-        if self.kind is not None and self.opened:
-            signature = None
-            if self.kind == "thinking":
-                signature = (self.signer.seal("".join(self._hidden)) if self.omit_thinking
-                             else self.signer.signature(self._mac))
-            self._stop(signature)
-        self.kind, self.opened, self.pending = None, False, ""
+    def close_block(self, kind: str, ok: bool) -> None:
+        signature = None
+        if kind == REASONING:
+            signature = (self.signer.seal("".join(self._hidden)) if self.omit_thinking
+                         else self.signer.signature(self._mac))
+        self._stop(signature)
 
-    def _start(self, kind: str, call_id: str, name: str) -> None:  # pragma: no cover - interface
+    def _start(self, kind: str, call: CallStart | None) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
     def _delta(self, text: str) -> None:  # pragma: no cover - interface
@@ -167,8 +133,16 @@ _DELTA_TYPES = {"text": (b"text_delta", b"text"), "thinking": (b"thinking_delta"
                 "tool_use": (b"input_json_delta", b"partial_json")}
 
 
-class MessageEvents(BlockMachine):
-    """The SSE ``Encoder`` of one streamed message."""
+def _empty_block(kind: str, call: CallStart | None) -> dict[str, Any]:
+    if call is not None:
+        return {"type": "tool_use", "id": call.id or new_tool_use_id(), "name": call.name, "input": {}}
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": "", "signature": ""}
+    return {"type": "text", "text": ""}
+
+
+class MessageEvents(_MessageBlocks):
+    """The SSE ``Encoder`` (``app.pipeline.stream``) of one streamed message."""
 
     def __init__(self, message_id: str, model: str, signer: ThinkingSigner, omit_thinking: bool = False,
                  prompt_tokens: int | None = None) -> None:
@@ -187,15 +161,9 @@ class MessageEvents(BlockMachine):
             "usage": {"input_tokens": self.prompt_tokens or 0, "output_tokens": 0, "cache_creation_input_tokens": 0,
                       "cache_read_input_tokens": 0}}})
 
-    def _start(self, kind: str, call_id: str, name: str) -> None:
-        if kind == "tool_use":
-            block: dict[str, Any] = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        elif kind == "thinking":
-            block = {"type": "thinking", "thinking": "", "signature": ""}
-        else:
-            block = {"type": "text", "text": ""}
-        self.out.append(event("content_block_start",
-                              {"type": "content_block_start", "index": self.index, "content_block": block}))
+    def _start(self, kind: str, call: CallStart | None) -> None:
+        self.out.append(event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                                      "content_block": _empty_block(kind, call)}))
         delta_type, field = _DELTA_TYPES[kind]
         self._prefix = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
                         + str(self.index).encode() + b',"delta":{"type":"' + delta_type + b'","' + field + b'":')
@@ -215,16 +183,19 @@ class MessageEvents(BlockMachine):
         self.out.clear()
         return data
 
-    def events(self, events: list[Event]) -> bytes:
-        self.feed(events)
+    def events(self, index: int, events: list[Event]) -> bytes:
+        self.blocks.feed(events)
         return self._take() if self.out else b""
 
-    def finish(self, finished: Finished) -> bytes:
-        self.close()
-        reason, sequence = stop_reason(finished, self.unfinished_calls)
+    def end_choice(self, index: int, finished: Finished) -> bytes:
+        return b""
+
+    async def end(self, total: Finished) -> bytes:
+        self.blocks.close()
+        reason, sequence = stop_reason(total, self.blocks.unfinished)
         self.out.append(event("message_delta", {
             "type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": usage_object(finished.usage, self.prompt_tokens)}))
+            "usage": usage_object(total.usage, self.prompt_tokens)}))
         self.out.append(MESSAGE_STOP)
         return self._take()
 
@@ -233,28 +204,26 @@ class MessageEvents(BlockMachine):
         return self._take() + event("error", body)
 
 
-class MessageBuilder(BlockMachine):
+class MessageBuilder(_MessageBlocks):
     """The same blocks, as the non-streaming message's ``content``."""
 
     def __init__(self, signer: ThinkingSigner, omit_thinking: bool = False) -> None:
         super().__init__(signer, omit_thinking)
-        self.blocks: list[dict[str, Any]] = []
+        self.content: list[dict[str, Any]] = []
         self._parts: list[str] = []
 
-    def _start(self, kind: str, call_id: str, name: str) -> None:
-        if kind == "tool_use":
-            self.blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": {}})
-        elif kind == "thinking":
-            self.blocks.append({"type": "thinking", "thinking": "", "signature": ""})
-        else:
-            self.blocks.append({"type": "text", "text": ""})
+    def feed(self, events: list[Event]) -> None:
+        self.blocks.feed(events)
+
+    def _start(self, kind: str, call: CallStart | None) -> None:
+        self.content.append(_empty_block(kind, call))
         self._parts = []
 
     def _delta(self, text: str) -> None:
         self._parts.append(text)
 
     def _stop(self, signature: str | None) -> None:
-        block = self.blocks[-1]
+        block = self.content[-1]
         text = "".join(self._parts)
         if block["type"] == "tool_use":
             block["input"] = _arguments(text)
@@ -265,9 +234,9 @@ class MessageBuilder(BlockMachine):
             block["text"] = text
 
     def message(self, message_id: str, model: str, finished: Finished, prompt_tokens: int | None) -> dict[str, Any]:
-        self.close()
+        self.blocks.close()
         reason, sequence = stop_reason(finished, 0)
-        return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": self.blocks,
+        return {"id": message_id, "type": "message", "role": "assistant", "model": model, "content": self.content,
                 "stop_reason": reason, "stop_sequence": sequence, "usage": usage_object(finished.usage, prompt_tokens)}
 
 

@@ -1,7 +1,4 @@
-"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: the Anthropic Messages face.
-
-It decodes the request into the shared ``Ask`` (``app.pipeline``) and encodes the parser events as
-Anthropic's SSE events or one ``message`` (``app.api.message_events``) — nothing else.
+"""Anthropic Messages requests → the shared ``Ask``.
 
 Decoding, block by block:
 
@@ -14,7 +11,7 @@ Decoding, block by block:
   loads that deferred tool);
 * assistant ``text`` and ``tool_use`` blocks are the assistant's turn and its calls (with their ids);
   ``thinking`` / ``redacted_thinking`` blocks are its reasoning, when their signature verifies
-  (``app.api.thinking_signature``), and are dropped otherwise;
+  (``app.thinking_signature``), and are dropped otherwise;
 * tools with ``defer_loading`` are offered to the model only once a ``tool_reference`` loaded them;
 * ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` are ``auto`` / ``required`` / a named tool /
   ``none``; ``disable_parallel_tool_use`` allows one call;
@@ -30,10 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from starlette.responses import JSONResponse, Response
-
-from app.api.message_events import PING, MessageBuilder, MessageEvents, new_message_id
-from app.api.messages_protocol import (
+from app.api.messages.protocol import (
     Conversation,
     MessagesRequest,
     RedactedThinkingBlock,
@@ -44,19 +38,11 @@ from app.api.messages_protocol import (
     ToolUseBlock,
     block,
     invalid,
-    parse,
 )
-from app.api.respond import RequestScope, prepare, start, stream_response, whole_response
-from app.api.thinking_signature import ThinkingSigner, signer_for
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
-from app.pipeline.ask import Ask
-from app.pipeline.offload import is_light
-from app.pipeline.plan import Plan
-from app.pipeline.run import Finished
-from app.runtime import Runtime
-from parsers.events import Event
-from parsers.fold import CallHolder
+from app.pipeline.ask import Ask, Tool
+from app.thinking_signature import ThinkingSigner
 
 log = logging.getLogger("toolwire")
 
@@ -177,19 +163,11 @@ class Decoder:
         self.turns.append(Turn("assistant", "".join(texts), tuple(calls), "\n".join(reasoning) if reasoning else None))
 
 
-def tools_offered(request: Conversation, loaded: set[str]) -> list[dict[str, Any]]:
-    """The request's tools as OpenAI function tools; deferred ones only once loaded. An empty
-    ``input_schema`` is an object without properties."""
-    tools = []
-    for tool in request.tools or ():
-        if tool.defer_loading and tool.name not in loaded:
-            continue
-        function: dict[str, Any] = {"name": tool.name}
-        if tool.description is not None:
-            function["description"] = tool.description
-        function["parameters"] = tool.input_schema or {"type": "object", "properties": {}}
-        tools.append({"type": "function", "function": function})
-    return tools
+def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:
+    """The request's tools; deferred ones only once loaded. An empty ``input_schema`` is an object
+    without properties."""
+    return [Tool.function(tool.name, tool.input_schema or {"type": "object", "properties": {}}, tool.description)
+            for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
 
 
 def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
@@ -223,36 +201,3 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
 
 def omits_thinking(request: Conversation) -> bool:
     return bool(request.thinking and request.thinking.display == "omitted")
-
-
-async def create_message(body: Any, runtime: Runtime, scope: RequestScope) -> Response:
-    """``POST /v1/messages``: a stream of message events, or one message."""
-    signer = signer_for(runtime.settings)
-    try:
-        request: MessagesRequest = parse(MessagesRequest, body)
-        ask = messages_ask(request, signer)
-    except BaseException:
-        scope.release()
-        raise
-    run = await start(ask, runtime, scope, schema_key="input_schema")
-    omit = omits_thinking(request)
-    if request.stream:
-        encoder = MessageEvents(new_message_id(), runtime.model_name, signer, omit, run.prompt_tokens)
-        return await stream_response(run, encoder, runtime, scope, ping=PING)
-    prompt_tokens = run.prompt_tokens
-
-    def answer(plan: Plan, events: list[Event], finished: Finished) -> Response:
-        builder = MessageBuilder(signer, omit)
-        builder.feed(CallHolder()(events))  # a call counts once complete; an unfinished one is its text
-        return JSONResponse(builder.message(new_message_id(), runtime.model_name, finished, prompt_tokens))
-
-    return await whole_response(run, answer, scope)
-
-
-async def count_tokens(body: Any, runtime: Runtime) -> Response:
-    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
-    request: Conversation = parse(Conversation, body)
-    ask = messages_ask(request, signer_for(runtime.settings))
-    backend = await runtime.ready_backend()
-    plan = await runtime.offloader.run(is_light(ask), prepare, ask, runtime, backend, "input_schema")
-    return JSONResponse({"input_tokens": await backend.count_tokens(plan.prompt)})

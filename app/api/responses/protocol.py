@@ -21,29 +21,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from app.api.protocol import Lenient
 from app.errors import bad_request
+from app.pipeline.ask import Tool
 
 NAMESPACE_SEPARATOR = "__"
 CUSTOM_INPUT = "input"  # the one parameter of a custom tool offered as a function
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ReasoningConfig(_Lenient):
+class ReasoningConfig(Lenient):
     effort: str | None = None
     summary: str | None = None
     generate_summary: str | None = None
 
 
-class TextConfig(_Lenient):
+class TextConfig(Lenient):
     format: dict[str, Any] | None = None
 
 
-class ResponsesRequest(_Lenient):
+class ResponsesRequest(Lenient):
     model: str | None = None
     input: str | list[Any] | None = None
     instructions: str | None = None
@@ -104,7 +102,7 @@ class ToolSet:
     """The request's tools: the function tools offered to the model, what each offered name is to the
     client, and the hosted tools left out."""
 
-    functions: list[dict[str, Any]] = field(default_factory=list)
+    functions: list[Tool] = field(default_factory=list)
     by_offered_name: dict[str, Offered] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
 
@@ -169,7 +167,8 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
     if offered in tools.by_offered_name:
         raise bad_request(f"{where}.name: two tools are named {offered!r}", f"{where}.name")
     tools.by_offered_name[offered] = Offered(name, namespace, kind == "custom")
-    tools.functions.append({"type": "function", "function": function})
+    tools.functions.append(Tool.function(offered, function["parameters"], function.get("description"),
+                                         bool(function.get("strict")), shown={"type": "function", "function": function}))
 
 
 def offered_tools(raw: list[dict[str, Any]] | None, hosted: str) -> ToolSet:
@@ -210,7 +209,7 @@ def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[Choic
             if isinstance(t, dict) and isinstance(t.get("name"), str):
                 ns = t.get("namespace")
                 allowed.add(tools.offered_name(t["name"], ns if isinstance(ns, str) else None))
-        tools.functions = [f for f in tools.functions if f["function"]["name"] in allowed]
+        tools.functions = [f for f in tools.functions if f.spec.name in allowed]
         return mode, None
     raise bad_request(f"tool_choice: type {kind!r} is not supported here (supported: none, auto, required, "
                       "function, custom, allowed_tools)", "tool_choice")

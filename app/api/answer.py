@@ -1,0 +1,187 @@
+"""What every face does with a decoded request — one path for one answer or ``n``: check and plan it,
+start it (``start``), and answer as a stream of the face's events (``stream``) or as one object once
+every choice is complete (``whole``), with the client's disconnect watched throughout.
+
+The request's concurrency slot belongs to its lease (``app.services.Lease``), held by the route for
+the whole exchange: a stream takes it over and gives it back when the stream ends; anything else
+gives it back when the route is done. No face releases a slot itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.api.sse import PING, SSEResponse
+from app.errors import APIError, BackendError
+from app.pipeline.ask import Ask
+from app.pipeline.choices import Choices, open_choices
+from app.pipeline.offload import is_light
+from app.pipeline.plan import Plan, plan_request
+from app.pipeline.run import Finished, Run
+from app.pipeline.stream import AnswerStream, Encoder
+from app.pipeline.validate import check_ask
+from app.runtime import render_error
+from app.served import ServedModel
+from app.services import Lease, Services
+from app.settings import Settings
+from app.templates.chat_template import TemplateError
+from app.tenancy import SINGLE, request_tenant
+from app.thinking_signature import ThinkingSigner
+from parsers.events import Event
+
+log = logging.getLogger("toolwire")
+T = TypeVar("T")
+
+
+@dataclass
+class Exchange:
+    """One request as a face sees it: the HTTP request (to watch for disconnects; whose tenant it
+    is), the process's services, the served model (probed on first need: ``ready()``), the request's
+    concurrency lease, and when it started."""
+
+    request: Request | None
+    services: Services
+    ready: Callable[[], Awaitable[ServedModel]]
+    lease: Lease | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def tenant(self) -> str:
+        """Whose request this is (``app.tenancy``)."""
+        return request_tenant(self.request.scope) if self.request is not None else SINGLE
+
+    @property
+    def signer(self) -> ThinkingSigner:
+        """Seals and signatures bound to this request's tenant."""
+        return self.services.signer(self.tenant)
+
+
+#: each choice's events and how it ended, and the request's totals → the face's response
+Build = Callable[[list[tuple[list[Event], Finished]], Finished], Awaitable[Response]]
+
+
+def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -> Plan:
+    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs)."""
+    check_ask(ask, settings, schema_key=schema_key)
+    try:
+        return plan_request(ask, model.formats, model.require_template(), model.backend,
+                            settings.max_calls_per_answer)
+    except TemplateError as exc:
+        raise render_error(exc) from None
+
+
+async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
+    """The request checked and planned, and the model it is for."""
+    model = await ex.ready()
+    planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
+    return planned, model
+
+
+async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> Choices:
+    """Check and plan the request and start its ``ask.n`` answers (each choice's first backend item
+    has arrived). Any failure — limits, template, backend, the client leaving meanwhile — raises an
+    ``APIError``."""
+    return await until_gone(ex, _start(ask, ex, schema_key))
+
+
+async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
+    planned, model = await plan(ask, ex, schema_key)
+    settings, metrics = ex.settings, ex.services.metrics
+    if settings.log_content:
+        log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
+    parsers = [planned.parser() for _ in range(ask.n)]
+    try:
+        firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
+                                                    settings.retries)
+    except BackendError as exc:
+        metrics.backend_errors.labels(exc.kind).inc()
+        raise
+    metrics.ttft.observe(time.monotonic() - ex.started)
+    hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else settings.hold_tool_calls
+    runs = [Run(first, stream, planned, parser, metrics, hold, count_prompt=k == 0)
+            for k, (first, stream, parser) in enumerate(zip(firsts, streams, parsers, strict=True))]
+    if settings.log_content:
+        for run in runs:
+            run.text = []
+    return Choices(runs, demux)
+
+
+async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,
+                 headers: dict[str, str] | None = None) -> SSEResponse:
+    """The answers as an SSE stream; what the first backend items hold leaves right behind the head.
+    The stream owns the request's slot from here on."""
+    release = ex.lease.hand_over() if ex.lease is not None else _nothing
+    body = AnswerStream(choices, encoder, ex.services.metrics, release)
+    try:
+        return SSEResponse(body, lead=body.lead(), ping=ping, headers=headers, on_interrupt=body.interrupted)
+    except BaseException:
+        await body.aclose()
+        raise
+
+
+async def whole(choices: Choices, build: Build, ex: Exchange) -> Response:
+    """The answer once every choice is complete (a bare 499 if the client left first: the backend
+    stops generating for nobody)."""
+    try:
+        results = await until_gone(ex, choices.collect())
+    except ClientGone:
+        return Response(status_code=499)
+    finally:
+        await choices.aclose()
+    return await build(results, choices.total())
+
+
+def _nothing() -> None:
+    pass
+
+
+async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
+    """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
+    upstream request it opened) and ``ClientGone`` is raised."""
+    if ex.request is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(ex.request))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        log.info("client disconnected before the answer was complete; upstream request closed")
+        raise ClientGone()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+class ClientGone(APIError):
+    """The client left before anything was sent (status 499: nobody reads the answer)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "client closed the request", code="client_closed_request")
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+__all__ = ["Build", "ClientGone", "Exchange", "Run", "plan", "prepare", "start", "stream", "until_gone", "whole"]

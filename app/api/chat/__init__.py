@@ -1,0 +1,8 @@
+"""The Chat Completions face: ``POST /v1/chat/completions`` (``protocol``, ``decode``, ``encode``,
+``routes``)."""
+
+from app.api.chat.routes import chat_completions
+from app.api.face import Face, Route, openai_error
+
+FACE = Face("chat", "/v1/chat/completions",
+            (Route("/v1/chat/completions", ("POST",), chat_completions, generate=True),), openai_error)

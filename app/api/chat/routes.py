@@ -1,0 +1,45 @@
+"""``POST /v1/chat/completions``: the Chat Completions face's route.
+
+It decodes the request into the shared ``Ask`` (``decode``) and encodes the parser events as
+``chat.completion.chunk`` SSE or one ``chat.completion`` (``encode``) — nothing else. Streaming and
+non-streaming answers are the same events, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from app.api.answer import Exchange, start, stream, whole
+from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
+from app.pipeline.logprobs import LoggedContent
+from app.pipeline.run import Finished
+from parsers import fold
+from parsers.events import Event
+
+
+async def chat_completions(body: Any, ex: Exchange) -> Response:
+    request = parse_request(body)
+    ask = chat_ask(request)
+    choices = await start(ask, ex)
+    model = (await ex.ready()).name
+    settings = ex.settings
+    if request.stream:
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        writer = ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
+                              named_tool=ask.named_tool is not None)
+        return await stream(choices, writer, ex)
+
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+        bodies = []
+        for index, (events, finished) in enumerate(results):
+            message = fold(events)
+            reason = finish_reason(finished.reason, len(message.calls), 0, ask.named_tool is not None)
+            logprobs = ([entry for e in events if isinstance(e, LoggedContent) for entry in e.logprobs]
+                        if ask.top_logprobs is not None else None)
+            bodies.append(choice_object(index, message, reason, settings.reasoning_field, logprobs))
+        return JSONResponse(completion_object(new_completion_id(), model, bodies, total.usage, total.reasoning_tokens))
+
+    return await whole(choices, build, ex)

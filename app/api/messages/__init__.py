@@ -1,0 +1,11 @@
+"""The Anthropic Messages face: ``/v1/messages`` and ``/v1/messages/count_tokens`` (``protocol``,
+``decode``, ``encode``, ``routes``); every error on its paths in Anthropic's shape."""
+
+from app.api.face import Face, Route
+from app.api.messages.protocol import error_response
+from app.api.messages.routes import count_tokens, create_message
+
+FACE = Face("messages", "/v1/messages", (
+    Route("/v1/messages", ("POST",), create_message, generate=True),
+    Route("/v1/messages/count_tokens", ("POST",), count_tokens, generate=True),
+), error_response)

@@ -1,0 +1,191 @@
+"""Responses API requests → the shared ``Ask``.
+
+Decoding the conversation:
+
+* ``instructions`` is the first system text; ``developer`` and ``system`` messages are system text;
+* a run of assistant items — ``reasoning``, an assistant ``message``, ``function_call`` /
+  ``custom_tool_call`` — is one assistant turn (a reasoning or message item after calls starts the
+  next one); ``function_call_output`` / ``custom_tool_call_output`` are tool turns answering their
+  ``call_id``;
+* a reasoning item's text is its ``encrypted_content`` when that was sealed by this server for the
+  same API key (clients that keep no state hand it back that way: ``include:
+  ["reasoning.encrypted_content"]``); reasoning read back from the tenant's store is its stored text;
+  any other reasoning item — a seal that does not verify, or text the client wrote in ``content`` /
+  ``summary`` — is dropped: only reasoning toolwire wrote reaches the prompt as the model's thinking;
+* with ``previous_response_id`` the stored chain — each earlier response's input and output — comes
+  first (``history``; instructions are not carried over, as OpenAI does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.responses.encode import new_id
+from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, response_format, tool_choice
+from app.backends.base import Sampling
+from app.conversation import Call, Turn
+from app.errors import bad_request
+from app.pipeline.ask import Ask
+from app.thinking_signature import SEALED, ThinkingSigner
+
+EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+_TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
+_SKIPPED_ITEMS = frozenset({"web_search_call", "file_search_call", "computer_call", "computer_call_output",
+                            "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools",
+                            "local_shell_call", "local_shell_call_output", "tool_search_call",
+                            "tool_search_output", "compaction"})
+
+
+_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
+              "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_"}
+
+
+# --------------------------------------------------------------------------------------- input
+
+
+def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
+    """The request's input as items (a string is one user message), each message with an id."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [{"id": new_id("msg_"), "type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": raw}]}]
+    items = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
+        if "type" not in item and "role" in item:
+            item = {"type": "message", **item}
+        if "id" not in item:
+            kind = str(item.get("type", "item"))
+            item = {"id": new_id(_ID_PREFIX.get(kind, "item_")), **item}
+        items.append(item)
+    return items
+
+
+def _text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request(f"{where}: expected a string or a list of content parts", where)
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        else:
+            raise bad_request(f"{where}[{j}]: content part type {kind!r} is not supported: this server renders text "
+                              "only (input_text, output_text, refusal)", f"{where}.{j}")
+    return "".join(texts)
+
+
+class Decoder:
+    """Input items → the shared conversation (see the module docstring)."""
+
+    def __init__(self, tools: ToolSet, signer: ThinkingSigner) -> None:
+        self.tools = tools
+        self.signer = signer
+        self.turns: list[Turn] = []
+        self._text: list[str] = []
+        self._calls: list[Call] = []
+        self._reasoning: list[str] | None = None
+        self.dropped_reasoning = 0
+
+    def _flush(self) -> None:
+        if self._text or self._calls or self._reasoning is not None:
+            reasoning = "\n".join(self._reasoning) if self._reasoning is not None else None
+            self.turns.append(Turn("assistant", "".join(self._text), tuple(self._calls), reasoning))
+        self._text, self._calls, self._reasoning = [], [], None
+
+    def _reasoning_text(self, item: dict[str, Any], trusted: bool) -> str | None:
+        """The reasoning an item hands back: only what this server sealed (``encrypted_content``), or
+        — for items read from the tenant's own store (``trusted``) — the text it stored. Reasoning a
+        client wrote itself never reaches the prompt as the model's own thinking."""
+        sealed = item.get("encrypted_content")
+        if isinstance(sealed, str) and sealed.startswith(SEALED):
+            text = self.signer.unseal(sealed)
+            if text is not None:
+                return text
+        if trusted:
+            for field_name in ("content", "summary"):
+                parts = item.get(field_name)
+                if isinstance(parts, list) and parts:
+                    return "".join(p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+            return None
+        if sealed or item.get("content") or item.get("summary"):
+            self.dropped_reasoning += 1
+        return None
+
+    def decode(self, items: list[dict[str, Any]], where: str = "input", trusted: bool = False) -> None:
+        for i, item in enumerate(items):
+            at = f"{where}[{i}]"
+            kind = item.get("type")
+            if kind == "message":
+                role = item.get("role")
+                text = _text(item.get("content"), f"{at}.content")
+                if role == "assistant":
+                    if self._calls:
+                        self._flush()
+                    self._text.append(text)
+                elif role in ("user", "system", "developer"):
+                    self._flush()
+                    self.turns.append(Turn("user" if role == "user" else "system", text))
+                else:
+                    raise bad_request(f"{at}.role: expected user, assistant, system or developer", f"{at}.role")
+            elif kind == "reasoning":
+                if self._calls or self._text:
+                    self._flush()
+                thought = self._reasoning_text(item, trusted)
+                if thought is not None:
+                    self._reasoning = [*(self._reasoning or []), thought]
+            elif kind in ("function_call", "custom_tool_call"):
+                call_id, name = item.get("call_id"), item.get("name")
+                if not isinstance(call_id, str) or not isinstance(name, str):
+                    raise bad_request(f"{at}: call_id and name are required", at)
+                namespace = item.get("namespace")
+                offered = self.tools.offered_name(name, namespace if isinstance(namespace, str) else None)
+                if kind == "custom_tool_call":
+                    arguments: Any = {CUSTOM_INPUT: str(item.get("input") or "")}
+                else:
+                    arguments = item.get("arguments") or "{}"
+                self._calls.append(Call(call_id, offered, arguments))
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                call_id = item.get("call_id")
+                if not isinstance(call_id, str):
+                    raise bad_request(f"{at}.call_id: Field required", f"{at}.call_id")
+                self._flush()
+                self.turns.append(Turn("tool", _text(item.get("output"), f"{at}.output"), tool_call_id=call_id))
+            elif kind in _SKIPPED_ITEMS:
+                continue  # a hosted tool's call: toolwire ran none, and the model cannot see them
+            elif kind == "item_reference":
+                raise bad_request(f"{at}: item_reference is not supported; send the item itself, or continue with "
+                                  "previous_response_id", at)
+            else:
+                raise bad_request(f"{at}.type: unknown input item type {kind!r}", f"{at}.type")
+        self._flush()
+
+
+def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) -> Ask:
+    mode, named = tool_choice(request.tool_choice, tools)
+    kwargs: dict[str, Any] = {}
+    thinking: bool | None = None
+    effort = request.reasoning.effort if request.reasoning else None
+    if effort is not None:
+        thinking = effort != "none"
+        if effort in EFFORT:
+            kwargs["reasoning_effort"] = EFFORT[effort]
+    return Ask(
+        turns=turns,
+        tools=tools.functions,
+        tool_choice=mode,
+        named_tool=named,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        response_format=response_format(request.text),
+        sampling=Sampling(max_tokens=request.max_output_tokens, temperature=request.temperature, top_p=request.top_p),
+        template_kwargs=kwargs,
+        thinking=thinking,
+    )

@@ -1,0 +1,155 @@
+"""``/v1/responses``: the OpenAI Responses API face's routes (Codex CLI, the Agents SDK's default model).
+
+``POST /v1/responses`` decodes the request into the shared ``Ask`` (``decode``, with the stored
+chain from ``history``) and encodes the parser events as Responses items (``encode``) — streamed as
+``response.*`` events, or one response object — and stores the response (``store`` not false).
+``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` read the store.
+
+A store that fails after the answer was generated never costs the client the answer: a stream ends
+with ``error`` and ``response.failed`` (the output included); a whole answer is returned with an
+``X-Toolwire-Warning`` header and ``store: false``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from app.api.answer import Exchange, start, stream, whole
+from app.api.responses.decode import Decoder, normalised_input, responses_ask
+from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
+from app.api.responses.history import history, not_found, store_unavailable, stored
+from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
+from app.conversation import Turn
+from app.errors import APIError, bad_request
+from app.pipeline.run import Finished
+from app.state import StoredResponse, StoreUnavailable
+from parsers.events import Event
+from parsers.fold import CallHolder
+
+log = logging.getLogger("toolwire")
+
+NOT_STORED = "response not stored: the response store is unavailable"
+
+
+def shell(request: ResponsesRequest, response_id: str, model: str) -> dict[str, Any]:
+    """The response object's fields that echo the request, before any output."""
+    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
+    return {
+        "id": response_id, "object": "response", "created_at": int(time.time()), "status": "in_progress",
+        "background": False, "error": None, "incomplete_details": None, "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens, "model": model, "output": [],
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "previous_response_id": request.previous_response_id,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "store": request.store is not False, "temperature": request.temperature,
+        "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},
+        "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
+        "tools": request.tools or [], "top_p": request.top_p, "truncation": request.truncation or "disabled",
+        "usage": None, "user": request.user, "metadata": request.metadata or {},
+    }
+
+
+async def create_response(body: Any, ex: Exchange) -> Response:
+    """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
+    signer = ex.signer
+    store = ex.services.store
+    tenant = ex.tenant
+    request = parse_request(body)
+    tools = offered_tools(request.tools, ex.settings.hosted_tools)
+    decoder = Decoder(tools, signer)
+    if request.instructions:
+        decoder.turns.append(Turn("system", request.instructions))
+    chain = await history(store, ex.settings, request.previous_response_id, tenant)
+    for n, (inputs, outputs) in enumerate(chain):
+        decoder.decode(inputs, f"previous response {n} input", trusted=True)
+        decoder.decode(outputs, f"previous response {n} output", trusted=True)
+    items = normalised_input(request.input)
+    decoder.decode(items)
+    if decoder.dropped_reasoning:
+        log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
+                 decoder.dropped_reasoning)
+    ask = responses_ask(request, tools, decoder.turns)
+    headers = {}
+    if tools.skipped:
+        skipped = ", ".join(sorted(set(tools.skipped)))
+        log.warning("responses: hosted tools left out of the prompt (not run by toolwire): %s", skipped)
+        headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
+    choices = await start(ask, ex)
+    response_id = new_id("resp_")
+    head = shell(request, response_id, (await ex.ready()).name)
+    include = set(request.include or ())
+    summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
+    keep = store if request.store is not False else None
+
+    async def save(final: dict[str, Any]) -> APIError | None:
+        """Store the finished response; the error that kept it from being stored, if any."""
+        if keep is None:
+            return None
+        try:
+            await keep.put(StoredResponse(response_id, "", final, items, request.previous_response_id), tenant)
+        except StoreUnavailable as exc:
+            return store_unavailable(exc)
+        return None
+
+    def items_for(events: bool) -> ResponseItems:
+        return ResponseItems(tools.by_offered_name, events=events, summary=summary,
+                             encrypted="reasoning.encrypted_content" in include, signer=signer)
+
+    if request.stream:
+        return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
+
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+        built = items_for(False)
+        built.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
+        final = finished_response(head, built, total)
+        if await save(final) is not None:
+            final["store"] = False
+            headers["X-Toolwire-Warning"] = NOT_STORED
+        return JSONResponse(final, headers=headers)
+
+    return await whole(choices, build, ex)
+
+
+async def retrieve_response(ex: Exchange) -> Response:
+    response_id = _path_id(ex)
+    return JSONResponse((await stored(ex.services.store, response_id, ex.tenant)).response)
+
+
+async def delete_response(ex: Exchange) -> Response:
+    response_id = _path_id(ex)
+    store = ex.services.store
+    try:
+        deleted = store is not None and await store.delete(response_id, ex.tenant)
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    if not deleted:
+        raise not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+async def input_items(ex: Exchange) -> Response:
+    assert ex.request is not None
+    query = ex.request.query_params
+    items = list((await stored(ex.services.store, _path_id(ex), ex.tenant)).input)
+    if query.get("order", "desc") != "asc":
+        items.reverse()
+    after = query.get("after")
+    if after:
+        ids = [i.get("id") for i in items]
+        items = items[ids.index(after) + 1:] if after in ids else []
+    try:
+        limit = max(1, min(100, int(query.get("limit", "20"))))
+    except ValueError:
+        raise bad_request("limit: expected an integer from 1 to 100", "limit") from None
+    page = items[:limit]
+    return JSONResponse({"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
+                         "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit})
+
+
+def _path_id(ex: Exchange) -> str:
+    assert ex.request is not None
+    return str(ex.request.path_params["id"])

@@ -1,0 +1,115 @@
+"""What the process holds for every request, whatever model it serves: settings, metrics, the
+concurrency slots, the pool heavy request work runs in, the pooled HTTP clients, the response store
+and the thinking signers. ``start()`` opens what needs opening (clients, store), ``stop()`` closes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from app.backends.streamhttp import StreamingClient
+from app.errors import APIError
+from app.metrics import Metrics
+from app.pipeline.offload import Offloader
+from app.sched import set_slice
+from app.settings import Settings
+from app.state import ResponseStore, open_store
+from app.thinking_signature import ThinkingSigner, signer_for
+
+log = logging.getLogger("toolwire")
+
+
+class Slots:
+    """A bounded number of concurrent requests (``--max-concurrency``); unbounded when ``None``."""
+
+    def __init__(self, limit: int | None, metrics: Metrics | None = None) -> None:
+        self.limit = limit
+        self.used = 0
+        self.metrics = metrics
+
+    def lease(self) -> Lease:
+        """A slot for one request (``async with``), or a 429 ``APIError`` when all are taken."""
+        if self.limit is not None and self.used >= self.limit:
+            if self.metrics is not None:
+                self.metrics.rejected.labels("concurrency").inc()
+            raise APIError(429, f"too many concurrent requests (limit {self.limit}); retry shortly",
+                           "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": "1"})
+        self.used += 1
+        return Lease(self)
+
+
+class Lease:
+    """One request's concurrency slot. It is given back when the ``async with`` block that holds it
+    ends — unless it was handed over (``hand_over()``) to a response body that outlives the block (a
+    stream), which then gives it back when it ends. Either way, once."""
+
+    def __init__(self, slots: Slots) -> None:
+        self._slots = slots
+        self._handed = False
+        self._held = True
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if not self._handed:
+            self._give_back()
+
+    def hand_over(self) -> Callable[[], None]:
+        """The slot's release, for the body that now owns it."""
+        self._handed = True
+        return self._give_back
+
+    def _give_back(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.used -= 1
+
+
+@dataclass
+class Services:
+    """See the module docstring."""
+
+    settings: Settings
+    metrics: Metrics = field(default_factory=Metrics)
+    client: httpx.AsyncClient | None = None  # probes and short requests to the backend
+    streaming: StreamingClient | None = None  # generation streams
+    store: ResponseStore | None = None  # stored Responses API responses
+
+    def __post_init__(self) -> None:
+        self.slots = Slots(self.settings.max_concurrency, self.metrics)
+        self.offloader = Offloader(2, self.settings.max_render_ms / 1000, max_jobs=8)
+
+    def signer(self, tenant: str) -> ThinkingSigner:
+        """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
+        return signer_for(self.settings, tenant)
+
+    async def start(self) -> None:
+        s = self.settings
+        if s.sched_slice_us is not None:
+            problem = set_slice(s.sched_slice_us)
+            if problem is None:
+                log.info("scheduler slice set to %d µs", s.sched_slice_us)
+            else:
+                log.warning("scheduler slice not set: %s", problem)
+        timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=30.0, pool=s.connect_timeout)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
+        self.store = open_store(s)
+
+    async def stop(self) -> None:
+        self.offloader.close()
+        if self.store is not None:
+            await self.store.close()
+        if self.client is not None:
+            await self.client.aclose()
+        if self.streaming is not None:
+            await self.streaming.close()

@@ -1,0 +1,161 @@
+"""A response store that fails never costs the client a finished answer, and reads that need it say
+so: Redis stopped and restarted, and SQLite on a full disk (a real ``toolwire serve`` process under
+``ulimit -f``). Over HTTP with the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import QWEN3_TEMPLATE, client_for
+from tests.proxy_server import ProxyServer, free_port
+from tests.redis_server import RedisServer
+from tests.scripted_backend import Script, ScriptedBackend
+
+TOOLS: list[dict[str, Any]] = [{"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+
+
+def _events(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+
+
+@pytest.fixture
+def on_redis(backend_factory: Callable[..., ScriptedBackend],
+             proxy_factory: Callable[..., ProxyServer]) -> Iterator[tuple[ScriptedBackend, ProxyServer, RedisServer]]:
+    redis = RedisServer()
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), tool_call_parser="qwen25",
+                          response_store=redis.url, thinking_secret="s")
+    yield backend, proxy, redis
+    redis.stop()
+
+
+def _assert_store_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "store_unavailable"
+    assert response.headers.get("retry-after")
+
+
+def test_redis_down_keeps_answers_and_says_what_needs_the_store(on_redis) -> None:
+    backend, proxy, redis = on_redis
+    client = client_for(proxy)
+    backend.script(Script(pieces=["Stored."]))
+    kept = client.responses.create(model="m", input="first")
+    port = redis.port
+    redis.stop()
+    # a finished answer is never lost: returned with a visible warning, marked not stored
+    backend.script(Script(pieces=["Still answered."]))
+    raw = httpx.post(proxy.url + "/v1/responses", json={"model": "m", "input": "x"}, timeout=30)
+    assert raw.status_code == 200, raw.text
+    assert raw.json()["output"][0]["content"][0]["text"] == "Still answered."
+    assert raw.json()["store"] is False and "not stored" in raw.headers["x-toolwire-warning"]
+    # streaming: every delta, then error + response.failed (the output included)
+    backend.script(Script(pieces=["Streamed ", "answer."]))
+    events = _events(httpx.post(proxy.url + "/v1/responses", json={"model": "m", "input": "x", "stream": True},
+                                timeout=30))
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == "Streamed answer."
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "store_unavailable"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "Streamed answer."
+    # reads that need the store: 503 store_unavailable, never 500
+    _assert_store_unavailable(httpx.get(proxy.url + f"/v1/responses/{kept.id}", timeout=30))
+    _assert_store_unavailable(httpx.delete(proxy.url + f"/v1/responses/{kept.id}", timeout=30))
+    _assert_store_unavailable(httpx.get(proxy.url + f"/v1/responses/{kept.id}/input_items", timeout=30))
+    _assert_store_unavailable(httpx.post(proxy.url + "/v1/responses", timeout=30, json={
+        "model": "m", "input": "more", "previous_response_id": kept.id}))
+    # what does not need the store keeps working; health and readiness report the store
+    backend.script(Script(pieces=["Chat works."]), Script(pieces=["Unstored works."]))
+    chat = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert chat.choices[0].message.content == "Chat works."
+    assert client.responses.create(model="m", input="x", store=False).output_text == "Unstored works."
+    health = httpx.get(proxy.url + "/health", timeout=30)
+    assert health.status_code == 200 and health.json()["store"] == "unavailable"
+    ready = httpx.get(proxy.url + "/readyz", timeout=30)
+    assert ready.status_code == 200 and ready.json() == {"status": "ready", "backend": "ok", "store": "unavailable"}
+    # Redis back (empty, at the same address): service recovers by itself, stale connections retried
+    restarted = RedisServer(port=port)
+    try:
+        backend.script(Script(pieces=["Back."]))
+        again = client.responses.create(model="m", input="again")
+        assert client.responses.retrieve(again.id).output_text == "Back."
+        assert httpx.get(proxy.url + "/health", timeout=30).json()["store"] == "ok"
+    finally:
+        restarted.stop()
+
+
+def _serve(args: list[str], cwd: Path, limit_kb: int | None = None) -> subprocess.Popen[bytes]:
+    toolwire = Path(sys.executable).parent / "toolwire"
+    command = " ".join([str(toolwire), "serve", *args])
+    if limit_kb is not None:
+        command = f"ulimit -f {limit_kb}; exec {command}"
+    return subprocess.Popen(["bash", "-c", command], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _wait_up(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        try:
+            if httpx.get(url + "/livez", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("toolwire did not start")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash for ulimit")
+def test_sqlite_on_a_full_disk_keeps_answers(backend_factory, tmp_path: Path) -> None:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    port = free_port()
+    state = tmp_path / "state"
+    process = _serve(["--backend", backend.url, "--port", str(port), "--state-dir", str(state),
+                      "--chat-template", str(QWEN3_TEMPLATE)], tmp_path, limit_kb=256)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(url, process)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        backend.script(Script(pieces=["Small."]))
+        small = client.responses.create(model="m", input="small")
+        assert client.responses.retrieve(small.id).output_text == "Small."
+        big = "word " * 120_000  # 600 KB of input: the store's file cannot grow that much
+        backend.script(Script(pieces=["Answered anyway."]))
+        raw = httpx.post(url + "/v1/responses", json={"model": "m", "input": big}, timeout=60)
+        assert raw.status_code == 200, raw.text
+        assert raw.json()["output"][0]["content"][0]["text"] == "Answered anyway."
+        assert "not stored" in raw.headers["x-toolwire-warning"]
+        backend.script(Script(pieces=["Streamed anyway."]))
+        events = _events(httpx.post(url + "/v1/responses", json={"model": "m", "input": big, "stream": True},
+                                    timeout=60))
+        assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+        assert client.responses.retrieve(small.id).output_text == "Small."  # what was stored stays readable
+    finally:
+        process.terminate()
+        process.wait(20)
+
+
+def test_a_bad_state_dir_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "responses.sqlite3").write_bytes(b"not a database at all" * 64)
+    for state_dir in (tmp_path / "a-file" / "below", tmp_path / "corrupt"):
+        done = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--backend", "http://127.0.0.1:9",
+                               "--state-dir", str(state_dir)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "TOOLWIRE_DRAIN_SECONDS": "0"}, check=False)
+        assert done.returncode != 0
+        assert "Traceback" not in done.stderr + done.stdout
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "response store" in lines[0] and str(state_dir) in lines[0], done.stderr
