@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # llama-server (built once per machine from PyPI's llama-cpp-python sdist), the SmolLM2 GGUF, and
-# Claude Code from npm (its test drives it; skipped without npm)
+# the agents the tests drive, from npm (Claude Code, Codex CLI, opencode; skipped without npm)
 artifacts: $(STAMP)
 	$(PY) -m app.local.artifacts all
 
