@@ -174,6 +174,17 @@ def run(ctx: Any) -> Section:
         w = pair["workers"]
         section.figure(f"scale.ratio_workers{w}", f"tokens/s, 3 replicas ÷ 1 (--workers {w} each)", pair["ratio"],
                        "×", note=f"{fmt(pair['one'], 0)} → {fmt(pair['three'], 0)} tokens/s; {pair['errors']} errors")
+        stack = pair["stack_cpu_ms_per_1k_tokens"]
+        section.figure(f"scale.cpu_ratio_workers{w}", f"whole-stack CPU per token, 1 replica ÷ 3 (--workers {w})",
+                       stack[1] / stack[3], "×", note="the ratio a machine that gave this stack all its cores "
+                       "would show, where one replica can already use them all")
+        shares = pair["cpu_share"]
+        ours = {n: sum(v for k, v in shares[n].items() if k != "machine") for n in (1, 3)}
+        section.notes.append(
+            f"--workers {w}: the machine was {shares[3]['machine']:.0%} busy (every process on it, other tenants "
+            f"too); this stack had {ours[1]:.0%} of its cores with one replica and {ours[3]:.0%} with three. Where the "
+            f"CPU is contended, three replicas' processes win a larger share of it, which is most of the measured "
+            f"ratio; per token, three replicas cost {stack[3] / stack[1]:.2f}× the CPU of one.")
     def shares(p: dict[str, Any], n: int) -> str:
         return ", ".join(f"{k} {v:.0%}" for k, v in p["cpu_share"][n].items())
     section.tables.append(table(
