@@ -133,7 +133,7 @@ def test_kubernetes_manifests_match_the_kubernetes_schemas() -> None:
     """Every built-in kind against Kubernetes' own schema (strict: unknown fields fail); the two
     Gateway API kinds, whose schemas are CRDs, are checked field by field below."""
     checked = 0
-    for name, docs in _k8s().items():
+    for docs in _k8s().values():
         for doc in docs:
             if doc["apiVersion"].startswith(("inference.networking.k8s.io/", "gateway.networking.k8s.io/",
                                              "kustomize.config.k8s.io/")):
