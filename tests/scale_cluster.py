@@ -56,6 +56,7 @@ class Replica:
         self.port = port or free_port()
         self.log = Path(tempfile.mkstemp(prefix=f"toolwire-replica-{self.port}-", suffix=".log")[1])
         self.process: subprocess.Popen[bytes] | None = None
+        self.stopping = False  # sent SIGTERM: on its way out, even while it still answers
 
     @property
     def address(self) -> str:
@@ -66,6 +67,7 @@ class Replica:
         return f"http://{self.address}"
 
     def start(self) -> Replica:
+        self.stopping = False
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
@@ -73,16 +75,31 @@ class Replica:
                 env={**os.environ, "PYTHONPATH": str(ROOT), **self.env})
         return self
 
+    def restart(self) -> Replica:
+        """Start again on the same port, once the last run (given 15 s to finish a shutdown it began)
+        has let the port go."""
+        self.stop()
+
+        def port_free() -> bool:
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", self.port))
+                return True
+        wait_for(port_free, 30, f"port {self.port} was not let go")
+        return self.start()
+
     def wait_healthy(self, timeout: float = 60) -> Replica:
         def healthy() -> bool:
             if self.process is None or self.process.poll() is not None:
-                raise RuntimeError(f"replica {self.address} exited:\n{self.output()[-3000:]}")
+                raise RuntimeError(f"replica {self.address} exited ({self.process and self.process.returncode}):\n"
+                                   f"{self.output()[-3000:]}")
             return httpx.get(self.url + "/health", timeout=2).status_code == 200
         wait_for(healthy, timeout, f"replica {self.address} did not answer /health")
         return self
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        """Running and not on its way out."""
+        return self.process is not None and self.process.poll() is None and not self.stopping
 
     def kill(self) -> None:
         """SIGKILL the whole replica (supervisor and workers), as a crash or an OOM kill would."""
@@ -96,6 +113,7 @@ class Replica:
     def terminate(self) -> None:
         """SIGTERM to the replica's main process only, as Kubernetes stops a container."""
         if self.process is not None and self.process.poll() is None:
+            self.stopping = True
             self.process.send_signal(signal.SIGTERM)
 
     def stop(self) -> None:

@@ -94,11 +94,14 @@ class Cluster:
         return {httpx.get(self.url + "/v1/models", headers=AUTH, timeout=5).headers.get(REPLICA_HEADER, "?")
                 for _ in range(12)}
 
+    def alive(self) -> list[Replica]:
+        return [r for r in self.replicas if r.alive()]
+
     def ensure_up(self) -> None:
         """Every replica running and back in the balancer's rotation (after a test took one down)."""
         for replica in self.replicas:
             if not replica.alive():
-                replica.start()
+                replica.restart()
         for replica in self.replicas:
             replica.wait_healthy()
         everyone = {r.address for r in self.replicas}
@@ -302,77 +305,6 @@ def test_a_replica_on_redis_without_a_secret_warns_loudly(cluster: Cluster) -> N
         shared.stop()
 
 
-# ----------------------------------------------------------------------------- Redis restarted
-
-
-def _restart_redis(cluster: Cluster) -> None:
-    cluster.redis = RedisServer(port=cluster.redis.port)
-
-
-def test_redis_outage_spares_chat_and_unstored_responses(cluster: Cluster) -> None:
-    """Chat completions and ``store: false`` responses never touch the store: they go on while Redis
-    is down and while it restarts."""
-    cluster.redis.stop()
-    try:
-        for i in range(3):
-            chat = httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
-                "model": "m", "messages": [{"role": "user", "content": f"request-{i}"}]})
-            assert chat.status_code == 200, chat.text
-            unstored = httpx.post(cluster.url + "/v1/responses", headers=AUTH, timeout=30, json={
-                "model": "m", "input": f"request-{i}", "store": False})
-            assert unstored.status_code == 200, unstored.text
-            assert unstored.json()["output"][0]["content"][0]["text"] == "".join(expected_text(i))
-    finally:
-        _restart_redis(cluster)
-
-
-@pytest.mark.xfail(strict=True, reason="needs lead: store failures as 503 store_unavailable, recovery (issue 23)")
-def test_redis_restart_mid_run_is_503_then_recovers_by_itself(cluster: Cluster) -> None:
-    client = httpx.Client(timeout=30, headers=AUTH)
-    kept = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-1"})
-    assert kept.status_code == 200
-    chats: list[int] = []
-    stop = threading.Event()
-
-    def chat_all_along() -> None:  # chat traffic across the whole outage and restart
-        with httpx.Client(timeout=30, headers=AUTH) as chat_client:
-            while not stop.is_set():
-                chats.append(chat_client.post(cluster.url + "/v1/chat/completions", json={
-                    "model": "m", "messages": [{"role": "user", "content": "request-2"}]}).status_code)
-    runner = threading.Thread(target=chat_all_along)
-    runner.start()
-    try:
-        cluster.redis.stop()
-        try:
-            for _ in range(3):  # every replica answers the same way
-                missing = client.get(f"{cluster.url}/v1/responses/{kept.json()['id']}")
-                assert missing.status_code == 503 and missing.json()["error"]["code"] == "store_unavailable"
-                assert missing.json()["error"]["type"] == "server_error"
-                chained = client.post(cluster.url + "/v1/responses", json={
-                    "model": "m", "input": "more", "previous_response_id": kept.json()["id"]})
-                assert chained.status_code == 503 and chained.json()["error"]["code"] == "store_unavailable"
-                unsaved = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-4"})
-                assert unsaved.status_code == 200 and "not stored" in unsaved.headers["x-toolwire-warning"]
-                streamed = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-5",
-                                                                            "stream": True})
-                kinds = [json.loads(line[6:])["type"] for line in streamed.text.splitlines()
-                         if line.startswith("data: ")]
-                assert kinds[-2:] == ["error", "response.failed"]
-            for replica in cluster.replicas:
-                ready = httpx.get(replica.url + "/readyz", timeout=5)
-                assert ready.status_code == 200 and ready.json()["store"] == "unavailable"
-        finally:
-            _restart_redis(cluster)
-        for i in range(6):  # two per replica: each one's pooled connection went stale and is retried
-            saved = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": f"request-{i}"})
-            assert saved.status_code == 200 and "x-toolwire-warning" not in saved.headers
-            assert client.get(f"{cluster.url}/v1/responses/{saved.json()['id']}").status_code == 200
-    finally:
-        stop.set()
-        runner.join(30)
-    assert chats and set(chats) == {200}
-
-
 # ----------------------------------------------------------------------------- readiness and drain
 
 
@@ -421,7 +353,7 @@ def test_sigterm_drains_a_replica_out_of_the_balancer(cluster: Cluster) -> None:
     victim.process.wait(DRAIN_SECONDS + 10)
 
 
-# ----------------------------------------------------------------------------- a replica lost (last: it leaves one down)
+# ----------------------------------------------------------------------------- a replica lost
 
 
 @dataclass
@@ -573,3 +505,74 @@ def test_sigkill_one_replica_under_300_concurrent_streams(cluster: Cluster) -> N
     print(f"\nSIGKILL under {count} streams: {len(acknowledged)} completed (all retrievable), "
           f"{len(cut)} cut on the killed replica (all seen as errors: "
           f"{sorted({s.error or '' for s in cut})}), {len(unrouted)} refused at the balancer, 0 hung")
+
+
+# ----------------------------------------------------------------------------- Redis restarted (on the survivors)
+
+
+def _restart_redis(cluster: Cluster) -> None:
+    cluster.redis = RedisServer(port=cluster.redis.port)
+
+
+def test_redis_outage_spares_chat_and_unstored_responses(cluster: Cluster) -> None:
+    """Chat completions and ``store: false`` responses never touch the store: they go on while Redis
+    is down and while it restarts."""
+    cluster.redis.stop()
+    try:
+        for i in range(3):
+            chat = httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
+                "model": "m", "messages": [{"role": "user", "content": f"quick-{i}"}]})
+            assert chat.status_code == 200, chat.text
+            unstored = httpx.post(cluster.url + "/v1/responses", headers=AUTH, timeout=30, json={
+                "model": "m", "input": f"quick-{i}", "store": False})
+            assert unstored.status_code == 200, unstored.text
+            assert unstored.json()["output"][0]["content"][0]["text"] == f"done-{i}"
+    finally:
+        _restart_redis(cluster)
+
+
+@pytest.mark.xfail(strict=True, reason="needs lead: store failures as 503 store_unavailable, recovery (issue 23)")
+def test_redis_restart_mid_run_is_503_then_recovers_by_itself(cluster: Cluster) -> None:
+    client = httpx.Client(timeout=30, headers=AUTH)
+    kept = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-1"})
+    assert kept.status_code == 200
+    chats: list[int] = []
+    stop = threading.Event()
+
+    def chat_all_along() -> None:  # chat traffic across the whole outage and restart
+        with httpx.Client(timeout=30, headers=AUTH) as chat_client:
+            while not stop.is_set():
+                chats.append(chat_client.post(cluster.url + "/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "user", "content": "request-2"}]}).status_code)
+    runner = threading.Thread(target=chat_all_along)
+    runner.start()
+    try:
+        cluster.redis.stop()
+        try:
+            for _ in range(3):  # every replica answers the same way
+                missing = client.get(f"{cluster.url}/v1/responses/{kept.json()['id']}")
+                assert missing.status_code == 503 and missing.json()["error"]["code"] == "store_unavailable"
+                assert missing.json()["error"]["type"] == "server_error"
+                chained = client.post(cluster.url + "/v1/responses", json={
+                    "model": "m", "input": "more", "previous_response_id": kept.json()["id"]})
+                assert chained.status_code == 503 and chained.json()["error"]["code"] == "store_unavailable"
+                unsaved = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-4"})
+                assert unsaved.status_code == 200 and "not stored" in unsaved.headers["x-toolwire-warning"]
+                streamed = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-5",
+                                                                            "stream": True})
+                kinds = [json.loads(line[6:])["type"] for line in streamed.text.splitlines()
+                         if line.startswith("data: ")]
+                assert kinds[-2:] == ["error", "response.failed"]
+            for replica in cluster.replicas:
+                ready = httpx.get(replica.url + "/readyz", timeout=5)
+                assert ready.status_code == 200 and ready.json()["store"] == "unavailable"
+        finally:
+            _restart_redis(cluster)
+        for i in range(6):  # several per replica: each one's pooled connections went stale and are retried
+            saved = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": f"request-{i}"})
+            assert saved.status_code == 200 and "x-toolwire-warning" not in saved.headers
+            assert client.get(f"{cluster.url}/v1/responses/{saved.json()['id']}").status_code == 200
+    finally:
+        stop.set()
+        runner.join(30)
+    assert chats and set(chats) == {200}
