@@ -115,7 +115,7 @@ def cluster() -> Iterator[Cluster]:
     backend.responder = numbered_answer
     replicas = [Replica(replica_args(redis.url, backend.url), env={"TOOLWIRE_DRAIN_SECONDS": str(DRAIN_SECONDS)})
                 for _ in range(3)]
-    caddy = None
+    caddy, made = None, None
     try:
         for replica in replicas:
             replica.start()
@@ -124,16 +124,16 @@ def cluster() -> Iterator[Cluster]:
         # readiness once the replicas have it (issue 24 item 2), today's /health until then
         ready = httpx.get(replicas[0].url + "/readyz", timeout=5).status_code == 200
         caddy = Caddy([r.address for r in replicas], "/readyz" if ready else "/health")
-        cluster = Cluster(redis, backend, replicas, caddy, "/readyz" if ready else "/health")
-        cluster.ensure_up()
-        yield cluster
+        made = Cluster(redis, backend, replicas, caddy, "/readyz" if ready else "/health")
+        made.ensure_up()
+        yield made
     finally:
         if caddy is not None:
             caddy.stop()
         for replica in replicas:
             replica.stop()
         backend.stop()
-        redis.stop()
+        (made.redis if made is not None else redis).stop()  # the Redis tests restart it
 
 
 class Served:
