@@ -4,7 +4,7 @@
 #   make test   venv + install + every test (unit, API, conformance, end-to-end on a real model)
 # and for contributors:
 #   make check      ruff + mypy (strict on parsers/ and detectors/, checked on app/); CI runs it first
-#   make test-fast  every test but the end-to-end tier (no llama-server build needed)
+#   make test-fast  every test but the end-to-end and scale tiers (no llama-server build, no balancer)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -30,7 +30,7 @@ test: $(STAMP) artifacts
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e and not scale"
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
