@@ -25,11 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"TOOLWIRE_" + name.upper() for name in Settings.model_fields}
 K8S = ROOT / "deploy" / "k8s"
 COMPOSE = ROOT / "deploy" / "compose"
-#: What the deployment files use that the lead is building (issue 24 item 2: readiness and drain).
-#: The files are checked against these until toolwire has them; the xfail(strict) tests at the end
-#: start passing the day it does, and then the entries go.
-PROMISED_SETTINGS = {"TOOLWIRE_DRAIN_SECONDS"}
-PROMISED_ROUTES = {"/livez", "/readyz"}
 KUBERNETES_VERSION = "1.33.0"  # the schemas the manifests are checked against (kubernetes-validate ships them)
 
 
@@ -83,7 +78,7 @@ def test_compose_and_k8s_flags_are_real_flags() -> None:
     for args in (compose["services"]["toolwire-vllm"]["command"], sidecar["args"]):
         build_parser().parse_args(["serve", *args])  # exits on an unknown flag
     for env in sidecar["env"]:
-        assert env["name"] in SETTINGS | PROMISED_SETTINGS
+        assert env["name"] in SETTINGS
 
 
 # ------------------------------------------------------------------------------ scaled out
@@ -150,12 +145,12 @@ def test_the_sidecar_pod_uses_only_what_toolwire_has() -> None:
     deployment = _find("Deployment", "qwen3")
     toolwire, vllm = _container(deployment, "toolwire"), _container(deployment, "vllm")
     env = _env(toolwire)
-    assert set(env) <= SETTINGS | PROMISED_SETTINGS, set(env) - SETTINGS - PROMISED_SETTINGS
+    assert set(env) <= SETTINGS, set(env) - SETTINGS
     ports = {p["name"]: p["containerPort"] for p in toolwire["ports"]}
     assert int(env["TOOLWIRE_PORT"]) == ports["http"]
     vllm_port = {p["name"]: p["containerPort"] for p in vllm["ports"]}["vllm"]
     assert urlsplit(env["TOOLWIRE_BACKEND"]).port == vllm_port == int(vllm["args"][vllm["args"].index("--port") + 1])
-    routes = _routes() | PROMISED_ROUTES
+    routes = _routes()
     assert toolwire["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert toolwire["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for probe in ("livenessProbe", "readinessProbe"):
@@ -258,7 +253,7 @@ def test_the_scaled_compose_file_runs_what_the_scale_tier_proved() -> None:
     envs = [services[name]["environment"] for name in replicas]
     assert all(env == envs[0] for env in envs)  # one definition
     env = envs[0]
-    assert set(env) <= SETTINGS | PROMISED_SETTINGS, set(env) - SETTINGS - PROMISED_SETTINGS
+    assert set(env) <= SETTINGS, set(env) - SETTINGS
     store = urlsplit(env["TOOLWIRE_RESPONSE_STORE"])
     assert store.hostname in services and "redis-server" in services[store.hostname]["command"]
     assert env["TOOLWIRE_THINKING_SECRET"].startswith("${TOOLWIRE_THINKING_SECRET:?")
@@ -271,7 +266,7 @@ def test_the_scaled_compose_file_runs_what_the_scale_tier_proved() -> None:
     assert "./Caddyfile:/etc/caddy/Caddyfile:ro" in caddy["volumes"]
     port = env["TOOLWIRE_PORT"]
     assert caddy["environment"]["TOOLWIRE_UPSTREAMS"].split() == [f"{name}:{port}" for name in replicas]
-    assert caddy["environment"]["HEALTH_URI"] in _routes() | PROMISED_ROUTES
+    assert caddy["environment"]["HEALTH_URI"] in _routes()
     used = set(re.findall(r"\{\$([A-Z_]+)\}", (COMPOSE / "Caddyfile").read_text()))
     assert used == set(caddy["environment"])
 
@@ -289,13 +284,3 @@ def test_caddy_accepts_the_caddyfile(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60, check=False,
                             env={**os.environ, **caddy_env, "HOME": str(tmp_path), "HEALTH_INTERVAL": "often"})
     assert broken.returncode != 0  # the check can fail
-
-
-@pytest.mark.xfail(strict=True, reason="needs lead: --drain-seconds (issue 24 item 2)")
-def test_promised_settings_exist() -> None:
-    assert PROMISED_SETTINGS <= SETTINGS
-
-
-@pytest.mark.xfail(strict=True, reason="needs lead: /livez and /readyz (issue 24 item 2)")
-def test_promised_routes_exist() -> None:
-    assert PROMISED_ROUTES <= _routes()

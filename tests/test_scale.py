@@ -3,10 +3,6 @@
 running ``deploy/compose/Caddyfile`` (round-robin, active health checks), in front of the scripted
 backend. Which replica served a request is read from the header the balancer adds
 (``X-Toolwire-Replica``), so each claim about crossing replicas is checked, not assumed.
-
-Tests marked ``xfail(strict=True)`` state behaviour the lead is building (readiness and drain, the
-store-failure rules of issue 23, the missing-secret warning); they start failing as XPASS the day it
-lands, and the marker comes off.
 """
 
 from __future__ import annotations
@@ -121,10 +117,8 @@ def cluster() -> Iterator[Cluster]:
             replica.start()
         for replica in replicas:
             replica.wait_healthy()
-        # readiness once the replicas have it (issue 24 item 2), today's /health until then
-        ready = httpx.get(replicas[0].url + "/readyz", timeout=5).status_code == 200
-        caddy = Caddy([r.address for r in replicas], "/readyz" if ready else "/health")
-        made = Cluster(redis, backend, replicas, caddy, "/readyz" if ready else "/health")
+        caddy = Caddy([r.address for r in replicas], "/readyz")
+        made = Cluster(redis, backend, replicas, caddy, "/readyz")
         made.ensure_up()
         yield made
     finally:
@@ -289,7 +283,6 @@ def test_a_replica_without_the_shared_secret_seals_what_no_other_replica_opens(c
         lone.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="needs lead: a replica on a Redis store without --thinking-secret warns at start")
 def test_a_replica_on_redis_without_a_secret_warns_loudly(cluster: Cluster) -> None:
     lone = Replica(replica_args(cluster.redis.url, cluster.backend.url, secret=None, workers=1)).start()
     try:
@@ -308,7 +301,6 @@ def test_a_replica_on_redis_without_a_secret_warns_loudly(cluster: Cluster) -> N
 # ----------------------------------------------------------------------------- readiness and drain
 
 
-@pytest.mark.xfail(strict=True, reason="needs lead: /livez and /readyz (issue 24 item 2)")
 def test_liveness_and_readiness_answers(cluster: Cluster) -> None:
     replica = cluster.replicas[0]
     live = httpx.get(replica.url + "/livez", timeout=5)
@@ -326,7 +318,6 @@ def test_liveness_and_readiness_answers(cluster: Cluster) -> None:
         cluster.backend.healthy = True
 
 
-@pytest.mark.xfail(strict=True, reason="needs lead: drain on SIGTERM (issue 24 item 2)")
 def test_sigterm_drains_a_replica_out_of_the_balancer(cluster: Cluster) -> None:
     """SIGTERM: /readyz says draining at once, the stream in flight completes, the balancer stops
     sending new requests there while they keep succeeding, and the process exits after the drain."""
@@ -531,7 +522,6 @@ def test_redis_outage_spares_chat_and_unstored_responses(cluster: Cluster) -> No
         _restart_redis(cluster)
 
 
-@pytest.mark.xfail(strict=True, reason="needs lead: store failures as 503 store_unavailable, recovery (issue 23)")
 def test_redis_restart_mid_run_is_503_then_recovers_by_itself(cluster: Cluster) -> None:
     client = httpx.Client(timeout=30, headers=AUTH)
     kept = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "request-1"})
