@@ -553,7 +553,7 @@ def test_redis_restart_mid_run_is_503_then_recovers_by_itself(cluster: Cluster) 
                 kinds = [json.loads(line[6:])["type"] for line in streamed.text.splitlines()
                          if line.startswith("data: ")]
                 assert kinds[-2:] == ["error", "response.failed"]
-            for replica in cluster.replicas:
+            for replica in cluster.alive():
                 ready = httpx.get(replica.url + "/readyz", timeout=5)
                 assert ready.status_code == 200 and ready.json()["store"] == "unavailable"
         finally:
