@@ -3,7 +3,7 @@
 #               (make run BACKEND=http://host:port  for an existing backend; ARGS="..." adds flags)
 #   make test   venv + install + every test (unit, API, conformance, end-to-end on a real model)
 # and for contributors:
-#   make check      ruff + mypy (strict on parsers/ and detectors/, checked on app/); CI runs it first
+#   make check      ruff + mypy (strict on parsers/, detectors/ and app/); CI runs it first
 #   make test-fast  every test but the end-to-end and scale tiers (no llama-server build, no balancer)
 
 PYTHON ?= python3

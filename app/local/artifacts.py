@@ -171,7 +171,7 @@ def _download_sdist(project: str, version: str, dest: Path) -> Path:
         entry = next(
             f for f in index["files"] if f["filename"].startswith(filename_prefix) and f["filename"].endswith(".tar.gz")
         )
-        target = dest / entry["filename"]
+        target: Path = dest / str(entry["filename"])
         log(f"downloading {entry['filename']} ({entry.get('size', 0) // 1_000_000} MB) from the package index")
         digest = hashlib.sha256()
         with urllib.request.urlopen(entry["url"], timeout=600) as response, open(target, "wb") as out:
