@@ -10,6 +10,7 @@ The formats themselves (every registered one, every chunking) are covered by
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,11 +22,15 @@ import pytest
 from canitoolcall.fixtures import load_fixtures
 
 from app.constraints.tools import calls_grammar, structural_tag
+from app.templates.autodetect import analyse_template_file
+from parsers import build_response_parser, fold
 from parsers.registry import tool_detector_class
 from parsers.tools import to_specs
 from tests.conftest import QWEN3_TEMPLATE, TEMPLATES, client_for
 from tests.gbnf_check import accepts
+from tests.harness import comparable, run_all_chunkings
 from tests.scripted_backend import Script
+from tests.test_wire_roundtrip import EDGE_NAMES
 
 sys.setrecursionlimit(20000)  # the grammar checker recurses per rule
 
@@ -250,6 +255,28 @@ def test_messages_named_tool_on_llamacpp(backend_factory, proxy_factory) -> None
     grammar = backend.bodies()[-1]["grammar"]
     assert accepts(grammar, call) and not accepts(grammar, call.replace(DOTTED, "weather_get"))
     assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == [CALLS[0]]
+
+
+# ------------------------------------------------------------------ learned formats
+
+
+def test_learned_formats_round_trip_every_accepted_name() -> None:
+    """``auto`` builds a generic detector for templates no registered format matches; the names it
+    reads are the template's NAME slot, so every accepted name comes back (registered formats:
+    ``tests/test_wire_roundtrip.py``)."""
+    learned = [r.tools.parser for r in map(analyse_template_file, sorted(TEMPLATES.glob("*.jinja")))
+               if r.tools.kind == "generic"]
+    assert learned, "the template corpus has templates with learned formats"
+    for detector in learned:
+        assert isinstance(detector, type) and detector.wire is not None
+        markers = tuple(m for m in detector.markers if m.strip())
+        for name in EDGE_NAMES:
+            specs = [{"type": "function", "function": {"name": name, "parameters": PARAMS[DOTTED]}}]
+            calls = [(name, {"city": "Paris"}), (name, {})]
+            make = functools.partial(build_response_parser, specs, detector, None)
+            whole, streams = run_all_chunkings(make, detector.wire.render(calls), markers)
+            assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == calls, (detector, name)
+            assert all(comparable(fold(events)) == comparable(whole) for events in streams.values()), (detector, name)
 
 
 # ------------------------------------------------------------------ the builders escape what they are given
