@@ -28,6 +28,7 @@ from app.pipeline.stream import ChoicesEncoder, ChoiceStream, Encoder, EventStre
 from app.pipeline.validate import check_ask
 from app.runtime import Runtime, render_error
 from app.templates.chat_template import TemplateError
+from app.tenancy import SINGLE, request_tenant
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -43,6 +44,11 @@ class RequestScope:
     request: Request | None = None
     started: float = field(default_factory=time.monotonic)
     release: Callable[[], None] = lambda: None
+
+    @property
+    def tenant(self) -> str:
+        """Whose request this is (``app.tenancy``)."""
+        return request_tenant(self.request.scope) if self.request is not None else SINGLE
 
 
 Answer = Callable[[Plan, list[Event], Finished], Response]
