@@ -36,6 +36,9 @@ def _templates() -> dict[str, str]:
 
 
 TEMPLATES = _templates()
+#: proven, and resumed (the byte-identity test also checks that they reuse earlier iterations)
+AGENT_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
+                   "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja")
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +93,7 @@ def test_resumed_renders_are_byte_identical(name: str) -> None:
     edited = [Turn(t.role, t.text.replace("output of bash 1", "EDITED"), t.calls, t.reasoning, t.tool_call_id)
               for t in steps[-1]]
     assert _render(resumed, edited, tools) == _render(whole, edited, tools)
-    if resumed.loop_plan() is not None:
+    if name.split("/")[-1] in AGENT_TEMPLATES:
         assert resumed.cache.hits > 0, "a proven template must reuse earlier iterations"
 
 
@@ -98,8 +101,7 @@ def test_the_templates_agents_run_are_proven() -> None:
     """Where the gain matters most: these are proven (and so resumed); the proof is no formality."""
     proven = {name.split("/")[-1] for name, source in TEMPLATES.items()
               if ChatTemplate(source).loop_plan() is not None}
-    for name in ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
-                 "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"):
+    for name in AGENT_TEMPLATES:
         assert name in proven
     assert len(proven) >= 30
     assert "Kimi-K2-Instruct.jinja" not in proven  # it builds lists with .append in its loop

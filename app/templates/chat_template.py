@@ -15,6 +15,7 @@ string is expected, so every style renders the same arguments.
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
@@ -93,15 +94,20 @@ class _CallerOwned:
     down), found only when a template first reaches for a method that would change one: most
     renders never do, and walking a long conversation costs more than the render's other work."""
 
-    __slots__ = ("_context", "_ids")
+    __slots__ = ("_ids", "_roots")
 
-    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
-        self._context = context
+    def __init__(self, context: Mapping[str, Any]) -> None:
+        self._roots: list[Any] = [context]
         self._ids: frozenset[int] | None = None
+
+    def add(self, value: Any) -> None:
+        """``value`` is the caller's too (the prepared messages, handed in beside the context)."""
+        self._roots.append(value)
+        self._ids = None
 
     def __contains__(self, obj_id: object) -> bool:
         if self._ids is None:
-            self._ids = frozenset(_container_ids(self._context)) if self._context is not None else frozenset()
+            self._ids = frozenset(_container_ids(self._roots))
         return obj_id in self._ids
 
 
@@ -153,8 +159,10 @@ class _Sandbox(SandboxedEnvironment):
                 value = getattr(obj, attribute)
             except AttributeError:
                 return super().getattr(obj, attribute)
-            wrapped = self.wrap_str_format(value)
-            return value if wrapped is None else wrapped
+            if isinstance(value, _METHODS):  # only a bound str.format needs wrapping
+                wrapped = self.wrap_str_format(value)
+                return value if wrapped is None else wrapped
+            return value
         return super().getattr(obj, attribute)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
@@ -164,6 +172,7 @@ class _Sandbox(SandboxedEnvironment):
 
 
 _MISSING = object()
+_METHODS = (types.MethodType, types.BuiltinMethodType)
 
 
 def _environment() -> jinja2.Environment:
@@ -256,17 +265,19 @@ class ChatTemplate:
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
             **{k: v for k, v in kwargs.items() if v is not None},
-            "messages": prepare_messages(messages),
             "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }
-        token = _caller_owned.set(_CallerOwned(context))
+        owned = _CallerOwned(context)
+        token = _caller_owned.set(owned)
         try:
             plan = self.loop_plan() if self.cache is not None else None
             if plan is not None and self.cache is not None:
-                prompt = render_resumable(plan, self.cache, context)
+                prompt = render_resumable(plan, self.cache, messages, prepare_messages, context, owned.add)
                 if prompt is not None:
                     return prompt
+            context["messages"] = prepare_messages(messages)
+            owned.add(context["messages"])
             return self._template.render(**context)
         except TemplateError:
             raise

@@ -47,12 +47,13 @@ bounded in bytes, least recently used dropped first, per process.
 from __future__ import annotations
 
 import hashlib
+import marshal
 import math
 import secrets
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +66,7 @@ from jinja2.utils import Namespace
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
 SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 
-_ENTER, _LIVE, _LEAVE = "__tw_loop_enter", "__tw_loop_live", "__tw_loop_leave"
+_ENTER, _STATE, _LEAVE = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave"
 #: main-loop ``loop`` attributes a body may read, and how far ahead each looks
 _LOOP_ATTRS = {"index0": 0, "index": 0, "first": 0, "previtem": 0, "last": 1, "nextitem": 1}
 #: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
@@ -379,9 +380,10 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
     assert isinstance(main.iter, nodes.Name)
     enter = call(_ENTER, nodes.Name(main.iter.name, "load"),
                  nodes.List([nodes.Name(name, "load") for name in captured]))
-    live = nodes.If(nodes.Call(nodes.Name(_LIVE, "load"),
-                               [nodes.Getattr(nodes.Name("loop", "load"), "index0", "load")], [], None, None),
-                    [call("__tw_loop_mark"), *main.body], [], [])
+    state = nodes.Name(_STATE, "load")  # a plain dict: {"start": first iteration that runs, "mark": SEPARATOR}
+    live = nodes.If(nodes.Compare(nodes.Getattr(nodes.Name("loop", "load"), "index0", "load"),
+                                  [nodes.Operand("gteq", nodes.Getattr(state, "start", "load"))]),
+                    [nodes.Output([nodes.Getattr(state, "mark", "load")]), *main.body], [], [])
     live.set_lineno(line)
     live.set_environment(env)
     main.body = [live]
@@ -444,18 +446,22 @@ def exact_bytes(value: Any) -> bytes:
 @dataclass
 class Entry:
     """One earlier render: the text of each loop iteration, the chain digest after each item, the
-    captured values. ``size`` is what it is counted as in the cache's byte bound."""
+    captured values, and (when the loop ran over the messages themselves) each message as prepared
+    for the template and its serialised size. ``size`` is what it counts in the cache's byte bound."""
 
     texts: list[str]
     digests: list[bytes]
     captured: bytes
+    items: list[Any] | None
+    item_sizes: list[int]
     size: int
 
 
 class RenderCache:
     """Earlier renders by the chain digest of their whole sequence; at most ``max_bytes`` (texts,
-    digests and captured values, counted by ``sys.getsizeof``), least recently used dropped first.
-    Thread-safe (renders may run off the event loop)."""
+    messages, digests and captured values: the texts counted by ``sys.getsizeof``, a message by the
+    length of its serialisation, twice), least recently used dropped first. Thread-safe (renders
+    may run off the event loop)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -493,58 +499,66 @@ class RenderCache:
         return len(self._entries)
 
 
-class _Run:
-    """One resumable render's state: what the three calls the template makes do."""
+def _item_bytes(item: Any) -> bytes:
+    """An exact serialisation of one raw message: ``marshal`` (C speed, exact types, no shared
+    references at version 2) where it applies, else ``exact_bytes`` (tagged so the two never meet)."""
+    try:
+        return b"m" + marshal.dumps(item, 2)
+    except ValueError:
+        return b"j" + exact_bytes(item)
 
-    def __init__(self, plan: LoopPlan, cache: RenderCache) -> None:
-        self.plan, self.cache = plan, cache
+
+def _chain(salt: bytes, items: Sequence[Any], encode: Callable[[Any], bytes]) -> tuple[list[bytes], list[int]]:
+    chain = hashlib.blake2b(salt, digest_size=16)
+    digests, sizes = [], []
+    for item in items:
+        data = encode(item)
+        chain.update(len(data).to_bytes(8, "little"))
+        chain.update(data)
+        digests.append(chain.digest())
+        sizes.append(len(data))
+    return digests, sizes
+
+
+class _Run:
+    """One resumable render's state: what the calls the template makes do."""
+
+    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any], digests: list[bytes],
+                 sizes: list[int], found: Entry | None) -> None:
+        self.plan, self.cache, self.messages = plan, cache, messages
+        self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
         self.entered = self.left = False
-        self.start = 0  # the first iteration that runs
-        self.live = 0  # iterations that ran
+        self.length = 0  # items the loop runs over
         self.reused: list[str] = []
-        self.digests: list[bytes] = []
+        self.digests, self.sizes, self.found = digests, sizes, found
         self.captured = b""
         self.storable = False
 
-    def functions(self) -> dict[str, Callable[..., Any]]:
-        return {_ENTER: self.enter, _LIVE: self.is_live, _LEAVE: self.leave, "__tw_loop_mark": self.mark}
+    def functions(self) -> dict[str, Any]:
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave}
 
     def enter(self, sequence: Any, captured: list[Any]) -> str:
         self.entered = True
-        if isinstance(sequence, list):
-            try:
-                self.captured = exact_bytes(captured)
-                self.digests = self._digests(sequence)
-                self.storable = True
-            except _Inexact:
-                pass
-        if self.storable:
-            entry = self.cache.longest(self.digests)
-            if entry is not None and entry.captured == self.captured:
-                old, n = len(entry.digests), len(self.digests)
-                start = old if old == n else max(0, old - self.plan.ahead)
-                if old < n and self.plan.fixed > old:
-                    start = 0
-                self.start = start
-                self.reused = entry.texts[:start]
+        if not isinstance(sequence, list):
+            return SEPARATOR
+        self.length = len(sequence)
+        try:
+            self.captured = exact_bytes(captured)
+            if sequence is not self.messages:  # a list the template made: its own items are digested
+                self.digests, self.sizes = _chain(self.plan.salt + b"seq", sequence, exact_bytes)
+                self.found = self.cache.longest(self.digests)
+            self.storable = True
+        except _Inexact:
+            return SEPARATOR
+        entry = self.found
+        if entry is not None and entry.captured == self.captured:
+            old, n = len(entry.digests), self.length
+            start = old if old == n else max(0, old - self.plan.ahead)
+            if old < n and self.plan.fixed > old:
+                start = 0
+            self.state["start"] = start
+            self.reused = entry.texts[:start]
         return SEPARATOR + "".join(self.reused)
-
-    def _digests(self, sequence: list[Any]) -> list[bytes]:
-        chain = hashlib.blake2b(self.plan.salt, digest_size=16)
-        digests = []
-        for item in sequence:
-            chain.update(exact_bytes(item))
-            digests.append(chain.digest())
-        return digests
-
-    def is_live(self, index: int) -> bool:
-        if index < self.start:
-            return False
-        self.live += 1
-        return True
-
-    def mark(self) -> str:
-        return SEPARATOR
 
     def leave(self) -> str:
         self.left = True
@@ -556,22 +570,45 @@ class _Run:
         if not self.entered:
             return raw if SEPARATOR not in raw else None
         parts = raw.split(SEPARATOR)
-        if not self.left or len(parts) != self.live + 3:
+        start = self.state["start"]
+        if not self.left or len(parts) != self.length - start + 3:
             return None
         head, reused, *texts, tail = parts
-        if self.storable and len(self.reused) + len(texts) == len(self.digests):
+        if self.storable and len(self.digests) == self.length:
             texts_all = [*self.reused, *texts]
-            size = sum(sys.getsizeof(t) for t in texts_all) + 40 * len(self.digests) + len(self.captured)
-            self.cache.put(Entry(texts_all, self.digests, self.captured, size))
+            items = self.messages if self.plan.sequence == "messages" else None
+            size = (sum(sys.getsizeof(t) for t in texts_all) + 2 * sum(self.sizes) + 48 * len(self.digests)
+                    + len(self.captured))
+            self.cache.put(Entry(texts_all, self.digests, self.captured, items, self.sizes, size))
             if self.reused:
                 self.cache.hits += 1
                 self.cache.reused += len(self.reused)
         return head + reused + "".join(texts) + tail
 
 
-def render_resumable(plan: LoopPlan, cache: RenderCache, context: dict[str, Any]) -> str | None:
-    """Render with ``plan``'s template, reusing what ``cache`` proves reusable; ``None`` when the
-    output could not be taken apart (render whole instead)."""
-    run = _Run(plan, cache)
-    raw = plan.template.render(**context, **run.functions())
+def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapping[str, Any]],
+                     prepare: Callable[[Sequence[Mapping[str, Any]]], list[Any]], context: dict[str, Any],
+                     owned: Callable[[Any], None]) -> str | None:
+    """Render ``messages`` (prepared for the template by ``prepare``, message by message) and
+    ``context`` with ``plan``'s template, reusing what ``cache`` proves reusable — prepared
+    messages included; ``None`` when the output could not be taken apart (render whole instead).
+    ``owned`` is told of the prepared messages (the caller's: the template may not change them)."""
+    digests: list[bytes] = []
+    sizes: list[int] = []
+    found = None
+    prepared: list[Any] | None = None
+    if plan.sequence == "messages":
+        try:
+            digests, sizes = _chain(plan.salt + b"raw", messages, _item_bytes)
+        except _Inexact:
+            digests, sizes = [], []
+        found = cache.longest(digests) if digests else None
+        if found is not None and found.items is not None:
+            known = len(found.items)
+            prepared = [*found.items, *prepare(messages[known:])]
+    if prepared is None:
+        prepared = prepare(messages)
+    owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
+    run = _Run(plan, cache, prepared, digests, sizes, found)
+    raw = plan.template.render(**context, messages=prepared, **run.functions())
     return run.finish(raw)
