@@ -103,3 +103,103 @@ def agent_request(turns: int, stream: bool = True, max_tokens: int = 64) -> dict
     """The Chat Completions body of an agent's request with ``turns`` finished turns."""
     return {"model": "bench-model", "messages": agent_messages(turns), "tools": agent_tools(), "stream": stream,
             "max_tokens": max_tokens}
+
+
+# ------------------------------------------------------------------------------ the section
+
+TITLE = "Agent-sized turns (issue 26): toolwire's CPU before the backend is asked"
+TEMPLATE = "tests/data/templates/Qwen-Qwen3-0.6B.jinja"
+NEXT_TURN_TARGET_MS = 3.0  # at 100 turns, on a quiet core
+
+
+def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, settings: Any) -> tuple[float, str]:
+    """CPU seconds from the request body to the backend's request body (the in-process path a chat
+    request takes: JSON, validation, the shared Ask, limits and schemas, render and plan, parsers,
+    the backend body), and the prompt."""
+    import time
+
+    import orjson
+
+    from app.api.chat.decode import chat_ask, parse_request
+    from app.pipeline.plan import plan_request
+    from app.pipeline.validate import check_ask
+
+    start = time.process_time()
+    ask = chat_ask(parse_request(orjson.loads(raw)))
+    check_ask(ask, settings)
+    plan = plan_request(ask, formats, template, backend)
+    plan.parser()
+    orjson.dumps(backend.body(plan.generation_request()))
+    return time.process_time() - start, plan.prompt
+
+
+def measure(reps: int = 7) -> dict[int, dict[str, float]]:
+    """Per turn count: the best of ``reps`` CPU times (ms) for a first request (no cache) and for
+    the next turn of a conversation whose previous turn was just served (cache warm)."""
+    from pathlib import Path
+
+    import httpx
+    import orjson
+
+    from app.backends import VllmBackend
+    from app.parser_choice import ParserChoice
+    from app.pipeline.plan import Formats
+    from app.settings import Settings
+    from app.templates.chat_template import ChatTemplate
+    from app.templates.prompt import profile_of
+    from app.templates.resume import RenderCache
+    from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
+
+    path = Path(__file__).resolve().parent.parent / TEMPLATE
+    formats = Formats.of(ParserChoice(reasoning=canonical_reasoning_parser("qwen3"),
+                                      tools=canonical_tool_parser("hermes")))
+    backend = VllmBackend("http://127.0.0.1:9", httpx.AsyncClient())
+    settings = Settings(backend="http://127.0.0.1:9")
+    out: dict[int, dict[str, float]] = {}
+    for turns in TURNS:
+        raw = orjson.dumps(agent_request(turns))
+        before = orjson.dumps(agent_request(max(0, turns - 1)))
+        cold_best = warm_best = float("inf")
+        for _ in range(reps):
+            cold = ChatTemplate.load(path)
+            profile_of(cold)  # probed at start-up in the server
+            cold_s, whole = _before_backend(raw, cold, formats, backend, settings)
+            warm = ChatTemplate.load(path)
+            profile_of(warm)
+            warm.cache = RenderCache(64 << 20)
+            _before_backend(before, warm, formats, backend, settings)
+            warm_s, resumed = _before_backend(raw, warm, formats, backend, settings)
+            if resumed != whole:
+                raise AssertionError(f"resumed prompt differs from the whole render at {turns} turns")
+            cold_best, warm_best = min(cold_best, cold_s), min(warm_best, warm_s)
+        out[turns] = {"bytes": len(raw), "prompt_chars": len(whole), "first_ms": cold_best * 1e3,
+                      "next_ms": warm_best * 1e3}
+    return out
+
+
+def run(ctx: Any) -> Any:
+    from bench.report import Section, at_most, fmt, table
+
+    section = Section(__name__, TITLE)
+    data = measure(3 if ctx.quick else 9)
+    last = data[TURNS[-1]]
+    section.figure("agent.next_turn_ms.100", f"CPU before the backend is asked, next turn at {TURNS[-1]} turns",
+                   last["next_ms"], "ms", at_most(NEXT_TURN_TARGET_MS),
+                   f"first request {fmt(last['first_ms'])} ms; a busy shared core inflates both alike")
+    section.figure("agent.next_over_first.100", f"next turn ÷ first request, {TURNS[-1]} turns",
+                   last["next_ms"] / last["first_ms"], "×")
+    section.figure("agent.growth_next.100_over_0", f"next turn at {TURNS[-1]} turns ÷ at 0 turns",
+                   last["next_ms"] / data[0]["next_ms"], "×", None,
+                   "1 would be cost in proportion to what is new only")
+    section.tables.append(table(("finished turns", "request bytes", "prompt chars", "first request, ms CPU",
+                                 "next turn, ms CPU"),
+                                [(t, d["bytes"], d["prompt_chars"], fmt(d["first_ms"]), fmt(d["next_ms"]))
+                                 for t, d in data.items()]))
+    section.notes.append(
+        f"In process, Qwen3 template, qwen3 + hermes parsers: a {SYSTEM_BYTES // 1024} KB system prompt, "
+        f"{TOOL_COUNT} tools of ~{TOOL_SCHEMA_BYTES} B schemas, N finished turns (call + result). 'First "
+        "request': no earlier render cached (the template probed, as at start-up). 'Next turn': the same "
+        "conversation's previous turn was served just before (`--render-cache-bytes`); the prompt is checked "
+        "byte-identical to the first request's. Best of several runs (CPU time of this process).")
+    section.data = {str(k): v for k, v in data.items()}
+    return section
