@@ -202,6 +202,7 @@ def test_conversation_item_bytes_bound(backend_factory, proxy_factory) -> None:
     ({"items": [{"role": "robot", "content": "x"}]}, "expected user, assistant"),
     ({"items": [{"type": "item_reference", "id": "msg_nowhere"}]}, "msg_nowhere"),
     ({"items": "x"}, "expected a list"),
+    ({"items": [{"id": "m" * 257, "role": "user", "content": "x"}]}, "1 to 256 characters"),
 ])
 def test_bad_conversation_requests_get_openai_errors(keyed, body: dict[str, Any], message: str) -> None:
     _, proxy = keyed

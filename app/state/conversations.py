@@ -19,6 +19,12 @@ import orjson
 
 #: the one-byte prefix of an encoded item: written by toolwire, or by a client
 _TRUSTED, _CLIENT = b"1", b"0"
+#: the longest item id the index keeps (a longer one, or one with a line break, cannot be referred to)
+MAX_ID = 256
+
+
+def indexable(item_id: object) -> bool:
+    return isinstance(item_id, str) and 0 < len(item_id) <= MAX_ID and "\n" not in item_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +116,15 @@ class Found:
 
 
 def response_items(response: dict[str, Any], inputs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
-    """The ids a stored response indexes, each with whether toolwire wrote it: its input items
-    (the client's) and its output items (toolwire's). An id in both counts as toolwire's."""
+    """The ids a stored response indexes (``indexable`` ones), each with whether toolwire wrote it:
+    its input items (the client's) and its output items (toolwire's). An id in both counts as
+    toolwire's."""
     seen: dict[str, bool] = {}
     for item in inputs:
-        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+        if isinstance(item, dict) and indexable(item.get("id")):
             seen.setdefault(item["id"], False)
     for item in response.get("output") or ():
-        if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]:
+        if isinstance(item, dict) and indexable(item.get("id")):
             seen[item["id"]] = True
     return list(seen.items())
 

@@ -406,7 +406,7 @@ class RedisStore:
     # ------------------------------------------------------------------ stored responses
 
     async def put(self, record: StoredResponse, tenant: str) -> None:
-        indexed = [(key, trusted) for key, trusted in response_items(record.response, record.input) if "\n" not in key]
+        indexed = response_items(record.response, record.input)
         await self._call(self._put(args=self._args(
             tenant, record.id, record.previous_response_id or "", record.encode(), time.time(), self.ttl,
             *self._bounds(), "\n".join(key for key, _ in indexed), "".join("1" if t else "0" for _, t in indexed))))

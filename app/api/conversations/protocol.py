@@ -13,6 +13,7 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from app.errors import bad_request
+from app.state.conversations import MAX_ID, indexable
 
 MAX_BATCH = 20
 MAX_METADATA = 16
@@ -54,6 +55,9 @@ def batch(raw: Any, where: str = "items") -> list[dict[str, Any]]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise bad_request(f"{where}[{i}]: an item must be an object", f"{where}.{i}")
+        if "id" in item and not indexable(item["id"]):
+            raise bad_request(f"{where}[{i}].id: expected a string of 1 to {MAX_ID} characters without line breaks",
+                              f"{where}.{i}.id")
     return raw
 
 

@@ -397,6 +397,14 @@ async def test_the_item_index_finds_a_tenants_items(store: ResponseStore) -> Non
     assert await _index_size(store) == 0  # every entry went with what it pointed to
 
 
+async def test_ids_the_index_cannot_keep_are_left_out(store: ResponseStore) -> None:
+    odd = [{"id": "a\nb", "type": "message"}, {"id": "l" * 257, "type": "message"}, {"id": "fine", "type": "message"}]
+    await store.put(StoredResponse("r_odd", "", {"output": odd}), ALICE)
+    found = await store.items(["a\nb", "l" * 257, "fine"], ALICE, ChainLimits())
+    assert list(found.items) == ["fine"]
+    assert (await store.get("r_odd", ALICE)) is not None  # the response itself is whole
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
 async def test_evicted_records_leave_no_index_behind(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     server = request.getfixturevalue("redis_server") if kind == "redis" else None
