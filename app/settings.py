@@ -57,10 +57,18 @@ class Settings(BaseSettings):
     response_store: str | None = Field(
         None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
         "shared by several replicas")
-    response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
-    response_store_max: int = Field(100_000, ge=1, description="most responses the store keeps (oldest go first)")
+    response_ttl: float = Field(
+        30 * 24 * 3600, gt=0, description="seconds a stored response is kept (a conversation: after its last write)")
+    response_store_max: int = Field(
+        100_000, ge=1, description="most responses and conversations the store keeps (oldest go first)")
     response_store_max_bytes: int = Field(
-        1 << 30, ge=1 << 20, description="most bytes of stored responses the store keeps (oldest go first)")
+        1 << 30, ge=1 << 20, description="most bytes of stored responses and conversations the store keeps (oldest "
+        "go first)")
+    conversation_max_items: int = Field(
+        10_000, ge=1, description="most items one conversation holds (a write past it: 400)")
+    conversation_max_bytes: int = Field(
+        16 << 20, ge=1 << 16, description="most bytes of items one conversation holds, all of which a response in it "
+        "reads (a write past it: 400)")
     max_chain_links: int = Field(
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
