@@ -248,6 +248,7 @@ class ReasoningParser:
         prompt: str | None = None,
         stop_markers: Iterable[str] = (),
         detector: ReasoningDetector | None = None,
+        end_tokens: Iterable[str] = (),
     ) -> None:
         self.detector = detector or reasoning_detector_class(model_type)()
         self.model_type = model_type
@@ -258,8 +259,11 @@ class ReasoningParser:
         #: inside (True), outside (False), or None: not known yet (see the module docstring)
         self.in_reasoning_at_start = self._start_state(force_reasoning, prompt)
         detector = self.detector
+        #: end-of-turn tokens dropped where they close the output: the format's own, and those of
+        #: the tool format chained after it (``end_tokens``: the output may end inside reasoning)
+        self._end_tokens = tuple(dict.fromkeys((*detector.end_tokens, *end_tokens)))
         self._program = Driver(detector.make_program(self.in_reasoning_at_start, self._stop_markers),
-                               content_markup=detector.content_markup, end_tokens=detector.end_tokens)
+                               content_markup=detector.content_markup, end_tokens=self._end_tokens)
         self._held: list[str] = []
 
     def _start_state(self, force_reasoning: bool | None, prompt: str | None) -> bool | None:
@@ -317,7 +321,7 @@ class ReasoningParser:
         """Parse a whole output with a fresh parser in the same configuration."""
         fresh = ReasoningParser(
             self.model_type, self.stream_reasoning, self.force_reasoning, prompt=self.prompt,
-            stop_markers=self._stop_markers, detector=self.detector,
+            stop_markers=self._stop_markers, detector=self.detector, end_tokens=self._end_tokens,
         )
         first = fresh.feed(full_text)
         return _split(first + fresh.end())
