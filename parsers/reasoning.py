@@ -28,7 +28,10 @@ marker and the answer is not content. A tool-call start marker inside an unclose
 ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
 instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
 passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
-in the answer opens another reasoning block (and a stray end marker there is dropped). The
+in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
+open block a start marker then repeats the opener and is markup, and the whitespace after a block
+opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
+is text of the thought (a thought may talk about its own tags). The
 answer's markup (``content_markup``) is dropped with the whitespace next to it, and an end-of-turn
 token that is the last text of the output (``end_tokens``) is never content.
 """
@@ -70,7 +73,8 @@ class ReasoningDetector:
     #: delimited by control tokens keep such text as reasoning
     tool_calls_end_reasoning: ClassVar[bool] = True
     #: ``(open, close)`` blocks inside reasoning that are normal text (tool calls written while
-    #: reasoning): passed on as written, and the reasoning resumes after ``close``
+    #: reasoning): passed on as written, and the reasoning resumes after ``close`` (an empty
+    #: ``close``: the marker alone is passed on — markup of the tool format, like a stray section end)
     passthrough: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: a start marker anywhere in the answer opens another reasoning block (not only at the start);
     #: a stray end marker there is markup
@@ -119,11 +123,14 @@ class ReasoningDetector:
         stop_markers = tuple(stop_markers)
         stops = stop_markers if self.tool_calls_end_reasoning else ()
         passing = dict(self.passthrough)
-        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
+        # with ``reopen`` the start markers are control tokens: one inside an open block repeats
+        # the opener (after a call written while thinking) and is markup, not text of the thought
+        repeated = frozenset(starts) if self.reopen else frozenset()
+        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *repeated))
         undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
         calls = {opener: (closers, quote) for opener, closers, quote in self.answer_calls} if self.reopen else {}
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
-        pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
+        pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
             """A tool call in the answer, after its ``opener`` (written): passed on as written up to
@@ -142,22 +149,30 @@ class ReasoningDetector:
                     return False
                 out.content.write(marker)
 
-        def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
-            """Reasoning up to what ends it (consumed); ``False`` when the output ended first."""
+        def block(cur: Cursor, out: Out, answered: bool = False) -> Generator[None, None, bool]:
+            """Reasoning up to what ends it (consumed); ``False`` when the output ended first.
+            ``answered``: the block opened in the middle of the answer, whose text goes on after
+            it with the whitespace the model put there."""
             while True:
                 marker = yield from cur.until(closing, out.reasoning.write)
                 if marker is None:  # cut off inside reasoning: its text stays as written
                     return False
+                if marker in repeated:
+                    out.reasoning.strip_next()
+                    continue
                 if marker not in passing:
                     break
                 out.content.write(marker)
+                if not passing[marker]:  # a lone marker of the tool format (a stray section end)
+                    continue
                 closer = yield from cur.until(pass_ends[marker], out.content.write)
                 if closer is None:
                     return False
                 out.content.write(closer)
             out.reasoning.drop_held()
             if marker in ends:
-                out.content.strip_next()
+                if not answered:
+                    out.content.strip_next()
             else:  # a tool-call start passes on; the content channel drops the answer's markup
                 out.content.write(marker)
                 if marker in calls:  # a call that ended the block: its text is not searched either
@@ -193,8 +208,15 @@ class ReasoningDetector:
             if reopening is None:
                 yield from cur.rest(out.content.write)
                 return
-            while (marker := (yield from cur.until(reopening, out.content.write))) is not None:
-                if marker in starts and not (yield from block(cur, out)):
+            answered = False  # answer text came before the block: what follows it continues that text
+
+            def answer(text: str) -> None:
+                nonlocal answered
+                answered = answered or not text.isspace()
+                out.content.write(text)
+
+            while (marker := (yield from cur.until(reopening, answer))) is not None:
+                if marker in starts and not (yield from block(cur, out, answered)):
                     return
                 if marker in calls:
                     out.content.write(marker)

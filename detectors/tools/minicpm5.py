@@ -24,7 +24,6 @@ from collections.abc import Callable, Generator
 from detectors.turns import CHATML
 from parsers.declare import (
     ArgsObject,
-    ArgType,
     CallContext,
     Cursor,
     MarkerSet,

@@ -35,7 +35,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 
-from parsers.core.args import ArgsObject, ArgType, arg_type
+from parsers.core.args import ArgsObject, arg_type
 from parsers.core.cursor import Cursor, discard
 from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
