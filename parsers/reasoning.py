@@ -86,6 +86,10 @@ class ReasoningDetector:
     #: reasoning markers — ``(opener, closers, quote)``: a closer between two ``quote`` markers (inside
     #: a string argument) does not end the call
     answer_calls: ClassVar[tuple[tuple[str, tuple[str, ...], str], ...]] = ()
+    #: set by ``initial_state`` when the prompt's tail opened the block: a start marker at the
+    #: output's beginning then repeats the opener only when a line break follows it (as the
+    #: template writes it); otherwise it is text of the thought (``<think> is a tag …``)
+    opened_by_prompt: bool = False
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -105,6 +109,7 @@ class ReasoningDetector:
         while end and prompt[end - 1].isspace():
             end -= 1
         if any(prompt.endswith(s.rstrip(), 0, end) for s in self.start):
+            self.opened_by_prompt = True
             return True
         if any(prompt.endswith(e.rstrip(), 0, end) for e in (*self.ends(), *self.content_markup)):
             return False
@@ -130,6 +135,9 @@ class ReasoningDetector:
         undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
         calls = {opener: (closers, quote) for opener, closers, quote in self.answer_calls} if self.reopen else {}
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
+        # the prompt opened the block: only a start marker on its own line repeats the opener
+        repeats = tuple(m + nl for m in starts for nl in ("\n", "\r\n")) if in_reasoning and self.opened_by_prompt \
+            else ()
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
@@ -182,8 +190,8 @@ class ReasoningDetector:
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             lead: list[str] = []
             yield from cur.skip_ws(lead.append)
-            first = yield from cur.match((*starts, *ends))
-            if first is not None and first not in starts:
+            first = yield from cur.match((*repeats, *ends) if repeats else (*starts, *ends))
+            if first is not None and first not in starts and first not in repeats:
                 # the block closed as the output began (empty, or closed before it: a template
                 # that prefixes answers with a bare end marker): the marker is markup
                 out.content.strip_next()
