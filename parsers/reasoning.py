@@ -31,14 +31,15 @@ passes on as normal text and the reasoning resumes after it. With ``reopen`` a s
 in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
 open block a start marker then repeats the opener and is markup, and the whitespace after a block
 opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
-is text of the thought (a thought may talk about its own tags). The
+is text of the thought (a thought may talk about its own tags), and so is an end marker later on
+the same line (``the tags are <think> and </think>``). The
 answer's markup (``content_markup``) is dropped with the whitespace next to it, and an end-of-turn
 token that is the last text of the output (``end_tokens``) is never content.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, ClassVar
 
 from parsers.core.cursor import Cursor
@@ -55,6 +56,9 @@ from parsers.shapes.harmony import (
     parse_header,
     start_from_prompt,
 )
+
+#: how far a literal start marker inside a thought looks for an end marker on the same line
+LINE_LIMIT = 512
 
 
 class ReasoningDetector:
@@ -86,10 +90,6 @@ class ReasoningDetector:
     #: reasoning markers — ``(opener, closers, quote)``: a closer between two ``quote`` markers (inside
     #: a string argument) does not end the call
     answer_calls: ClassVar[tuple[tuple[str, tuple[str, ...], str], ...]] = ()
-    #: set by ``initial_state`` when the prompt's tail opened the block: a start marker at the
-    #: output's beginning then repeats the opener only when a line break follows it (as the
-    #: template writes it); otherwise it is text of the thought (``<think> is a tag …``)
-    opened_by_prompt: bool = False
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -109,7 +109,6 @@ class ReasoningDetector:
         while end and prompt[end - 1].isspace():
             end -= 1
         if any(prompt.endswith(s.rstrip(), 0, end) for s in self.start):
-            self.opened_by_prompt = True
             return True
         if any(prompt.endswith(e.rstrip(), 0, end) for e in (*self.ends(), *self.content_markup)):
             return False
@@ -131,13 +130,16 @@ class ReasoningDetector:
         # with ``reopen`` the start markers are control tokens: one inside an open block repeats
         # the opener (after a call written while thinking) and is markup, not text of the thought
         repeated = frozenset(starts) if self.reopen else frozenset()
-        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *repeated))
-        undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
+        # otherwise a start marker inside an open block is text of the thought (it talks about its
+        # own tags), and so is an end marker later on the same line: ``the tags are <think> and
+        # </think>`` does not end the block
+        literal = frozenset() if self.reopen else frozenset(starts)
+        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *starts))
+        same_line = MarkerSet(("\n", *ends, *stops, *self.content_markup))
+        undecided = MarkerSet((*ends, *stop_markers, *self.content_markup, *literal))
         calls = {opener: (closers, quote) for opener, closers, quote in self.answer_calls} if self.reopen else {}
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
-        # the prompt opened the block: only a start marker on its own line repeats the opener
-        repeats = tuple(m + nl for m in starts for nl in ("\n", "\r\n")) if in_reasoning and self.opened_by_prompt \
-            else ()
+
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
@@ -157,6 +159,16 @@ class ReasoningDetector:
                     return False
                 out.content.write(marker)
 
+        def literal_line(cur: Cursor, write: Callable[[str], None], marker: str) -> Generator[None, None, None]:
+            """A start marker inside a thought, and the rest of its line: text, up to and with an
+            end marker on that line (a stop marker or the answer's markup is left for the caller)."""
+            write(marker)
+            text, term = yield from cur.read_until(same_line, limit=LINE_LIMIT)
+            if term is not None and term != "\n" and term not in ends:
+                cur.unread(len(term))
+                term = None
+            write(text + (term or ""))
+
         def block(cur: Cursor, out: Out, answered: bool = False) -> Generator[None, None, bool]:
             """Reasoning up to what ends it (consumed); ``False`` when the output ended first.
             ``answered``: the block opened in the middle of the answer, whose text goes on after
@@ -167,6 +179,9 @@ class ReasoningDetector:
                     return False
                 if marker in repeated:
                     out.reasoning.strip_next()
+                    continue
+                if marker in literal:
+                    yield from literal_line(cur, out.reasoning.write, marker)
                     continue
                 if marker not in passing:
                     break
@@ -190,8 +205,8 @@ class ReasoningDetector:
         def program(cur: Cursor, out: Out) -> Generator[None, None, None]:
             lead: list[str] = []
             yield from cur.skip_ws(lead.append)
-            first = yield from cur.match((*repeats, *ends) if repeats else (*starts, *ends))
-            if first is not None and first not in starts and first not in repeats:
+            first = yield from cur.match((*starts, *ends))
+            if first is not None and first not in starts:
                 # the block closed as the output began (empty, or closed before it: a template
                 # that prefixes answers with a bare end marker): the marker is markup
                 out.content.strip_next()
@@ -200,7 +215,9 @@ class ReasoningDetector:
                     return
             elif in_reasoning is None:
                 held: list[str] = ["".join(lead)]
-                marker = yield from cur.until(undecided, held.append)
+                while (marker := (yield from cur.until(undecided, held.append))) in literal:
+                    assert marker is not None
+                    yield from literal_line(cur, held.append, marker)
                 if marker in ends:  # a block the output never opened: it began inside it
                     out.reasoning.write("".join(held))
                     out.reasoning.drop_held()
