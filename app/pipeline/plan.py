@@ -131,9 +131,10 @@ class Plan:
         output = self.constraint.output
         tool_parser = self.formats.tools if self.parse_tools else None
 
-        def own_format() -> ResponseParser:
-            return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
-                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls)
+        def own_format() -> ResponseParser:  # the tool format owns its envelope even when no call is read
+            return build_response_parser(self.specs, self.formats.tools, self.formats.reasoning, self.prompt,
+                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls,
+                                         read_calls=self.parse_tools)
 
         if not self.parse_tools or output == "wire":
             return own_format()
