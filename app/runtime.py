@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, VllmBackend, detect_backend_type
+from app.backends import BACKEND_TYPES, Backend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
 from app.metrics import Metrics
@@ -166,21 +166,16 @@ class Runtime:
             kind = s.backend_type or await detect_backend_type(s.backend, self.client, api_key)
             if kind is None:
                 raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
-            backend = BACKEND_TYPES[kind](s.backend, self.client, api_key, streaming=self.streaming)
-            if isinstance(backend, VllmBackend):
-                backend.legacy_guided = s.vllm_legacy_guided
-            upstream_model = await backend.served_model()
-            backend.model = upstream_model or s.model
-            if self.template is None:
-                published = await backend.chat_template()
-                if published:
-                    self.template = ChatTemplate(published["chat_template"], published["bos_token"],
-                                                 published["eos_token"], name="backend /props")
+            backend = Backend(s.backend, self.client, api_key, s.model, self.streaming,
+                              BACKEND_TYPES[kind].configured(s))
+            facts = await backend.probe()
+            if self.template is None and facts.template is not None:
+                published = facts.template
+                self.template = ChatTemplate(published.source, published.bos_token, published.eos_token,
+                                             name="backend /props")
             if self.template is not None:
                 profile_of(self.template)  # probe it now, not on the first request
-            if isinstance(backend, LlamaCppBackend):
-                await backend.detect_bos()
-            self.model_name = s.model or served_name(upstream_model) or "default"
+            self.model_name = s.model or served_name(facts.model) or "default"
             self.parsers = self._choose_parsers()
             self.backend = backend
             self._prepared = True

@@ -196,7 +196,7 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
         tools = [t for t in ask.tools if ask.named_tool is None or t["function"]["name"] == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
     prompt = render_conversation(template, ask.turns, tools or None, formats.call_text(), **kwargs)
-    if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
+    if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
     specs = to_specs(tools)
