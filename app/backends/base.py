@@ -206,10 +206,11 @@ class Backend:
         upstream request is closed when the iterator is (a stream whose last event was seen may
         keep its connection)."""
         decoder = self.dialect.decoder(request)
+        decode = decoder.decode
         response = await self.open_stream(self.dialect.path, self.dialect.body(request, self.model))
         try:
             async for batch in self.sse_batches(response):
-                for delta in decoder.decode(batch):
+                for delta in decode(batch):
                     yield delta
                 if decoder.stop:
                     break
