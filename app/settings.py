@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     max_tools: int = Field(256, ge=1, description="most tools in one request")
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    max_tokens_policy: Literal["clamp", "reject"] = Field(
+        "clamp", description="a max_tokens above --max-tokens-cap or beyond what the backend's context holds after "
+        "the prompt: lowered, said in the X-Toolwire-Max-Tokens header (clamp), or a 400 for the cap and the "
+        "backend's own answer for the context (reject)")
     max_choices: int = Field(8, ge=1, description="most answers (n) one Chat Completions request may ask for")
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")

@@ -19,12 +19,13 @@ from app.api.chat_protocol import CompletionRequest
 from app.api.respond import RequestScope, until_gone
 from app.backends.streamhttp import StreamError
 from app.errors import BackendError, bad_request
+from app.pipeline.budget import Clamp, announce, cap_max_tokens
 from app.runtime import Runtime
 
 BROKE = b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
 
 
-def check(body: Any, runtime: Runtime) -> CompletionRequest:
+def check(body: Any, runtime: Runtime) -> tuple[CompletionRequest, Clamp | None]:
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     try:
@@ -32,17 +33,15 @@ def check(body: Any, runtime: Runtime) -> CompletionRequest:
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
-    cap = runtime.settings.max_tokens_cap
-    if cap and request.max_tokens and request.max_tokens > cap:
-        raise bad_request(f"max_tokens exceeds this server's cap of {cap}", "max_tokens")
-    if cap and request.max_tokens is None:
-        body["max_tokens"] = cap  # the backend's default may be unbounded
-    return request
+    granted, clamp = cap_max_tokens(request.max_tokens, runtime.settings)
+    if granted != request.max_tokens:
+        body["max_tokens"] = granted  # within the cap (the backend's default may be unbounded)
+    return request, clamp
 
 
 async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Response:
     try:
-        request = check(body, runtime)
+        request, clamp = check(body, runtime)
 
         async def open_upstream() -> Any:
             backend = await runtime.ready_backend()
@@ -66,7 +65,7 @@ async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Respo
         finally:
             await upstream.aclose()
             scope.release()
-        return Response(raw, media_type="application/json")
+        return Response(raw, media_type="application/json", headers=announce(clamp))
 
     async def relay() -> AsyncIterator[bytes]:
         try:
@@ -78,4 +77,4 @@ async def completions(body: Any, runtime: Runtime, scope: RequestScope) -> Respo
             await upstream.aclose()
             scope.release()
 
-    return StreamingResponse(relay(), media_type="text/event-stream")
+    return StreamingResponse(relay(), media_type="text/event-stream", headers=announce(clamp))

@@ -20,6 +20,7 @@ from app.api.sse import PING, SSEResponse
 from app.backends.base import Backend
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
+from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
@@ -43,6 +44,8 @@ class RequestScope:
     request: Request | None = None
     started: float = field(default_factory=time.monotonic)
     release: Callable[[], None] = lambda: None
+    #: headers the answer carries whatever its shape (``X-Toolwire-Max-Tokens``)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 Answer = Callable[[Plan, list[Event], Finished], Response]
@@ -79,6 +82,7 @@ async def start_choices(ask: Ask, runtime: Runtime, scope: RequestScope,
 async def _start(ask: Ask, runtime: Runtime, scope: RequestScope, schema_key: str) -> Choices:
     backend = await runtime.ready_backend()
     plan = await runtime.offloader.run(is_light(ask), prepare, ask, runtime, backend, schema_key)
+    scope.headers.update(await fit_max_tokens(plan.ask.sampling, plan.prompt, backend, runtime.settings))
     if runtime.settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": plan.prompt}})
     parsers = [plan.parser() for _ in range(ask.n)]
@@ -136,7 +140,8 @@ async def stream_response(run: Run, encoder: Encoder, runtime: Runtime, scope: R
     except BaseException:
         await body.aclose()
         raise
-    return SSEResponse(body, lead=lead, ping=ping, headers=headers, on_interrupt=body.interrupted)
+    return SSEResponse(body, lead=lead, ping=ping, headers={**scope.headers, **(headers or {})},
+                       on_interrupt=body.interrupted)
 
 
 async def stream_choices(choices: Choices, encoder: ChoicesEncoder, runtime: Runtime,
@@ -148,7 +153,7 @@ async def stream_choices(choices: Choices, encoder: ChoicesEncoder, runtime: Run
     except BaseException:
         await body.aclose()
         raise
-    return SSEResponse(body, lead=lead, ping=PING, on_interrupt=body.interrupted)
+    return SSEResponse(body, lead=lead, ping=PING, headers=scope.headers, on_interrupt=body.interrupted)
 
 
 async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Response:
@@ -156,7 +161,9 @@ async def whole_response(run: Run, answer: Answer, scope: RequestScope) -> Respo
 
     async def work() -> Response:
         events, finished = await collect(run)
-        return answer(run.plan, events, finished)
+        response = answer(run.plan, events, finished)
+        response.headers.update(scope.headers)
+        return response
 
     try:
         return await until_disconnected(scope, work())
@@ -174,7 +181,9 @@ async def whole_choices(choices: Choices, answer: ChoicesAnswer, scope: RequestS
 
     async def work() -> Response:
         results = await choices.collect()
-        return answer(choices.plan, results, choices.total())
+        response = answer(choices.plan, results, choices.total())
+        response.headers.update(scope.headers)
+        return response
 
     try:
         return await until_disconnected(scope, work())
