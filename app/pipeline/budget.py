@@ -78,7 +78,7 @@ async def fit_to_context(requested: int, prompt: str, backend: Backend) -> Clamp
     room = context - prompt_tokens
     if room < 1:
         raise APIError(400, f"the prompt is {prompt_tokens} tokens, which leaves no room for output in the "
-                       f"model's context of {context} tokens", param="messages", code="context_length_exceeded")
+                       f"model's context of {context} tokens", code="context_length_exceeded")
     if requested <= room:
         return None
     return Clamp(requested, room, f"context {context}, prompt {prompt_tokens} tokens")
