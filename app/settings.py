@@ -60,7 +60,13 @@ class Settings(BaseSettings):
         None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
         "shared by several replicas")
     response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
-    response_store_max: int = Field(100_000, ge=1, description="most responses the SQLite store keeps (oldest go first)")
+    response_store_max: int = Field(100_000, ge=1, description="most responses the store keeps (oldest go first)")
+    response_store_max_bytes: int = Field(
+        1 << 30, ge=1 << 20, description="most bytes of stored responses the store keeps (oldest go first)")
+    max_chain_links: int = Field(
+        256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
+    max_chain_bytes: int = Field(
+        16 << 20, ge=1 << 16, description="most bytes of stored responses one continuation reads (beyond: 400)")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")

@@ -36,10 +36,13 @@ def redis_binary() -> Path:
 
 
 class RedisServer:
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
+    def __init__(self, port: int | None = None) -> None:
+        """A new empty server, on ``port`` (e.g. a stopped server's, to restart it) or a free one."""
+        if port is None:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+        self.port = port
         self.process = subprocess.Popen(
             [str(redis_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--protected-mode", "no"],

@@ -335,37 +335,3 @@ def test_two_replicas_share_a_redis_store(redis: RedisServer, backend_factory, p
     assert second.output_text == "Sunny in Lyon."
     assert "Weather in Lyon?" in backend.bodies()[-1]["prompt"]
     assert client_for(one).responses.retrieve(second.id).output_text == "Sunny in Lyon."
-
-
-def test_sqlite_store_is_bounded(tmp_path) -> None:
-    import asyncio
-
-    from app.state.sqlite import SqliteStore
-
-    async def scenario() -> None:
-        store = SqliteStore(tmp_path / "r.sqlite3", ttl=3600, max_rows=5)
-        for i in range(12):
-            await store.put(f"r{i}", {"i": i})
-        store.sweep()
-        kept = [i for i in range(12) if await store.get(f"r{i}") is not None]
-        assert kept == list(range(7, 12))
-        expired = SqliteStore(tmp_path / "e.sqlite3", ttl=0.01, max_rows=5)
-        await expired.put("x", {"x": 1})
-        await asyncio.sleep(0.05)
-        assert await expired.get("x") is None
-        await store.close()
-        await expired.close()
-
-    asyncio.run(scenario())
-
-
-def test_reasoning_summary_when_asked(proxy) -> None:
-    backend, server = proxy
-    backend.script(Script(pieces=REASONING_TEXT_CALLS[:6], delay=0.005))
-    events = stream_raw(server, {"model": "m", "input": "x", "reasoning": {"summary": "auto"}})
-    final = check_contract(events)
-    reasoning = final["output"][0]
-    assert reasoning["summary"] == [{"type": "summary_text", "text": "Two cities, two calls."}]
-    deltas = [e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"]
-    assert "".join(deltas) == "Two cities, two calls."
-    assert [e["type"] for e in events].count("response.reasoning_summary_part.done") == 1

@@ -29,6 +29,7 @@ from app.pipeline.stream import ChoicesEncoder, ChoiceStream, Encoder, EventStre
 from app.pipeline.validate import check_ask
 from app.runtime import Runtime, render_error
 from app.templates.chat_template import TemplateError
+from app.tenancy import SINGLE, request_tenant
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -46,6 +47,11 @@ class RequestScope:
     release: Callable[[], None] = lambda: None
     #: headers the answer carries whatever its shape (``X-Toolwire-Max-Tokens``)
     headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tenant(self) -> str:
+        """Whose request this is (``app.tenancy``)."""
+        return request_tenant(self.request.scope) if self.request is not None else SINGLE
 
 
 Answer = Callable[[Plan, list[Event], Finished], Response]

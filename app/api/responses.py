@@ -47,12 +47,12 @@ from app.pipeline.ask import Ask
 from app.pipeline.plan import Plan
 from app.pipeline.run import Finished
 from app.runtime import Runtime
+from app.state import ChainLimits, StoredResponse, StoreUnavailable
 from parsers.events import Event
 from parsers.fold import CallHolder
 
 log = logging.getLogger("toolwire")
 
-MAX_CHAIN = 256  # earlier responses followed through previous_response_id
 EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 _SKIPPED_ITEMS = frozenset({"web_search_call", "file_search_call", "computer_call", "computer_call_output",
@@ -193,22 +193,41 @@ class Decoder:
         self._flush()
 
 
-async def history(runtime: Runtime, previous: str | None) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """The stored chain before this request, oldest first: (input items, output items) per response."""
-    chain: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = []
+def store_unavailable(exc: StoreUnavailable) -> APIError:
+    log.warning("response store unavailable: %s", exc)
+    return APIError(503, "the response store is unavailable; retry shortly", "server_error",
+                    code="store_unavailable", headers={"Retry-After": "1"})
+
+
+async def history(runtime: Runtime, previous: str | None,
+                  tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """The stored chain before this request, oldest first: (input items, output items) per response.
+    A chain that is broken (a link expired or deleted) or longer than the limits is a 4xx naming it."""
     store = runtime.responses
-    while previous is not None:
-        if store is None or len(chain) >= MAX_CHAIN:
-            break
-        record = await store.get(previous)
-        if record is None:
-            if not chain:
-                raise APIError(404, f"Previous response with id {previous!r} not found.", param="previous_response_id",
-                               code="previous_response_not_found")
-            break
-        chain.append((record.get("input") or [], (record.get("response") or {}).get("output") or []))
-        previous = record.get("previous_response_id")
-    return chain[::-1]
+    if previous is None or store is None:
+        return []
+    s = runtime.settings
+    try:
+        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes))
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    if chain.missing == previous:
+        raise APIError(404, f"Previous response with id {previous!r} not found.", param="previous_response_id",
+                       code="previous_response_not_found")
+    if chain.missing is not None:
+        raise bad_request(f"previous_response_id: the conversation is broken: its earlier response "
+                          f"{chain.missing!r} no longer exists (expired or deleted), so its history cannot be "
+                          "rebuilt; send the history as input instead", "previous_response_id",
+                          code="previous_response_chain_broken")
+    if chain.over == "links":
+        raise bad_request(f"previous_response_id: the conversation is longer than {s.max_chain_links} responses "
+                          "(--max-chain-links); send the history as input instead", "previous_response_id",
+                          code="previous_response_chain_too_long")
+    if chain.over == "bytes":
+        raise bad_request(f"previous_response_id: the stored conversation is larger than {s.max_chain_bytes} bytes "
+                          "(--max-chain-bytes); send the history as input instead", "previous_response_id",
+                          code="previous_response_chain_too_large")
+    return [(record.input, record.response.get("output") or []) for record in chain.responses]
 
 
 def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) -> Ask:
@@ -260,7 +279,8 @@ async def create_response(body: Any, runtime: Runtime, scope: RequestScope) -> R
         decoder = Decoder(tools, signer)
         if request.instructions:
             decoder.turns.append(Turn("system", request.instructions))
-        for n, (inputs, outputs) in enumerate(await history(runtime, request.previous_response_id)):
+        tenant = scope.tenant
+        for n, (inputs, outputs) in enumerate(await history(runtime, request.previous_response_id, tenant)):
             decoder.decode(inputs, f"previous response {n} input", trusted=True)
             decoder.decode(outputs, f"previous response {n} output", trusted=True)
         items = normalised_input(request.input)
@@ -286,8 +306,7 @@ async def create_response(body: Any, runtime: Runtime, scope: RequestScope) -> R
 
     async def save(final: dict[str, Any]) -> None:
         if store is not None:
-            await store.put(response_id, {"response": final, "input": items,
-                                          "previous_response_id": request.previous_response_id})
+            await store.put(StoredResponse(response_id, "", final, items, request.previous_response_id), tenant)
 
     def items_for(events: bool) -> ResponseItems:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
@@ -310,24 +329,33 @@ async def create_response(body: Any, runtime: Runtime, scope: RequestScope) -> R
     return response
 
 
-async def retrieve_response(response_id: str, runtime: Runtime) -> Response:
-    record = await runtime.responses.get(response_id) if runtime.responses else None
+async def stored(response_id: str, runtime: Runtime, tenant: str) -> StoredResponse:
+    """A stored response of ``tenant``'s (404 for any other, as for an id that does not exist)."""
+    try:
+        record = await runtime.responses.get(response_id, tenant) if runtime.responses else None
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
     if record is None:
         raise not_found(response_id)
-    return JSONResponse(record["response"])
+    return record
 
 
-async def delete_response(response_id: str, runtime: Runtime) -> Response:
-    if runtime.responses is None or not await runtime.responses.delete(response_id):
+async def retrieve_response(response_id: str, runtime: Runtime, tenant: str) -> Response:
+    return JSONResponse((await stored(response_id, runtime, tenant)).response)
+
+
+async def delete_response(response_id: str, runtime: Runtime, tenant: str) -> Response:
+    try:
+        deleted = runtime.responses is not None and await runtime.responses.delete(response_id, tenant)
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    if not deleted:
         raise not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-async def input_items(response_id: str, request: Request, runtime: Runtime) -> Response:
-    record = await runtime.responses.get(response_id) if runtime.responses else None
-    if record is None:
-        raise not_found(response_id)
-    items = list(record.get("input") or [])
+async def input_items(response_id: str, request: Request, runtime: Runtime, tenant: str) -> Response:
+    items = list((await stored(response_id, runtime, tenant)).input)
     if request.query_params.get("order", "desc") != "asc":
         items.reverse()
     after = request.query_params.get("after")

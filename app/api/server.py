@@ -39,6 +39,7 @@ from app.logs import request_id
 from app.metrics import Metrics
 from app.runtime import Runtime
 from app.settings import Settings
+from app.tenancy import request_tenant, tenant_of
 
 log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
@@ -95,6 +96,13 @@ def model_object(model_id: str) -> dict[str, object]:
     return {"id": model_id, "object": "model", "created": int(time.time()), "owned_by": "toolwire"}
 
 
+def _presented_key(headers: dict[bytes, bytes]) -> bytes:
+    """The API key a request presents: a bearer token, else Anthropic clients' ``x-api-key``."""
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    given = token.strip() if scheme.lower() == b"bearer" else b""
+    return given or headers.get(b"x-api-key", b"").strip()
+
+
 class EdgeMiddleware:
     """Pure ASGI middleware: request id (``X-Request-ID`` honoured and returned), bearer auth on
     ``/v1/*`` (and ``/metrics`` unless open), request counts and latency, one access-log line per
@@ -109,9 +117,7 @@ class EdgeMiddleware:
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         if not self.keys:
             return True
-        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-        given = token.strip() if scheme.lower() == b"bearer" else b""
-        given = given or headers.get(b"x-api-key", b"").strip()  # Anthropic clients' header
+        given = _presented_key(headers)
         if not given:
             return False
         matched = False
@@ -150,7 +156,10 @@ class EdgeMiddleware:
             protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
             credentials = [v for k, v in scope["headers"] if k in (b"authorization", b"x-api-key")]
             authorized = len(credentials) <= 1 and self._authorized(headers)
-            scope.setdefault("state", {})["authorized"] = authorized
+            state = scope.setdefault("state", {})
+            state["authorized"] = authorized
+            if authorized and self.keys:
+                state["tenant"] = tenant_of(_presented_key(headers))
             if protected and len(credentials) > 1:
                 response = refuse(400, "send one credential: more than one Authorization / x-api-key header",
                                   "ambiguous_credentials")
@@ -295,11 +304,11 @@ def add_responses_routes(app: FastAPI, runtime: Runtime, take_slot: Callable[[],
     async def one(request: Request) -> Response:
         response_id = request.path_params["response_id"]
         if request.method == "DELETE":
-            return await delete_response(response_id, runtime)
-        return await retrieve_response(response_id, runtime)
+            return await delete_response(response_id, runtime, request_tenant(request.scope))
+        return await retrieve_response(response_id, runtime, request_tenant(request.scope))
 
     async def items(request: Request) -> Response:
-        return await input_items(request.path_params["response_id"], request, runtime)
+        return await input_items(request.path_params["response_id"], request, runtime, request_tenant(request.scope))
 
     app.add_route("/v1/responses", create, methods=["POST"])
     app.add_route("/v1/responses/{response_id}", one, methods=["GET", "DELETE"])

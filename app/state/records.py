@@ -1,0 +1,108 @@
+"""What the response store holds, typed: one ``StoredResponse`` per stored response, and the
+``Chain`` of responses a continuation (``previous_response_id``) reads back.
+
+A record belongs to its ``owner``: a keyed digest of the API key that made it (``""`` when the
+server has no keys: one tenant), never the key. Its ``body`` is the encoded JSON of what the API
+needs back (the response object, this turn's input items, the previous response's id); ``size`` is
+that encoding's length in bytes, which every byte bound counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+
+class StoreUnavailable(Exception):
+    """The store could not be read or written (Redis down, disk full, a corrupt file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """One stored response: the object ``GET /v1/responses/{id}`` returns, the input items of the
+    request that made it, and the response it continued."""
+
+    id: str
+    owner: str
+    response: dict[str, Any]
+    input: list[dict[str, Any]] = field(default_factory=list)
+    previous_response_id: str | None = None
+
+    def encode(self) -> bytes:
+        """The record's body as stored (owner and links are kept beside it, not in it)."""
+        return orjson.dumps({"response": self.response, "input": self.input,
+                             "previous_response_id": self.previous_response_id})
+
+    @classmethod
+    def decode(cls, response_id: str, owner: str, body: bytes) -> StoredResponse:
+        data = orjson.loads(body)
+        return cls(response_id, owner, data.get("response") or {}, data.get("input") or [],
+                   data.get("previous_response_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLimits:
+    """What one continuation may load: links followed, and bytes of stored records read."""
+
+    links: int = 256
+    bytes: int = 16 << 20
+
+
+@dataclass(slots=True)
+class Chain:
+    """The responses a continuation builds on, oldest first, as far as they could be read.
+
+    ``missing`` is the id of a link that could not be found (expired, deleted, another owner's)
+    — the responses before it are not in ``responses``; ``over`` names the limit that stopped the
+    walk (``"links"`` or ``"bytes"``), and ``size`` is the bytes read. ``ids`` are the responses'
+    ids newest first (the order the walk met them)."""
+
+    responses: list[StoredResponse] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    missing: str | None = None
+    over: str | None = None
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One stored record as a chain walk sees it before reading its body."""
+
+    id: str
+    owner: str
+    previous: str | None
+    size: int
+
+
+def walk(first: str, links: dict[str, Link], owner: str, limits: ChainLimits) -> Chain:
+    """Which records a continuation from ``first`` reads (``links``: what the store found, by id):
+    the walk stops at the first link that is absent or not ``owner``'s, and before a limit would be
+    passed. The ``Chain`` it returns has no responses yet; ``ids`` lists the ones to read, newest
+    first."""
+    chain = Chain()
+    wanted: str | None = first
+    while wanted is not None:
+        link = links.get(wanted)
+        if link is None or link.owner != owner:
+            chain.missing = wanted
+            break
+        if len(chain.ids) >= limits.links:
+            chain.over = "links"
+            break
+        if chain.size + link.size > limits.bytes:
+            chain.over = "bytes"
+            break
+        chain.ids.append(link.id)
+        chain.size += link.size
+        wanted = link.previous
+    return chain
+
+
+def owner_digest(secret: bytes, tenant: str) -> str:
+    """The owner a store records for ``tenant``: a digest keyed with the store's own secret, so the
+    stored value says nothing about the key even to someone who reads the store."""
+    return hmac.new(secret, b"toolwire owner\0" + tenant.encode(), hashlib.sha256).hexdigest()
