@@ -3,6 +3,8 @@ it (one list per network read), its items collected."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from app.backends.base import Finish, TextDelta
@@ -24,3 +26,21 @@ def run(decoder: Decoder, *reads: list[Event]) -> tuple[list[TextDelta], list[Fi
 
 def text_of(deltas: list[TextDelta], index: int = 0) -> str:
     return "".join(d.text for d in deltas if d.index == index)
+
+
+RECORDED = Path(__file__).resolve().parent.parent.parent / "data" / "backends"
+
+
+def recorded(name: str) -> list[Event]:
+    """The events of a stream recorded from a real backend (``tests/data/backends/NAME``; the model's
+    local path shortened to ``/models/``), as ``sse_batches`` decodes them."""
+    events: list[Event] = []
+    for line in (RECORDED / name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("data: "):
+            events.append(None if line[6:] == "[DONE]" else json.loads(line[6:]))
+    return events
+
+
+def answer(name: str) -> Any:
+    """A JSON answer recorded from a real backend (``tests/data/backends/NAME``)."""
+    return json.loads((RECORDED / name).read_text(encoding="utf-8"))

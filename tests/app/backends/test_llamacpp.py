@@ -15,7 +15,7 @@ from app.backends.dialect import PublishedTemplate
 from app.backends.llamacpp import LlamaCpp, token_probabilities
 from app.constraints.tools import ReasoningGate
 from app.errors import BackendError
-from tests.app.backends.events import run
+from tests.app.backends.events import answer, recorded, run
 
 
 def token(content: str, i: int = 0, **extra: Any) -> dict:
@@ -169,3 +169,41 @@ def test_tokenize_request_and_count() -> None:
     assert LlamaCpp().token_count({"tokens": [1, 2, 3]}) == 3
     with pytest.raises(BackendError, match="without tokens"):
         LlamaCpp().token_count({"error": "x"})
+
+
+# ------------------------------------------------------------- streams recorded from a real llama-server
+
+@pytest.mark.parametrize("per_read", [1, 3, 100])
+def test_a_recorded_stream_with_probabilities_however_it_was_read(per_read: int) -> None:
+    """SmolLM2 on llama-server, ``n_probs`` 2, 12 tokens: one token came with no text of its own
+    (``content: ""``, held back by the server) and its text arrived with the next one."""
+    events = recorded("llamacpp-completion-logprobs.sse")
+    reads = [events[i:i + per_read] for i in range(0, len(events), per_read)]
+    deltas, (finish,) = run(LlamaCpp().decoder(GenerationRequest("p", logprobs=2)), *reads)
+    contents = [e["content"] for e in events if e is not None]
+    assert "".join(d.text for d in deltas) == "".join(contents) and "" in contents
+    assert sum(d.tokens for d in deltas) == sum(1 for c in contents if c)
+    assert deltas[0].prompt_tokens == 15 and all(d.prompt_tokens is None for d in deltas[1:])
+    pieces = [piece for d in deltas for piece in d.pieces or []]
+    assert "".join(text for text, _ in pieces) == "".join(contents)
+    assert sum(len(tokens) for _, tokens in pieces) == 12  # every token reported once, none lost
+    held = next(tokens for _, tokens in pieces if len(tokens) == 2)
+    assert held[0].token == "" and held[0].top[0].token == " of"
+    assert finish.reason == "length" and finish.usage is not None
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (15, 12, 0)
+
+
+def test_a_recorded_stream_without_probabilities() -> None:
+    deltas, (finish,) = run(LlamaCpp().decoder(GenerationRequest("p")), recorded("llamacpp-completion-limit.sse"))
+    (delta,) = deltas
+    assert delta.text == "The number of ways to choose" and delta.tokens == 6 and delta.pieces is None
+    assert finish.reason == "length" and finish.usage is not None and finish.usage.completion_tokens == 6
+
+
+def test_facts_from_a_real_llama_servers_answers() -> None:
+    facts = LlamaCpp().facts({"models": answer("llamacpp-models.json"), "props": answer("llamacpp-props.json"),
+                              "bos": {"tokens": []}})
+    assert facts.model == "/models/SmolLM2-135M-Instruct.Q4_1.gguf" and facts.context_length == 2048
+    assert facts.template is not None and facts.template.source.startswith("{% for message in messages %}")
+    assert (facts.template.bos_token, facts.template.eos_token) == ("<|im_start|>", "<|im_end|>")
+    assert LlamaCpp.recognises(answer("llamacpp-props.json"))

@@ -9,7 +9,7 @@ import pytest
 from app.backends.base import GenerationRequest, Sampling, TokenLogprob
 from app.backends.openai_completions import CompletionsDecoder, OpenAICompletions, legacy_logprobs, split_piece
 from app.errors import BackendError
-from tests.app.backends.events import run
+from tests.app.backends.events import recorded, run
 
 
 def chunk(text: str = "", finish: str | None = None, index: int = 0, usage: Any = None, **choice: Any) -> dict:
@@ -172,3 +172,15 @@ def test_the_generic_dialect_constrains_nothing_and_counts_no_tokens() -> None:
     assert not OpenAICompletions.tokenizes and not OpenAICompletions.native_n
     assert OpenAICompletions.sniff is None  # the fallback kind
     assert isinstance(OpenAICompletions().decoder(GenerationRequest("p")), CompletionsDecoder)
+
+
+def test_a_stream_recorded_from_llama_servers_openai_completions() -> None:
+    """llama-server's ``/v1/completions`` (SmolLM2, 6 tokens): text chunks, a finish chunk carrying
+    the usage with cached prompt tokens, ``[DONE]``."""
+    decoder = OpenAICompletions().decoder(GenerationRequest("p"))
+    deltas, (finish,) = run(decoder, recorded("llamacpp-v1-completions.sse"))
+    (delta,) = deltas
+    assert delta.text == "The number of ways to choose" and delta.tokens == 6
+    assert finish.reason == "length" and finish.usage is not None
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (15, 6, 14)
+    assert decoder.stop and decoder.complete
