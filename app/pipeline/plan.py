@@ -199,7 +199,7 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
     turns, prefill = continued(ask)
     prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
-    if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
+    if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
     specs = tuple(t.spec for t in tools)
