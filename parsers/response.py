@@ -24,8 +24,11 @@ class ResponseParser:
         return bool((self.reasoning and self.reasoning._program.failed) or (self.tools and self.tools._program.failed))
 
     def feed(self, text: str) -> list[Event]:
-        events: list[Event] = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
-        return self._through_tools(events, final=False)
+        if self.reasoning is None:
+            if self.tools is not None:  # the tool parser's events are already this chunk's own list
+                return self.tools.feed(text)
+            return [Content(text)] if text else []
+        return self._through_tools(self.reasoning.feed(text), final=False)
 
     def end(self, truncated: bool = False) -> list[Event]:
         events = self.reasoning.end(truncated) if self.reasoning is not None else []

@@ -217,8 +217,19 @@ class Driver:
         if text and self._trailing is not None:
             text = self._trailing.feed(text)
         if text:
-            self.cursor.feed(text)
-            self._run()
+            cursor = self.cursor
+            cursor.feed(text)
+            lane = cursor.lane
+            if lane is None:
+                self._run()
+            else:  # the suspended primitive's shortcut (``parsers.core.cursor``); else resume it
+                try:
+                    taken = lane()
+                except Exception:  # a detector bug must never reach the client
+                    self._fail()
+                else:
+                    if not taken:
+                        self._run()
         return self.out.take()
 
     def finish(self, truncated: bool = False) -> list[Event]:
@@ -243,6 +254,7 @@ class Driver:
         return self.out.take()
 
     def _run(self) -> None:
+        self.cursor.lane = None  # a lane is valid only at the suspension that left it
         if self._done:
             self._flush_unplaced()
             return
@@ -252,9 +264,12 @@ class Driver:
             self._done = True
             self._flush_unplaced()
         except Exception:  # a detector bug must never reach the client
-            log.exception("detector program failed; passing the rest of the output through as content")
-            self.failed = True
-            self._abandon()
+            self._fail()
+
+    def _fail(self) -> None:
+        log.exception("detector program failed; passing the rest of the output through as content")
+        self.failed = True
+        self._abandon()
 
     def _abandon(self) -> None:
         self._done = True

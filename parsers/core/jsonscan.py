@@ -38,6 +38,11 @@ class JsonValueScan:
         self.kind = ""  # "", "container", "string", "scalar"
         self._structure = re.compile("[" + re.escape('"{}[]' + stop_chars) + "]")
 
+    def string_runs_on(self, buf: str, pos: int) -> bool:
+        """True when the value is inside a string (not after a backslash) and ``buf[pos:]`` is
+        all string text: ``advance`` would consume it whole and find no end."""
+        return self.in_string and not self.escape and _IN_STRING.search(buf, pos) is None
+
     def advance(self, buf: str, pos: int, eof: bool = False) -> tuple[int, Scan]:
         """Scan from ``pos`` (the value's first character on the first call, which must not be
         whitespace); returns ``(end, state)`` where ``buf[pos:end]`` belongs to the value."""
