@@ -278,23 +278,24 @@ class Cursor:
                 continue
             if self.eof:
                 return False
-            if scan.in_string:
+            if scan.in_string:  # a long string argument: the next chunks can skip the resumption
                 if lane is None:
                     lane = self._string_lane(scan, write)
                 self.lane = lane
             yield
 
     def _string_lane(self, scan: JsonValueScan, write: Write) -> Callable[[], bool]:
-        """``json_value``'s lane inside a string: new text that cannot end the string (or begin an
-        escape) is written and consumed."""
+        """``json_value``'s lane inside a string: new text that does not end the string is taken
+        into the scan, written and consumed."""
         runs_on = scan.string_runs_on
 
         def lane() -> bool:
             buf, pos = self.buf, self.pos
             if not runs_on(buf, pos):
                 return False
-            write(buf[pos:])
-            self.pos = len(buf)
+            if pos < len(buf):
+                write(buf[pos:])
+                self.pos = len(buf)
             return True
 
         return lane

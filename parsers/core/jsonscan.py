@@ -39,9 +39,31 @@ class JsonValueScan:
         self._structure = re.compile("[" + re.escape('"{}[]' + stop_chars) + "]")
 
     def string_runs_on(self, buf: str, pos: int) -> bool:
-        """True when the value is inside a string (not after a backslash) and ``buf[pos:]`` is
-        all string text: ``advance`` would consume it whole and find no end."""
-        return self.in_string and not self.escape and _IN_STRING.search(buf, pos) is None
+        """When the value is inside a string and ``buf[pos:]`` does not end it: take that text in
+        (as ``advance`` would, which then returns ``(len(buf), MORE)``) and return ``True``.
+        Otherwise return ``False`` and change nothing."""
+        if not self.in_string:
+            return False
+        n = len(buf)
+        escape = self.escape
+        if escape:
+            if pos >= n:
+                return True
+            pos += 1
+            escape = False
+        search = _IN_STRING.search
+        while True:
+            match = search(buf, pos)
+            if match is None:
+                break
+            if match.group() == '"':  # the string ends here: ``advance`` decides what follows
+                return False
+            pos = match.end() + 1  # a backslash and the character it escapes
+            if pos > n:
+                escape = True
+                break
+        self.escape = escape
+        return True
 
     def advance(self, buf: str, pos: int, eof: bool = False) -> tuple[int, Scan]:
         """Scan from ``pos`` (the value's first character on the first call, which must not be
