@@ -2,7 +2,8 @@
 
 A *program* is a generator function ``(cursor, out) -> Generator`` (``Program``): it reads the
 model's output through a ``Cursor`` and writes events through an ``Out``. The driver resumes it
-after each fed chunk and runs it to completion at ``finish()``. Whatever the program does not place
+after each fed chunk — or takes the lane it left (``parsers.core.cursor``), which does the same
+without resuming it — and runs it to completion at ``finish()``. Whatever the program does not place
 is content: text left unconsumed when it returns, and — if it raises, which is a bug but must never
 reach a client — everything from that point on (an open call is then ended as not ok).
 """
@@ -226,6 +227,7 @@ class Driver:
                 try:
                     taken = lane()
                 except Exception:  # a detector bug must never reach the client
+                    log.exception("detector program failed; passing the rest of the output through as content")
                     self._fail()
                 else:
                     if not taken:
@@ -264,10 +266,10 @@ class Driver:
             self._done = True
             self._flush_unplaced()
         except Exception:  # a detector bug must never reach the client
+            log.exception("detector program failed; passing the rest of the output through as content")
             self._fail()
 
     def _fail(self) -> None:
-        log.exception("detector program failed; passing the rest of the output through as content")
         self.failed = True
         self._abandon()
 
