@@ -116,6 +116,7 @@ def test_a_detector_bug_hit_in_a_lane_is_contained() -> None:
     driver = Driver(program)
     assert driver.feed("abc") == []
     assert driver.cursor.lane is not None  # the second chunk goes through the lane
-    events = driver.feed("def") + driver.finish()
+    events = driver.feed("def") + driver.feed("ghi") + driver.finish()
     assert driver.failed
-    assert events == [Content("def")]  # the text the failed write was given passes on as content
+    assert written == ["abc", "def"]  # the failed program's lane is not taken again
+    assert "".join(e.text for e in events if isinstance(e, Content)) == "defghi"  # the rest is content

@@ -275,6 +275,7 @@ class Driver:
 
     def _abandon(self) -> None:
         self._done = True
+        self.cursor.lane = None  # the program will not run again: nor will its lane
         if self.out.calls.open:
             self.out.calls.end(False)
         self._flush_unplaced()
