@@ -18,6 +18,9 @@ from enum import IntEnum
 
 _IN_STRING = re.compile(r'["\\]')
 _SCALAR_CHARS = re.compile(r"[-+.0-9A-Za-z]*")
+#: string text: no quote, every backslash with the character it escapes (stops at a quote, or at a
+#: backslash that is the last character)
+_STRING_RUN = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 
 
 class Scan(IntEnum):
@@ -45,25 +48,20 @@ class JsonValueScan:
         if not self.in_string:
             return False
         n = len(buf)
-        escape = self.escape
-        if escape:
+        if self.escape:
             if pos >= n:
                 return True
-            pos += 1
-            escape = False
-        search = _IN_STRING.search
-        while True:
-            match = search(buf, pos)
-            if match is None:
-                break
-            if match.group() == '"':  # the string ends here: ``advance`` decides what follows
-                return False
-            pos = match.end() + 1  # a backslash and the character it escapes
-            if pos > n:
-                escape = True
-                break
-        self.escape = escape
-        return True
+            pos += 1  # the character the backslash escapes
+        found = _STRING_RUN.match(buf, pos)  # matches at least ""
+        assert found is not None
+        end = found.end()
+        if end == n:
+            self.escape = False
+            return True
+        if buf[end] == "\\":  # a backslash as the last character: its pair is in the next chunk
+            self.escape = True
+            return True
+        return False  # a quote: the string ends here, and ``advance`` decides what follows
 
     def advance(self, buf: str, pos: int, eof: bool = False) -> tuple[int, Scan]:
         """Scan from ``pos`` (the value's first character on the first call, which must not be
