@@ -9,7 +9,9 @@ each readable only by the tenant that stored it (``tenant``: the request's tenan
 * ``delete(id, tenant)`` → whether it was there (and the tenant's);
 * ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
   read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
-* ``ping()`` → whether the store answers now (readiness); ``close()``.
+* ``ping()`` → whether the store answers now (readiness); ``close()``;
+* the runs of background responses (``app.state.runs``): ``open_run``, ``append_run``,
+  ``settle_run``, ``read_run``.
 
 Every failure to reach or use the store is ``StoreUnavailable``. The store is bounded: by age
 (``ttl``), by record count and by the bytes of all its records (the oldest go first, on every
@@ -23,9 +25,10 @@ from typing import Protocol
 
 from app.settings import Settings
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.runs import Batch, RunLimits, RunRead, RunState, RunStore
 
 
-class ResponseStore(Protocol):
+class ResponseStore(RunStore, Protocol):
     async def put(self, record: StoredResponse, tenant: str) -> None: ...
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None: ...
@@ -55,4 +58,5 @@ def open_store(settings: Settings) -> ResponseStore:
                        settings.response_store_max_bytes)
 
 
-__all__ = ["Chain", "ChainLimits", "ResponseStore", "StoreUnavailable", "StoredResponse", "open_store"]
+__all__ = ["Batch", "Chain", "ChainLimits", "ResponseStore", "RunLimits", "RunRead", "RunState", "StoreUnavailable",
+           "StoredResponse", "open_store"]

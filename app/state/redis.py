@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -28,6 +29,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.redis_runs import RedisRuns
 
 PREFIX = "toolwire:"
 
@@ -109,8 +111,8 @@ return out
 _RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
-class RedisStore:
-    """See the module docstring."""
+class RedisStore(RedisRuns):
+    """See the module docstring; the runs of background responses: ``app.state.redis_runs``."""
 
     def __init__(self, url: str, ttl: float, max_rows: int, max_bytes: int, prefix: str = PREFIX) -> None:
         self.ttl = max(1, int(ttl))
@@ -123,6 +125,7 @@ class RedisStore:
         self._get = self._client.register_script(_GET)
         self._delete = self._client.register_script(_DELETE)
         self._chain = self._client.register_script(_CHAIN)
+        self._register_runs(_COMMON)
 
     async def _call(self, work: Any) -> Any:
         try:
@@ -135,10 +138,13 @@ class RedisStore:
     def _args(self, tenant: str, *rest: str | bytes | float) -> list[str | bytes | int | float]:
         return [self.prefix, tenant, secrets.token_bytes(32), *rest]
 
+    def _put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
+        """The ``put`` script's call for ``record`` (on ``client``: a pipeline, to write it with more)."""
+        return self._put(args=self._args(tenant, record.id, record.previous_response_id or "", record.encode(),
+                                         time.time(), self.ttl, self.max_rows, self.max_bytes), client=client)
+
     async def put(self, record: StoredResponse, tenant: str) -> None:
-        await self._call(self._put(args=self._args(tenant, record.id, record.previous_response_id or "",
-                                                   record.encode(), time.time(), self.ttl, self.max_rows,
-                                                   self.max_bytes)))
+        await self._call(self._put_call(record, tenant))
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
         found = await self._call(self._get(args=self._args(tenant, response_id)))
