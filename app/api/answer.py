@@ -99,6 +99,12 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
+    return await launch(ask, planned, model, ex)
+
+
+async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
+    """Start the ``ask.n`` answers of a request already planned (each choice's first backend item
+    has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
@@ -184,4 +190,5 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-__all__ = ["Build", "ClientGone", "Exchange", "Run", "plan", "prepare", "start", "stream", "until_gone", "whole"]
+__all__ = ["Build", "ClientGone", "Exchange", "Run", "launch", "plan", "prepare", "start", "stream", "until_gone",
+           "whole"]
