@@ -57,10 +57,18 @@ class Settings(BaseSettings):
     response_store: str | None = Field(
         None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
         "shared by several replicas")
-    response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
-    response_store_max: int = Field(100_000, ge=1, description="most responses the store keeps (oldest go first)")
+    response_ttl: float = Field(
+        30 * 24 * 3600, gt=0, description="seconds a stored response is kept (a conversation: after its last write)")
+    response_store_max: int = Field(
+        100_000, ge=1, description="most responses and conversations the store keeps (oldest go first)")
     response_store_max_bytes: int = Field(
-        1 << 30, ge=1 << 20, description="most bytes of stored responses the store keeps (oldest go first)")
+        1 << 30, ge=1 << 20, description="most bytes of stored responses and conversations the store keeps (oldest "
+        "go first)")
+    conversation_max_items: int = Field(
+        10_000, ge=1, description="most items one conversation holds (a write past it: 400)")
+    conversation_max_bytes: int = Field(
+        16 << 20, ge=1 << 16, description="most bytes of items one conversation holds, all of which a response in it "
+        "reads (a write past it: 400)")
     max_chain_links: int = Field(
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
@@ -105,6 +113,9 @@ class Settings(BaseSettings):
     header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
+    render_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="bytes of earlier renders kept per process so a conversation's next "
+        "turn re-renders only what is new, where the chat template is proven to allow it (0: off; see README)")
     max_render_ms: float = Field(
         3000, gt=0, description="longest a large request may take to check and render (beyond: 400); the loop "
         "keeps serving meanwhile")

@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from starlette.responses import JSONResponse, Response
@@ -56,6 +56,8 @@ from app.state import Batch, ResponseStore, RunLimits, RunState, StoredResponse,
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
+#: what is done with a response once it has ended and is stored (the error that kept it from happening)
+Ending = Callable[[dict[str, Any]], Awaitable[APIError | None]]
 
 #: seconds between writes of a background response's new events
 FLUSH = 0.2
@@ -122,8 +124,10 @@ def store_of(services: Services) -> ResponseStore:
 
 
 async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
-                previous: str | None, stream: bool) -> Response:
-    """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer."""
+                previous: str | None, stream: bool, conversation: Ending | None = None) -> Response:
+    """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer.
+    ``conversation``, when given, is called with the response once it is stored completed or
+    incomplete (to add its items to its conversation)."""
     settings = ex.settings
     if settings.max_background == 0:
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
@@ -137,7 +141,7 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
         lead = items.take()
         record = StoredResponse(head["id"], "", queued, inputs, previous)
         await store_call(store.open_run(record, ex.tenant, Batch(0, lead, items.seq), run_limits(settings)))
-        generation = Generation(ex, store, ask, planned, model, record, items)
+        generation = Generation(ex, store, ask, planned, model, record, items, conversation)
         listener = generation.listen() if stream else None
         ticket.start(record.id, generation.run())
     if listener is None:
@@ -154,7 +158,8 @@ class Generation:
     """One background response being generated: the detached task (``run``) and what it keeps."""
 
     def __init__(self, ex: Exchange, store: ResponseStore, ask: Ask, planned: Plan, model: ServedModel,
-                 record: StoredResponse, items: ResponseItems) -> None:
+                 record: StoredResponse, items: ResponseItems, conversation: Ending | None = None) -> None:
+        self.conversation = conversation
         self.services = ex.services
         self.ready = ex.ready
         self.store = store
@@ -380,6 +385,10 @@ class Generation:
             data, count = self._take()
             state, stored = await self._settle(data, count, with_status(self.record, final))
             self._close(state, stored, data)
+            if stored and self.conversation is not None:
+                problem = await self.conversation(final)
+                if problem is not None:
+                    log.warning("background response %s not added to its conversation: %s", self.id, problem.message)
         finally:
             await self._stop(ticker)
             if choices is not None:

@@ -56,6 +56,7 @@ class ResponsesRequest(Lenient):
     text: TextConfig | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     stream: bool = False
@@ -77,7 +78,7 @@ def parse_request(body: Any) -> ResponsesRequest:
     if request.background and request.store is False:
         raise bad_request("background responses must be stored: send store: true (the default) with background",
                           "background")
-    if request.input is None and request.previous_response_id is None:
+    if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
     return request
 
