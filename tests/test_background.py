@@ -404,3 +404,25 @@ def test_a_store_outage_while_generating_never_reports_a_false_completion(backen
         assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     finally:
         redis.stop()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_background_response_joins_its_conversation_and_the_item_index(store: str, request: pytest.FixtureRequest,
+                                                                         backend_factory, proxy_factory) -> None:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    shared = {"response_store": request.getfixturevalue("redis").url, "thinking_secret": "s"} if store == "redis" else {}
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), **shared)
+    client = client_for(server)
+    conversation = client.conversations.create(items=[{"role": "user", "content": "My name is Ada."}])
+    backend.script(Script(pieces=["Hello ", "Ada."], delay=0.05))
+    resp = client.responses.create(model="m", input="Greet me.", conversation=conversation.id, background=True)
+    done = poll(client, resp.id, lambda r: r.status not in UNFINISHED)
+    assert done.status == "completed" and done.output_text == "Hello Ada."
+    assert "My name is Ada." in backend.bodies()[-1]["prompt"]
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [getattr(item, "role", None) for item in items] == ["user", "user", "assistant"]
+    answer = done.output[-1]
+    backend.script(Script(pieces=["Quoted."]))
+    client.responses.create(model="m", input=[{"type": "item_reference", "id": answer.id},  # type: ignore[list-item]
+                                              {"role": "user", "content": "Again?"}])
+    assert "Hello Ada." in backend.bodies()[-1]["prompt"]  # found through the item index
