@@ -111,6 +111,21 @@ def test_create_then_poll_as_openai_documents_it(proxy) -> None:
     assert "Once upon a time." in backend.bodies()[-1]["prompt"] and after.output_text == "The end."
 
 
+def test_a_backend_failure_ends_a_background_response_failed(proxy) -> None:
+    backend, server = proxy
+    client = client_for(server)
+    backend.script(Script(status=400, error_message="context length exceeded"))
+    refused = poll(client, client.responses.create(model="m", input="x", background=True).id,
+                   lambda r: r.status not in UNFINISHED)
+    assert refused.status == "failed" and "context length exceeded" in refused.error.message  # type: ignore[union-attr]
+    backend.script(Script(pieces=["Hello", " world", "!"], fault="drop", fault_after=2, delay=0.01))
+    dropped = poll(client, client.responses.create(model="m", input="x", background=True).id,
+                   lambda r: r.status not in UNFINISHED)
+    assert dropped.status == "failed" and dropped.output_text == "Hello world"  # the output it had
+    events = events_of(resume(server, dropped.id))
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+
+
 def test_a_background_response_survives_its_client_leaving(proxy) -> None:
     backend, server = proxy
     backend.script(Script(pieces=["tick "] * 30, delay=0.03))
