@@ -126,6 +126,25 @@ def test_a_backend_failure_ends_a_background_response_failed(proxy) -> None:
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
 
 
+@pytest.mark.parametrize("policy", ["clamp", "reject"])
+def test_max_tokens_is_fitted_before_a_background_response_is_accepted(policy: str, backend_factory,
+                                                                         proxy_factory) -> None:
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), max_tokens_cap=50,
+                           max_tokens_policy=policy)
+    client = client_for(server)
+    backend.script(Script(pieces=["Short."]))
+    if policy == "reject":  # refused at once: no response is created to fail later
+        with pytest.raises(openai.BadRequestError, match="cap of 50"):
+            client.responses.create(model="m", input="x", background=True, max_output_tokens=100)
+        assert not backend.bodies()
+        return
+    raw = client.responses.with_raw_response.create(model="m", input="x", background=True, max_output_tokens=100)
+    assert raw.headers["x-toolwire-max-tokens"] == "clamped from 100 to 50 (--max-tokens-cap 50)"
+    assert poll(client, raw.parse().id, lambda r: r.status == "completed").output_text == "Short."
+    assert backend.bodies()[-1]["max_tokens"] == 50
+
+
 def test_a_background_response_survives_its_client_leaving(proxy) -> None:
     backend, server = proxy
     backend.script(Script(pieces=["tick "] * 30, delay=0.03))

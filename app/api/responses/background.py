@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Exchange, launch, plan
+from app.api.answer import Exchange, fit, launch, plan
 from app.api.responses.encode import ResponseItems, failed_response, finished_response, sse_event
 from app.api.responses.history import store_unavailable
 from app.api.sse import SSEResponse
@@ -124,16 +124,19 @@ def store_of(services: Services) -> ResponseStore:
 
 
 async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
-                previous: str | None, stream: bool, conversation: Ending | None = None) -> Response:
-    """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer.
-    ``conversation``, when given, is called with the response once it is stored completed or
-    incomplete (to add its items to its conversation)."""
+                previous: str | None, stream: bool, conversation: Ending | None = None,
+                headers: dict[str, str] | None = None) -> Response:
+    """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer
+    (with ``headers``). ``conversation``, when given, is called with the response once it is stored
+    completed or incomplete (to add its items to its conversation)."""
     settings = ex.settings
     if settings.max_background == 0:
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
                           "request without background and keep the connection open", "background")
     store = store_of(ex.services)
     planned, model = await plan(ask, ex)
+    await fit(ask, planned, model, ex)
+    headers = {**ex.headers, **(headers or {})}
     async with ex.services.detached.reserve() as ticket:
         queued = {**head, "status": "queued"}
         items.event("response.created", {"response": queued})
@@ -145,13 +148,13 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
         listener = generation.listen() if stream else None
         ticket.start(record.id, generation.run())
     if listener is None:
-        return JSONResponse(queued)
+        return JSONResponse(queued, headers=headers)
 
     def interrupted() -> bytes:  # the server stops before the response ends: how to follow it
         return error_event(items.seq, "server_shutting_down", "the server is shutting down; retrieve the response "
                            f"(GET /v1/responses/{record.id}) for how it ended")
 
-    return SSEResponse(listener, lead=lead, on_interrupt=interrupted)
+    return SSEResponse(listener, lead=lead, on_interrupt=interrupted, headers=headers)
 
 
 class Generation:

@@ -96,7 +96,7 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     if request.background:  # stored by its run; only its items still go to its conversation
         keeper = Keeper(store, False, ctx, ex.settings, tenant, response_id, None) if ctx.conversation else None
         return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
-                                      request.stream, keeper)
+                                      request.stream, keeper, headers)
     choices = await start(ask, ex)
     if request.stream:
         return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
