@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -137,7 +138,7 @@ def test_an_agent_sized_max_tokens_is_fitted_to_the_context(proxy: ProxyServer, 
     lowers the request to what fits after the prompt (counted by llama-server's tokenizer), says so
     in a header, and the agent gets its answer."""
     context = httpx.get(llama.url + "/props", timeout=30).json()["default_generation_settings"]["n_ctx"]
-    prompt = proxy.runtime.template.render(GREETING)
+    prompt = proxy.runtime.model.template.render(GREETING)
     tokens = len(httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True,
                                                            "parse_special": True}, timeout=30).json()["tokens"])
     expected = f"clamped from 32000 to {context - tokens} (context {context}, prompt {tokens} tokens)"
@@ -303,14 +304,18 @@ def test_call_only_round_trip_on_the_real_model(tool_proxy: ProxyServer, monkeyp
     backend = tool_proxy.runtime.model.backend
     assert backend is not None, "the proxy did not probe llama-server at start-up"
     prompts: list[str] = []
-    build = backend.body
+    dialect = backend.dialect
 
-    def recording_body(request: GenerationRequest) -> dict:
-        body = build(request)
-        prompts.append(body["prompt"])
-        return body
+    class Recording:  # the backend's own dialect, each request body it builds recorded
+        def __getattr__(self, name: str) -> Any:
+            return getattr(dialect, name)
 
-    monkeypatch.setattr(backend, "body", recording_body)
+        def body(self, request: GenerationRequest, model: str | None) -> dict:
+            body = dialect.body(request, model)
+            prompts.append(body["prompt"])
+            return body
+
+    monkeypatch.setattr(backend, "dialect", Recording())
     sent: list[dict] = []  # what the openai SDK put on the wire
 
     def record(request: httpx.Request) -> None:
