@@ -47,7 +47,8 @@ class Ask:
     reads (``None``: the template's default; explicit ``template_kwargs`` win); ``thinking_budget``
     caps the reasoning block's tokens where the backend can enforce it. ``top_logprobs`` ``None``
     means no logprobs; a number asks for each content token's logprob and that many alternatives.
-    ``n`` answers are generated from the one prompt, each parsed on its own.
+    ``n`` answers are generated from the one prompt, each parsed on its own. ``format_param`` is the
+    response format's schema as the face spells its place (``text.format.schema`` on Responses).
     """
 
     turns: list[Turn]
@@ -63,3 +64,5 @@ class Ask:
     thinking_budget: int | None = None
     top_logprobs: int | None = None
     n: int = 1
+    #: where the face's request holds the response format's schema (errors name it)
+    format_param: str = "response_format.json_schema.schema"
