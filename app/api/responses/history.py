@@ -27,7 +27,8 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
 async def history(store: ResponseStore | None, settings: Settings, previous: str | None,
                   tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """The stored chain before this request, oldest first: (input items, output items) per response.
-    A chain that is broken (a link expired or deleted) or longer than the limits is a 4xx naming it."""
+    A chain that is broken (a link expired or deleted) or beyond the limits — links, bytes, items
+    (inputs and outputs together) — is a 4xx naming it."""
     if previous is None or store is None:
         return []
     s = settings
@@ -51,7 +52,13 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
         raise bad_request(f"previous_response_id: the stored conversation is larger than {s.max_chain_bytes} bytes "
                           "(--max-chain-bytes); send the history as input instead", "previous_response_id",
                           code="previous_response_chain_too_large")
-    return [(record.input, record.response.get("output") or []) for record in chain.responses]
+    turns = [(record.input, record.response.get("output") or []) for record in chain.responses]
+    items = sum(len(inputs) + len(outputs) for inputs, outputs in turns)
+    if items > s.max_chain_items:  # the decoder walks every item, on the loop: its work stays bounded
+        raise bad_request(f"previous_response_id: the stored conversation holds {items} items, more than one "
+                          f"continuation decodes ({s.max_chain_items}, --max-chain-items); send the history as "
+                          "input instead", "previous_response_id", code="previous_response_chain_too_large")
+    return turns
 
 
 async def stored(store: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:

@@ -7,7 +7,9 @@ chain from ``history``) and encodes the parser events as Responses items (``enco
 
 A store that fails after the answer was generated never costs the client the answer: a stream ends
 with ``error`` and ``response.failed`` (the output included); a whole answer is returned with an
-``X-Toolwire-Warning`` header and ``store: false``.
+``X-Toolwire-Warning`` header and ``store: false``. A response larger than
+``--max-stored-response-bytes`` is not stored either: refused (413) before generating when its input
+alone is, answered as for a failed store when its output takes it over.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+
+import orjson
 
 from starlette.responses import JSONResponse, Response
 
@@ -33,6 +37,9 @@ from parsers.fold import CallHolder
 log = logging.getLogger("toolwire")
 
 NOT_STORED = "response not stored: the response store is unavailable"
+NOT_STORED_TOO_LARGE = "response not stored: larger than a stored response may be (--max-stored-response-bytes)"
+TOO_LARGE_TO_STORE = ("the response was not stored: with its output it is larger than a stored response may be "
+                      "({limit} bytes, --max-stored-response-bytes); it cannot be retrieved or continued")
 
 
 def shell(request: ResponsesRequest, response_id: str, model: str) -> dict[str, Any]:
@@ -53,12 +60,32 @@ def shell(request: ResponsesRequest, response_id: str, model: str) -> dict[str, 
     }
 
 
+def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
+    """The bytes the response object's echo of the request (``head``) and its input items take
+    encoded; a 400 naming the first field that nests too deeply to be encoded (JSON is encoded up
+    to 255 levels)."""
+    try:
+        return len(orjson.dumps(head)) + len(orjson.dumps(items))
+    except orjson.JSONEncodeError:
+        pass
+    for key, value in [*head.items(), ("input", items)]:
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, entry in entries:
+            try:
+                orjson.dumps(entry)
+            except orjson.JSONEncodeError:
+                where, param = (key, key) if i is None else (f"{key}[{i}]", f"{key}.{i}")
+                raise bad_request(f"{where} is nested too deeply (JSON objects and arrays nest at most 255 levels "
+                                  "here)", param) from None
+    raise bad_request("the request cannot be encoded as JSON")
+
+
 async def create_response(body: Any, ex: Exchange) -> Response:
     """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
     signer = ex.signer
     store = ex.services.store
     tenant = ex.tenant
-    request = parse_request(body)
+    request = parse_request(body, ex.settings)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
     decoder = Decoder(tools, signer)
     if request.instructions:
@@ -78,19 +105,32 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         skipped = ", ".join(sorted(set(tools.skipped)))
         log.warning("responses: hosted tools left out of the prompt (not run by toolwire): %s", skipped)
         headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
-    choices = await start(ask, ex)
     response_id = new_id("resp_")
     head = shell(request, response_id, (await ex.ready()).name)
+    keep = store if request.store is not False else None
+    limit = ex.settings.max_stored_response_bytes
+    size = encoded_size(head, items)  # what the response echoes and stores can be encoded at all
+    if keep is not None:  # refused before generating when the input alone could never be stored
+        if size > limit:
+            raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
+                           f"included), more than a stored response may hold ({limit}, "
+                           "--max-stored-response-bytes); send less input, or store: false", param="input",
+                           code="stored_response_too_large")
+    choices = await start(ask, ex)
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
-    keep = store if request.store is not False else None
 
     async def save(final: dict[str, Any]) -> APIError | None:
-        """Store the finished response; the error that kept it from being stored, if any."""
+        """Store the finished response; the error that kept it from being stored (the store failed,
+        or the response is larger than a stored response may be), if any."""
         if keep is None:
             return None
+        record = StoredResponse(response_id, "", final, items, request.previous_response_id)
+        if len(record.encode()) > limit:
+            log.warning("response %s not stored: larger than --max-stored-response-bytes (%d)", response_id, limit)
+            return APIError(413, TOO_LARGE_TO_STORE.format(limit=limit), code="stored_response_too_large")
         try:
-            await keep.put(StoredResponse(response_id, "", final, items, request.previous_response_id), tenant)
+            await keep.put(record, tenant)
         except StoreUnavailable as exc:
             return store_unavailable(exc)
         return None
@@ -106,9 +146,11 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         built = items_for(False)
         built.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
         final = finished_response(head, built, total)
-        if await save(final) is not None:
+        problem = await save(final)
+        if problem is not None:
             final["store"] = False
-            headers["X-Toolwire-Warning"] = NOT_STORED
+            warning = NOT_STORED if problem.code == "store_unavailable" else NOT_STORED_TOO_LARGE
+            headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), warning)))
         return JSONResponse(final, headers=headers)
 
     return await whole(choices, build, ex)
