@@ -3,8 +3,8 @@
 #               (make run BACKEND=http://host:port  for an existing backend; ARGS="..." adds flags)
 #   make test   venv + install + every test (unit, API, conformance, end-to-end on a real model)
 # and for contributors:
-#   make check      ruff + mypy (strict on parsers/ and detectors/, checked on app/); CI runs it first
-#   make test-fast  every test but the end-to-end tier (no llama-server build needed)
+#   make check      ruff + mypy (strict on parsers/, detectors/ and app/); CI runs it first
+#   make test-fast  every test but the end-to-end and scale tiers (no llama-server build, no balancer)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # llama-server (built once per machine from PyPI's llama-cpp-python sdist), the SmolLM2 GGUF, and
-# Claude Code from npm (its test drives it; skipped without npm)
+# the agents the tests drive, from npm (Claude Code, Codex CLI, opencode; skipped without npm)
 artifacts: $(STAMP)
 	$(PY) -m app.local.artifacts all
 
@@ -30,7 +30,7 @@ test: $(STAMP) artifacts
 	$(PY) -m pytest
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e and not scale"
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

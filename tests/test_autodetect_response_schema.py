@@ -154,10 +154,10 @@ def test_load_response_schema(tmp_path: Path) -> None:
 
 
 def test_runtime_wiring(tmp_path: Path) -> None:
-    from app.runtime import ParserConfigError, validate_parser_names
     import httpx
 
     from app.backends import OpenAICompletionsBackend
+    from app.runtime import ParserConfigError, validate_parser_names
     from app.served import ServedModel, choose_parsers
     from app.settings import Settings
 

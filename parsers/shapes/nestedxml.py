@@ -124,7 +124,7 @@ class _Element:
         typed = arg_type(self.schema, root)
         kind = typed.kind
         if not self.children:
-            return typed.convert("".join(self.text).strip())
+            return typed.convert("".join(self.text).strip(_SPACE))
         if kind == "array" or (kind != "object" and all(tag == item for tag, _ in self.children)):
             return [value for _, value in self.children]
         counts: dict[str, int] = {}

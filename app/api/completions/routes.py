@@ -53,7 +53,8 @@ async def completions(body: Any, ex: Exchange) -> Response:
     if not request.stream:
         async def read() -> bytes:
             try:
-                return await upstream.aread()
+                raw: bytes = await upstream.aread()
+                return raw
             except StreamError as exc:
                 raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
 

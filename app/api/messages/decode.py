@@ -17,7 +17,8 @@ Decoding, block by block:
   ``none``; ``disable_parallel_tool_use`` allows one call;
 * ``thinking`` ``enabled`` / ``adaptive`` turn the template's thinking switch on, ``disabled`` (or no
   ``thinking``, as Anthropic defaults) off; ``budget_tokens`` goes to backends that enforce one;
-  ``output_config.effort`` is the template's ``reasoning_effort``.
+  ``output_config.effort`` is the template's ``reasoning_effort``; ``output_config.format`` (a JSON
+  schema) constrains the answer exactly as Chat Completions' ``response_format: json_schema`` does.
 
 Image and document blocks, server tools and a trailing assistant message (prefill) are 400s.
 """
@@ -183,9 +184,14 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
         log.info("dropped %d handed-back thinking block(s) whose signature did not verify", decoder.dropped_thinking)
     choice = request.tool_choice
     kwargs: dict[str, Any] = {}
-    effort = request.output_config.effort if request.output_config else None
+    config = request.output_config
+    effort = config.effort if config else None
     if effort:
         kwargs["reasoning_effort"] = EFFORT.get(effort, effort)
+    response_format = None
+    if config is not None and config.format is not None:
+        response_format = {"type": "json_schema",
+                           "json_schema": {"name": "output", "schema": config.format.schema_, "strict": True}}
     thinking = request.thinking
     sampling = Sampling()
     if isinstance(request, MessagesRequest):
@@ -197,6 +203,7 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
         tool_choice={"auto": "auto", "any": "required", "none": "none"}.get(choice.type) if choice else None,  # type: ignore[arg-type]
         named_tool=choice.name if choice and choice.type == "tool" else None,
         parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
+        response_format=response_format,
         sampling=sampling,
         template_kwargs=kwargs,
         thinking=thinking is not None and thinking.type != "disabled",

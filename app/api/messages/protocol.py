@@ -201,8 +201,25 @@ class Thinking(Lenient):
         return self
 
 
+class OutputFormat(Lenient):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
 class OutputConfig(Lenient):
+    """``effort`` (the template's ``reasoning_effort``) and ``format`` (structured output, constrained
+    as Chat Completions' ``response_format: json_schema`` is). Any other field is refused: a request
+    never has part of its output config silently dropped."""
+
     effort: str | None = None
+    format: OutputFormat | None = None
+
+    @model_validator(mode="after")
+    def _known_only(self) -> OutputConfig:
+        unknown = sorted((self.model_extra or {}).keys())
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} is not supported by this server (supported: effort, format)")
+        return self
 
 
 class Conversation(Lenient):

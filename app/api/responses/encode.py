@@ -142,9 +142,8 @@ def custom_input(arguments: str) -> str:
         value = orjson.loads(arguments) if arguments else {}
     except orjson.JSONDecodeError:
         return arguments
-    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
-        return value[CUSTOM_INPUT]
-    return arguments
+    text = value.get(CUSTOM_INPUT) if isinstance(value, dict) else None
+    return text if isinstance(text, str) else arguments
 
 
 _ITEM_KINDS = {TEXT: "message", REASONING: "reasoning", CALL: "call"}

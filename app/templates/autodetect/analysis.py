@@ -415,7 +415,7 @@ def _shape_of(obj: dict[str, Any], call: Call) -> JsonCallShape:
             return True
         if isinstance(v, str):
             try:
-                return json.loads(v) == args
+                return bool(json.loads(v) == args)
             except ValueError:
                 return False
         return False
