@@ -204,6 +204,7 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
         named_tool=choice.name if choice and choice.type == "tool" else None,
         parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
         response_format=response_format,
+        format_param="output_config.format.schema",
         sampling=sampling,
         template_kwargs=kwargs,
         thinking=thinking is not None and thinking.type != "disabled",

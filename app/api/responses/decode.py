@@ -84,6 +84,11 @@ def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
     return items
 
 
+def _param(where: str) -> str:
+    """``input[3]`` as a ``param`` spells it: ``input.3``."""
+    return where.replace("[", ".").replace("]", "")
+
+
 def _text(content: Any, where: str) -> str:
     if content is None:
         return ""
@@ -128,16 +133,17 @@ class Decoder:
         ``content`` and ``summary`` lists of parts whose ``text`` is a string."""
         sealed = item.get("encrypted_content")
         if sealed is not None and not isinstance(sealed, str):
-            raise bad_request(f"{at}.encrypted_content: expected a string", f"{at}.encrypted_content")
+            raise bad_request(f"{at}.encrypted_content: expected a string", f"{_param(at)}.encrypted_content")
         for field_name in ("content", "summary"):
             parts = item.get(field_name)
             if parts is None:
                 continue
             if not isinstance(parts, list):
-                raise bad_request(f"{at}.{field_name}: expected a list of parts", f"{at}.{field_name}")
+                raise bad_request(f"{at}.{field_name}: expected a list of parts", f"{_param(at)}.{field_name}")
             for j, part in enumerate(parts):
                 if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-                    raise bad_request(f"{at}.{field_name}[{j}].text: expected a string", f"{at}.{field_name}.{j}.text")
+                    raise bad_request(f"{at}.{field_name}[{j}].text: expected a string",
+                                      f"{_param(at)}.{field_name}.{j}.text")
 
     def _reasoning_text(self, item: dict[str, Any], trusted: bool) -> str | None:
         """The reasoning an item hands back: only what this server sealed (``encrypted_content``), or
@@ -163,7 +169,8 @@ class Decoder:
             at = f"{where}[{i}]"
             kind = item.get("type")
             if not isinstance(kind, str):
-                raise bad_request(f"{at}.type: expected a string naming the item type, got {shown(kind)}", f"{at}.type")
+                raise bad_request(f"{at}.type: expected a string naming the item type, got {shown(kind)}",
+                                  f"{_param(at)}.type")
             if kind == "message":
                 role = item.get("role")
                 text = _text(item.get("content"), f"{at}.content")

@@ -19,7 +19,6 @@ import time
 from typing import Any
 
 import orjson
-
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
@@ -110,12 +109,10 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     keep = store if request.store is not False else None
     limit = ex.settings.max_stored_response_bytes
     size = encoded_size(head, items)  # what the response echoes and stores can be encoded at all
-    if keep is not None:  # refused before generating when the input alone could never be stored
-        if size > limit:
-            raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
-                           f"included), more than a stored response may hold ({limit}, "
-                           "--max-stored-response-bytes); send less input, or store: false", param="input",
-                           code="stored_response_too_large")
+    if keep is not None and size > limit:  # refused before generating: the input alone could never be stored
+        raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
+                       f"included), more than a stored response may hold ({limit}, --max-stored-response-bytes); "
+                       "send less input, or store: false", param="input", code="stored_response_too_large")
     choices = await start(ask, ex)
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
