@@ -9,19 +9,16 @@ long it is, and only the bodies within the limits cross the network. The secret 
 digests lives in Redis (``toolwire:owner-secret``) and the scripts make the digests themselves, so
 every replica sharing the store computes the same owners.
 
-Bodies are decoded off the event loop once they are large (``DECODE_INLINE``), as the SQLite
-store decodes in its worker thread. A failed command is retried once on a fresh connection (a pooled connection goes stale when Redis
+Large bodies are decoded off the event loop (``off_loop``). A failed command is retried once on a fresh connection (a pooled connection goes stale when Redis
 restarts); every failure after that is ``StoreUnavailable``. Needs a single Redis (or a primary
 behind Sentinel): the scripts touch keys of several records, which Redis Cluster does not allow.
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -30,10 +27,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable, off_loop
 
 PREFIX = "toolwire:"
-T = TypeVar("T")
 
 # KEYS: none (the scripts derive them from ARGV[1], the prefix: one Redis, not a cluster). ARGV[2] is
 # the request's tenant, ARGV[3] a fresh secret proposed in case the store has none yet (first use,
@@ -111,18 +107,6 @@ return out
 """
 
 _RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
-
-#: bodies larger than this (bytes, together) are decoded in a worker thread, not on the event loop:
-#: a 16 MiB chain of small items takes ~0.2 s to decode
-DECODE_INLINE = 256 << 10
-
-
-async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)``: inline for ``size`` bytes up to ``DECODE_INLINE``, else in a worker thread."""
-    if size <= DECODE_INLINE:
-        return work(*args)
-    return await asyncio.to_thread(work, *args)
-
 
 class RedisStore:
     """See the module docstring."""

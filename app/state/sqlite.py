@@ -1,4 +1,6 @@
-"""The embedded response store: one SQLite file, used from worker threads (never the event loop).
+"""The embedded response store: one SQLite file, used from worker threads (never the event loop);
+large bodies are decoded after the store's lock is released (``off_loop``), so a big chain being
+decoded does not hold up other requests' reads and writes.
 
 Each record is one row (owner digest, previous id, body, size); a small ``store_meta`` table keeps
 the running row count and byte total, and the store's own secret for owner digests. Every write,
@@ -22,7 +24,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from app.state.records import Chain, ChainLimits, Link, StoredResponse, StoreUnavailable, owner_digest, walk
+from app.state.records import (
+    Chain,
+    ChainLimits,
+    Link,
+    StoredResponse,
+    StoreUnavailable,
+    off_loop,
+    owner_digest,
+    walk,
+)
 
 T = TypeVar("T")
 
@@ -164,12 +175,13 @@ class SqliteStore:
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
         owner = self.owner(tenant)
 
-        def work() -> StoredResponse | None:
+        def work() -> bytes | None:
             row = self._db.execute("SELECT body FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
                                    (response_id, owner, time.time())).fetchone()
-            return StoredResponse.decode(response_id, owner, row[0]) if row else None
+            return bytes(row[0]) if row else None
 
-        return await self._run(work)
+        body = await self._run(work)
+        return await off_loop(len(body), StoredResponse.decode, response_id, owner, body) if body is not None else None
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         owner = self.owner(tenant)
@@ -189,7 +201,7 @@ class SqliteStore:
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
         owner = self.owner(tenant)
 
-        def work() -> Chain:
+        def work() -> tuple[Chain, dict[str, bytes]]:
             now = time.time()
             with self._transaction():
                 links = {key: Link(key, who, previous, size) for key, who, previous, size in
@@ -198,10 +210,14 @@ class SqliteStore:
                 bodies = dict(self._db.execute(
                     f"SELECT id, body FROM stored_responses WHERE id IN ({','.join('?' * len(chain.ids))})",
                     chain.ids).fetchall()) if chain.ids else {}
-            chain.responses = [StoredResponse.decode(key, owner, bodies[key]) for key in reversed(chain.ids)]
-            return chain
+            return chain, bodies
 
-        return await self._run(work)
+        def decode() -> list[StoredResponse]:
+            return [StoredResponse.decode(key, owner, bodies[key]) for key in reversed(chain.ids)]
+
+        chain, bodies = await self._run(work)  # read under the lock; decoded outside it, off the loop
+        chain.responses = await off_loop(chain.size, decode)
+        return chain
 
     async def ping(self) -> bool:
         try:
