@@ -27,7 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable, off_loop
+from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable, decode_chain, off_loop
 
 PREFIX = "toolwire:"
 
@@ -154,14 +154,8 @@ class RedisStore:
             self._chain(args=self._args(tenant, response_id, limits.links, limits.bytes)))
         ids = [key.decode() for key in pairs[::2]]
         chain = Chain(ids=ids, missing=missing.decode() or None, over=over.decode() or None, size=int(size))
-        bodies = pairs[1::2]
-
-        def decode() -> list[StoredResponse]:
-            return [StoredResponse.decode(key, owner.decode(), body)
-                    for key, body in zip(reversed(ids), reversed(bodies), strict=True)]
-
-        chain.responses = await off_loop(chain.size, decode)
-        return chain
+        bodies = dict(zip(ids, pairs[1::2], strict=True))
+        return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
 
     async def ping(self) -> bool:
         try:

@@ -30,6 +30,7 @@ from app.state.records import (
     Link,
     StoredResponse,
     StoreUnavailable,
+    decode_chain,
     off_loop,
     owner_digest,
     walk,
@@ -212,12 +213,8 @@ class SqliteStore:
                     chain.ids).fetchall()) if chain.ids else {}
             return chain, bodies
 
-        def decode() -> list[StoredResponse]:
-            return [StoredResponse.decode(key, owner, bodies[key]) for key in reversed(chain.ids)]
-
         chain, bodies = await self._run(work)  # read under the lock; decoded outside it, off the loop
-        chain.responses = await off_loop(chain.size, decode)
-        return chain
+        return await off_loop(chain.size, decode_chain, chain, owner, bodies, limits)
 
     async def ping(self) -> bool:
         try:

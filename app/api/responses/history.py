@@ -33,7 +33,7 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
         return []
     s = settings
     try:
-        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes))
+        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -52,13 +52,11 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
         raise bad_request(f"previous_response_id: the stored conversation is larger than {s.max_chain_bytes} bytes "
                           "(--max-chain-bytes); send the history as input instead", "previous_response_id",
                           code="previous_response_chain_too_large")
-    turns = [(record.input, record.response.get("output") or []) for record in chain.responses]
-    items = sum(len(inputs) + len(outputs) for inputs, outputs in turns)
-    if items > s.max_chain_items:  # the decoder walks every item, on the loop: its work stays bounded
-        raise bad_request(f"previous_response_id: the stored conversation holds {items} items, more than one "
-                          f"continuation decodes ({s.max_chain_items}, --max-chain-items); send the history as "
-                          "input instead", "previous_response_id", code="previous_response_chain_too_large")
-    return turns
+    if chain.over == "items":  # the decoder walks every item on the loop: its work stays bounded
+        raise bad_request(f"previous_response_id: the stored conversation holds more than {s.max_chain_items} items "
+                          "(--max-chain-items); send the history as input instead", "previous_response_id",
+                          code="previous_response_chain_too_large")
+    return [(record.input, record.response.get("output") or []) for record in chain.responses]
 
 
 async def stored(store: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:
