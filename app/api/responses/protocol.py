@@ -149,7 +149,7 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
     kind = tool.get("type")
     if not isinstance(kind, str):
         raise bad_request(f"{where}.type: expected a string (function, custom, namespace or a hosted tool), got "
-                          f"{shown(kind)}", f"{where}.type")
+                          f"{shown(kind)}", where.replace("[", ".").replace("]", "") + ".type")
     known = hosted_name(kind)
     if known is not None:
         if hosted == "reject":
