@@ -22,6 +22,7 @@ from app.pipeline.plan import Formats, label_of
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import profile_of
+from app.templates.resume import RenderCache
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
 
 log = logging.getLogger("toolwire")
@@ -161,6 +162,8 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
                                     name="backend /props")
     if template is not None:
         profile_of(template)  # probe it now, not on the first request
+        if s.render_cache_bytes and template.cache is None:
+            template.cache = RenderCache(s.render_cache_bytes)
     if isinstance(backend, LlamaCppBackend):
         await backend.detect_bos()
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,

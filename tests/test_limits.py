@@ -167,7 +167,7 @@ def test_two_tools_of_one_name_are_a_400_on_every_face(limited) -> None:
     with pytest.raises(openai.BadRequestError) as chat:
         openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0).chat.completions.create(
             model="m", messages=[USER], tools=[FUNCTION, FUNCTION])  # type: ignore[list-item]
-    assert "tools[1].name: two tools are named 'f'" in chat.value.message
+    assert "tools[1].function.name: two tools are named 'f'" in chat.value.message
     with pytest.raises(openai.BadRequestError) as responses:
         openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0).responses.create(
             model="m", input="x", tools=[{"type": "function", "name": "f", "parameters": {}}] * 2)  # type: ignore[list-item]

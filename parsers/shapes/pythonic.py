@@ -5,7 +5,9 @@
     <|tool_call_start|>[search(query='café', limit=5)]<|tool_call_end|> (LFM2)
     <function_calls>get_weather(city="Paris")\\nget_time()</function_calls> (Olmo 3)
 
-A call is ``NAME(KEY=VALUE, …)`` with keyword arguments only; ``NAME`` may be dotted. Values are
+A call is ``NAME(KEY=VALUE, …)`` with keyword arguments only; ``NAME`` is a Python name, dotted or
+not, or any tool name in MCP's characters (``user-profile/update``, ``2fa.check``): a grammar makes a
+model write the name exactly as it was offered. Values are
 Python literals — strings (``'…'``, ``"…"``, triple-quoted, ``r``/``u``/``b``/``f`` prefixes, Python
 escapes), numbers, ``True``/``False``/``None`` (and the JSON spellings ``true``/``false``/``null``,
 which Olmo 3 and LFM2.5 write), lists, tuples and sets (→ JSON arrays) and dicts (→ objects) —
@@ -47,18 +49,19 @@ from parsers.core.driver import Out
 from parsers.wire import PYTHON_KWARGS, WireFormat, lit
 
 _WS = "[ \\t\\r\\n]*"
-_NAME = r"[^\W\d][\w.]*"
+#: a call's name (see the module docstring)
+CALL_NAME = r"[\w./-]+"
 _KEY = r"[^\W\d]\w*"
-_HEAD = re.compile(rf"{_WS}(?P<name>{_NAME}){_WS}(?P<open>\(){_WS}(?:\)|{_KEY}{_WS}=)")
+_HEAD = re.compile(rf"{_WS}(?P<name>{CALL_NAME}){_WS}(?P<open>\(){_WS}(?:\)|{_KEY}{_WS}=)")
 # every proper prefix of a call head (to tell "not yet" from "never")
-_HEAD_PREFIX = re.compile(rf"{_WS}(?:{_NAME}(?:{_WS}(?:\({_WS}(?:{_KEY}{_WS})?)?)?)?")
+_HEAD_PREFIX = re.compile(rf"{_WS}(?:{CALL_NAME}(?:{_WS}(?:\({_WS}(?:{_KEY}{_WS})?)?)?)?")
 _IDENT = re.compile(_KEY)
 # after a keyword argument's string value and ``,``: the next ``KEY =`` (not ``==``), and its prefixes
 _NEXT_KEY = re.compile(rf"{_KEY}{_WS}=(?!=)")
 _NEXT_KEY_PREFIX = re.compile(rf"(?:{_KEY}{_WS}=?)?")
 # after the call's ``)``: another call (``NAME(``), and its prefixes
-_NEXT_CALL = re.compile(rf"{_NAME}{_WS}\(")
-_NEXT_CALL_PREFIX = re.compile(rf"(?:{_NAME}{_WS})?")
+_NEXT_CALL = re.compile(rf"{CALL_NAME}{_WS}\(")
+_NEXT_CALL_PREFIX = re.compile(rf"(?:{CALL_NAME}{_WS})?")
 #: what may follow a call's ``)``: in a list, ``,`` or ``]``; in a run of lines, ``,`` ``;`` an end
 #: marker (``<``) or another call
 IN_LIST, IN_LINES = (",]", False), (",;<", True)

@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 from app.api.protocol import Lenient, raw_items, raw_list, too_many
 from app.errors import bad_request
 from app.pipeline.ask import Tool
-from app.pipeline.validate import MAX_SCHEMA_NESTING, nesting
+from app.pipeline.validate import MAX_SCHEMA_NESTING, TOOL_NAME_RULE, nesting, tool_name_problem
 from app.settings import Settings
 
 NAMESPACE_SEPARATOR = "__"
@@ -163,6 +163,8 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
         ns = tool.get("name")
         if not isinstance(ns, str) or not ns:
             raise bad_request(f"{where}.name: a namespace needs a name", f"{where}.name")
+        if (problem := tool_name_problem(ns)) is not None:
+            raise bad_request(f"{where}.name: {problem}", f"{where}.name")
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise bad_request(f"{where}.tools: a namespace needs a list of tools", f"{where}.tools")
@@ -178,6 +180,11 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
     if not isinstance(name, str) or not name:
         raise bad_request(f"{where}.name: Field required", f"{where}.name")
     offered = tools.offered_name(name, namespace)
+    if (problem := tool_name_problem(name)) is not None:
+        raise bad_request(f"{where}.name: {problem}", f"{where}.name")
+    if tool_name_problem(offered) is not None:  # the namespaced name the model sees is too long
+        raise bad_request(f"{where}.name: {offered!r}, this tool's name with its namespace, is not a valid tool "
+                          f"name: {TOOL_NAME_RULE}", f"{where}.name")
     prefix = f"({namespace}: {context}) " if namespace and context else ""  # what the namespace is for
     if kind == "function":
         function: dict[str, Any] = {"name": offered}
