@@ -117,8 +117,9 @@ class CallWriter:
     def args_written(self) -> bool:
         return bool(self._args)
 
-    def end(self, ok: bool) -> bool:
-        """Close the current call; returns whether it counted as a complete call.
+    def end(self, ok: bool, more: bool = False) -> bool:
+        """Close the current call; returns whether it counted as a complete call. ``more``: the
+        call is one element of a list that is not closed yet (``CallEnd.more``).
 
         A call that fails is passed through as content (with the whitespace trimmed before it),
         except when the output was cut off inside it, or ended before the call even had a name:
@@ -146,7 +147,7 @@ class CallWriter:
         passthrough = "" if ok or not raw else self._trimmed + raw
         if passthrough:
             self.passed_through += 1
-        self._out.events.append(CallEnd(self.next_index, ok, passthrough))
+        self._out.events.append(CallEnd(self.next_index, ok, passthrough, more and ok))
         if not passthrough:
             self._out.content.boundary()
         self.next_index += 1
@@ -241,6 +242,12 @@ class Driver:
         self.out.content.close()
         self.out.reasoning.close()
         return self.out.take()
+
+    def forget_held(self) -> None:
+        """Drop the trailing whitespace the channels hold back (it belongs to text already read
+        that will not be returned: a prefilled message, ``parsers.prefill``)."""
+        self.out.content.forget_held()
+        self.out.reasoning.forget_held()
 
     def _run(self) -> None:
         if self._done:

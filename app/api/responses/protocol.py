@@ -57,6 +57,7 @@ class ResponsesRequest(Lenient):
     text: TextConfig | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     stream: bool = False
@@ -83,7 +84,7 @@ def parse_request(body: Any, settings: Settings) -> ResponsesRequest:
     if request.background:
         raise bad_request("background responses are not supported by this server: send the request without "
                           "background and keep the connection open (stream: true to see progress)", "background")
-    if request.input is None and request.previous_response_id is None:
+    if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
     return request
 
