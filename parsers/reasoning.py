@@ -114,7 +114,7 @@ class ReasoningDetector:
             return False
         return None
 
-    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:  # noqa: C901 — the reasoning grammar as one generator: splitting it would scatter its states across functions
         """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
         (or a stop marker, which passes through as normal text), then normal text (the content
         markup is dropped by the content channel; with ``reopen``, further reasoning blocks).

@@ -47,8 +47,11 @@ class ResponseParser:
         self._continuation = Continuation(primed)
 
     def _feed(self, text: str) -> list[Event]:
-        events: list[Event] = self.reasoning.feed(text) if self.reasoning is not None else [Content(text)]
-        return self._through_tools(events, final=False)
+        if self.reasoning is None:
+            if self.tools is not None:  # the tool parser's events are already this chunk's own list
+                return self.tools.feed(text)
+            return [Content(text)] if text else []
+        return self._through_tools(self.reasoning.feed(text), final=False)
 
     def _end(self, truncated: bool) -> list[Event]:
         events = self.reasoning.end(truncated) if self.reasoning is not None else []

@@ -299,7 +299,7 @@ class Backend:
             raise _status_error(response.status_code, raw)
         return response
 
-    async def sse_batches(self, response: StreamedResponse) -> AsyncIterator[list[dict[str, Any] | None]]:
+    async def sse_batches(self, response: StreamedResponse) -> AsyncIterator[list[dict[str, Any] | None]]:  # noqa: C901 — the SSE framing loop: line split, bound, batch and error mapping in one pass over the bytes
         """The JSON payloads of ``data:`` lines, a list per network read (``None`` for ``[DONE]``).
 
         Everything the backend sent in one read is handed on together, so when the proxy falls

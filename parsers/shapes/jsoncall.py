@@ -100,7 +100,7 @@ def _args_value(cur: Cursor, out: Out, state: _CallState, stop: MarkerSet | None
     return True
 
 
-def _members(cur: Cursor, out: Out, shape: JsonCallShape, state: _CallState, stop: MarkerSet | None,
+def _members(cur: Cursor, out: Out, shape: JsonCallShape, state: _CallState, stop: MarkerSet | None,  # noqa: C901 — a streaming JSON object reader: one branch per member kind (name, arguments, id, other)
              first_key_checked: bool) -> Generator[None, None, bool]:
     """Walk the members of an object whose ``{`` is consumed, up to and including its ``}``."""
     first = True

@@ -139,7 +139,7 @@ def _code_point(cp: int) -> str:
     return escape(chr(cp))
 
 
-def _escape_sequence(buf: str, i: int, eof: bool) -> tuple[str, int] | None:
+def _escape_sequence(buf: str, i: int, eof: bool) -> tuple[str, int] | None:  # noqa: C901 — Python's string escapes: one branch per escape kind
     """Decode the Python escape sequence at ``buf[i]`` (a backslash) into JSON string text.
     Returns ``(json_text, length)``, or ``None`` when the buffer ends before it is decidable.
     A sequence Python would not accept is kept as written (backslash included)."""
@@ -225,7 +225,7 @@ def _next_call(cur: Cursor, at: int) -> Generator[None, None, bool]:
     return (yield from _matches_at(cur, at, _NEXT_CALL, _NEXT_CALL_PREFIX))
 
 
-def py_string(cur: Cursor, write: Write, raw: bool = False, kwarg: Follow | None = None) -> Generator[None, None, bool]:
+def py_string(cur: Cursor, write: Write, raw: bool = False, kwarg: Follow | None = None) -> Generator[None, None, bool]:  # noqa: C901 — Python's string literals: prefixes, quotes and escapes, read in one pass
     """Stream the Python string literal at the cursor (at its opening quote, after any prefix) to
     ``write`` as one JSON string. Returns ``True`` once the string has closed (see the module
     docstring for when a quote closes it; ``kwarg``: the string is a keyword argument's whole

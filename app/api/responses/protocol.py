@@ -145,7 +145,7 @@ def _custom_description(tool: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,
+def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,  # noqa: C901 — one branch per tool type (hosted, namespace, function, custom), each a 400 in words
          context: str = "") -> None:
     kind = tool.get("type")
     if not isinstance(kind, str):
