@@ -81,6 +81,15 @@ class Settings(BaseSettings):
     max_stored_response_bytes: int = Field(
         8 << 20, ge=1 << 16, description="most bytes one stored response may hold, input and output (input alone "
         "beyond it: 413 before generating; with the output beyond it: answered but not stored)")
+    max_background: int = Field(
+        32, ge=0, description="background responses (background: true) generating at once in this process; beyond "
+        "it answer 429 (0: background responses are refused with a 400)")
+    background_stale_seconds: float = Field(
+        30.0, ge=2, description="a background response whose replica has not written to the store for this long "
+        "(it stopped or lost the store) is reported, and stored, as failed")
+    background_events_max_bytes: int = Field(
+        8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
+        "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")
