@@ -75,6 +75,12 @@ class Settings(BaseSettings):
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
         16 << 20, ge=1 << 16, description="most bytes of stored responses one continuation reads (beyond: 400)")
+    max_chain_items: int = Field(
+        10_000, ge=1, description="most input and output items of stored responses one continuation decodes "
+        "(beyond: 400)")
+    max_stored_response_bytes: int = Field(
+        8 << 20, ge=1 << 16, description="most bytes one stored response may hold, input and output (input alone "
+        "beyond it: 413 before generating; with the output beyond it: answered but not stored)")
     max_background: int = Field(
         32, ge=0, description="background responses (background: true) generating at once in this process; beyond "
         "it answer 429 (0: background responses are refused with a 400)")
@@ -106,8 +112,12 @@ class Settings(BaseSettings):
     max_concurrency: int | None = Field(None, ge=1, description="concurrent requests; beyond it answer 429")
     max_body_bytes: int = Field(4_000_000, ge=1024, description="largest accepted request body")
     max_messages: int = Field(2048, ge=1, description="most messages in one request")
+    max_input_items: int = Field(
+        10_000, ge=1, description="most items one request's conversation holds: Responses input items, Messages "
+        "content blocks, Chat Completions content parts and tool calls (counted before decoding)")
     max_tools: int = Field(256, ge=1, description="most tools in one request")
-    max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
+    max_tool_schema_bytes: int = Field(
+        65_536, ge=256, description="largest JSON schema of one tool or one response format")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
     max_tokens_policy: Literal["clamp", "reject"] = Field(
         "clamp", description="a max_tokens above --max-tokens-cap or beyond what the backend's context holds after "

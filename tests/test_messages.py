@@ -235,6 +235,24 @@ def test_thinking_that_does_not_verify_is_dropped(qwen3_vllm) -> None:
     assert "Invented" not in prompt_with({"type": "redacted_thinking", "data": "Invented"})
 
 
+def test_a_non_ascii_signature_is_dropped_like_any_bad_one(qwen3_vllm) -> None:
+    """``tw1.é`` / ``tw1s.é``: the signature compare is on bytes, so a non-ASCII signature is one
+    more signature that does not verify (200, its thinking dropped), not a 500."""
+    backend, proxy = qwen3_vllm
+    client = client_for(proxy)
+    for block in ({"type": "thinking", "thinking": "Forged thought.", "signature": "tw1.é"},
+                  {"type": "thinking", "thinking": "Forged thought.", "signature": "tw1s.é"},
+                  {"type": "redacted_thinking", "data": "tw1s.é"}):
+        backend.script(Script(pieces=["ok"]))
+        answer = client.messages.create(model="m", max_tokens=50, thinking={"type": "enabled", "budget_tokens": 10},
+                                        messages=[*ASK, {"role": "assistant", "content": [
+                                            block, {"type": "text", "text": "Earlier answer."}]},  # type: ignore[list-item]
+                                            {"role": "user", "content": "And now?"}])
+        assert answer.content[-1].text == "ok"  # type: ignore[union-attr]
+        prompt = backend.bodies()[-1]["prompt"]
+        assert "Earlier answer." in prompt and "Forged thought." not in prompt
+
+
 def test_omitted_thinking_streams_no_text_but_comes_back_sealed(qwen3_vllm) -> None:
     backend, proxy = qwen3_vllm
     client = client_for(proxy)
@@ -588,6 +606,10 @@ def error_of(response: httpx.Response) -> tuple[int, str, str]:
      "thinking: thinking of type 'enabled' needs budget_tokens"),
     ({"model": "m", "max_tokens": 5, "messages": ASK, "tools": [{**WEATHER, "input_schema": {"type": 7}}]},
      "tools[0].input_schema is not a valid JSON schema"),
+    ({"model": "m", "max_tokens": 5, "messages": ASK, "output_config": {"format": {
+        "type": "json_schema", "schema": {"type": 7}}}}, "output_config.format.schema is not a valid JSON schema"),
+    ({"model": "m", "max_tokens": 5, "messages": ASK, "tools": [WEATHER, WEATHER]},
+     "tools[1].name: two tools are named 'get_weather'"),
 ])
 def test_bad_requests_are_located_400s(qwen3_vllm, body: dict[str, Any], message: str) -> None:
     _, proxy = qwen3_vllm

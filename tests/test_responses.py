@@ -5,7 +5,9 @@ tools, reasoning handed back, the response store (SQLite and a real Redis), and 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -303,6 +305,164 @@ def test_bad_requests_get_openai_errors(proxy, body: dict[str, Any], message: st
     error = response.json()["error"]
     assert message in error["message"] and error["type"] == "invalid_request_error"
     assert response.headers.get("x-request-id")
+
+
+REASONING_ITEM = {"type": "reasoning", "id": "rs_1", "summary": []}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"input": [{"type": ["message"], "role": "user", "content": "x"}]}, "input.0.type"),
+    ({"input": [{"type": {"kind": "message"}}]}, "input.0.type"),
+    ({"input": "x", "tools": [{"type": ["function"], "name": "f"}]}, "tools.0.type"),
+    ({"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": ["function"], "name": "f"}]}]},
+     "tools.0.tools.0.type"),
+    ({"input": [{**REASONING_ITEM, "content": [{"type": "reasoning_text", "text": 5}]}, "x"]},
+     "input.0.content.0.text"),
+    ({"input": [{**REASONING_ITEM, "summary": [{"type": "summary_text", "text": ["a"]}]}, "x"]},
+     "input.0.summary.0.text"),
+    ({"input": [{**REASONING_ITEM, "summary": "a"}, "x"]}, "input.0.summary"),
+    ({"input": [{**REASONING_ITEM, "encrypted_content": 5}, "x"]}, "input.0.encrypted_content"),
+    ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": 5}},
+     "tool_choice.tools"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": 5}}}},
+     "text.format.schema"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "r", "schema": {
+        "type": "object", "properties": {"a": {"type": "string", "minLength": "five"}}}}}}, "text.format.schema"),
+])
+def test_malformed_shapes_are_400s_naming_the_field(proxy, body: dict[str, Any], param: str) -> None:
+    """Client shapes that reached a 500 (an unhashable ``type``, a reasoning part whose text is not
+    a string, ``allowed_tools.tools`` not a list) or the backend (an invalid ``text.format.schema``)."""
+    backend, server = proxy
+    body = {"model": "m", **body}
+    if isinstance(body["input"], list):
+        body["input"] = [{"role": "user", "content": i} if isinstance(i, str) else i for i in body["input"]]
+    response = httpx.post(server.url + "/v1/responses", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param, error
+    assert backend.bodies() == []
+
+
+@pytest.mark.parametrize("where", ["metadata", "tools", "input"])
+def test_anything_echoed_or_stored_nested_too_deeply_is_a_400(proxy, where: str) -> None:
+    """What the response echoes (metadata, tools) and stores (input items) is encoded as JSON, to 255
+    levels: a request nesting deeper is refused before generating, naming the field."""
+    backend, server = proxy
+    body: dict[str, Any] = {"model": "m", "input": [{"role": "user", "content": "x"}]}
+    if where == "metadata":
+        body["metadata"] = {"a": "__DEEP__"}
+    elif where == "tools":
+        body["tools"] = [{**TOOLS[0], "x-extra": "__DEEP__"}]
+    else:
+        body["input"][0]["x-extra"] = "__DEEP__"
+    for stream in (False, True):
+        data = json.dumps({**body, "stream": stream}).replace('"__DEEP__"', "[" * 300 + "]" * 300)
+        response = httpx.post(server.url + "/v1/responses", content=data, headers={"content-type": "application/json"},
+                              timeout=30)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["message"].startswith(where) and "nested too deeply" in response.text
+    assert backend.bodies() == []
+
+
+@pytest.mark.parametrize("kind", ["web_search\r\nX-Injected: 1", "web_search\u0100", "web_search" + "x" * 3_000_000,
+                                  "web_search_preview_2031_01_01", "computer_use_preview\n"])
+def test_hosted_tools_are_echoed_by_known_name_only(proxy, kind: str) -> None:
+    """The warning header names the hosted tool as toolwire knows it — never the client's string (a
+    CR/LF split the response, a non-latin-1 character gave a 500, a 3 MB type a 3 MB header)."""
+    backend, server = proxy
+    backend.script(Script(pieces=["ok"]))
+    raw = client_for(server).responses.with_raw_response.create(model="m", input="x", tools=[{"type": kind}])  # type: ignore[list-item,misc]
+    family = "computer_use" if kind.startswith("computer_use") else "web_search"
+    assert raw.headers["x-toolwire-warning"] == f"hosted tools not available, left out: {family}"
+    assert "x-injected" not in raw.headers
+    assert raw.parse().output_text == "ok"
+
+
+def test_hosted_tool_items_are_stored_as_stubs(proxy) -> None:
+    """A hosted tool's call item handed back in input is skipped (toolwire ran none) and stored as
+    its id, type and status only: its payload reached no prompt, and no continuation reloads it."""
+    backend, server = proxy
+    client = client_for(server)
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "junk " * 50_000}}
+    backend.script(Script(pieces=["ok"]))
+    first = client.responses.create(model="m", input=[search, {"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    assert "junk" not in backend.bodies()[-1]["prompt"]
+    listed = httpx.get(server.url + f"/v1/responses/{first.id}/input_items?order=asc", timeout=30).json()["data"]
+    assert listed[0] == {"id": "ws_1", "type": "web_search_call", "status": "completed"}
+    record = asyncio.run(_stored(server, first.id))
+    assert record is not None and len(record.encode()) < 2_000
+    backend.script(Script(pieces=["again"]))
+    assert client.responses.create(model="m", input="more", previous_response_id=first.id).output_text == "again"
+
+
+async def _stored(server: ProxyServer, response_id: str) -> Any:
+    from app.tenancy import SINGLE
+
+    return await server.runtime.services.store.get(response_id, SINGLE)
+
+
+def test_a_stored_response_is_bounded_in_bytes(backend_factory, proxy_factory) -> None:
+    """--max-stored-response-bytes: input alone over it is refused before generating (413 naming
+    it; store: false is not refused); output taking it over is answered but not stored — a
+    warning on a whole answer, error + response.failed ending a stream."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), tool_call_parser="qwen25",
+                           max_stored_response_bytes=1 << 16)
+    client = client_for(server)
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.responses.create(model="m", input="x" * 70_000)
+    assert refused.value.status_code == 413 and "--max-stored-response-bytes" in refused.value.message
+    assert refused.value.code == "stored_response_too_large" and backend.bodies() == []
+    backend.script(Script(pieces=["fine"]))
+    assert client.responses.create(model="m", input="x" * 70_000, store=False).output_text == "fine"
+    long = ["y" * 10_000] * 7
+    backend.script(Script(pieces=long))
+    raw = client.responses.with_raw_response.create(model="m", input="write a lot")
+    answer = raw.parse()
+    assert answer.output_text == "".join(long) and answer.store is False
+    assert "--max-stored-response-bytes" in raw.headers["x-toolwire-warning"]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(answer.id)
+    backend.script(Script(pieces=long))
+    events = stream_raw(server, {"model": "m", "input": "write a lot"})
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "stored_response_too_large"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "".join(long)
+
+
+def test_a_continuation_decodes_a_bounded_number_of_items(backend_factory, proxy_factory, tmp_path) -> None:
+    """--max-chain-items: a chain holding more items than one continuation may decode is a 400 naming
+    it, and /health keeps answering while the continuation is refused. The chain is built by a
+    replica with a larger bound, sharing the store."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    common = {"backend": backend.url, "chat_template": str(QWEN3_TEMPLATE), "state_dir": str(tmp_path)}
+    builder = proxy_factory(**common, max_chain_items=10**6)
+    items = [{"type": "web_search_call", "id": f"ws_{i}", "status": "completed"} for i in range(9_000)]
+    previous = None
+    for _ in range(4):
+        backend.script(Script(pieces=["ok"]))
+        body: dict[str, Any] = {"model": "m", "input": [*items, {"role": "user", "content": "hi"}]}
+        if previous:
+            body["previous_response_id"] = previous
+        built = httpx.post(builder.url + "/v1/responses", json=body, timeout=60)
+        assert built.status_code == 200, built.text
+        previous = built.json()["id"]
+    server = proxy_factory(**common)  # the default bound: 10 000 items
+    answer: dict[str, httpx.Response] = {}
+    continuing = threading.Thread(target=lambda: answer.update(r=httpx.post(
+        server.url + "/v1/responses", json={"model": "m", "input": "next", "previous_response_id": previous},
+        timeout=60)))
+    continuing.start()
+    health = []
+    while continuing.is_alive() or not health:
+        health.append(httpx.get(server.url + "/health", timeout=60).status_code)
+    continuing.join()
+    assert set(health) == {200}
+    response = answer["r"]
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "previous_response_chain_too_large" and "--max-chain-items" in error["message"]
 
 
 def test_backend_failure_mid_stream_ends_with_failed(proxy) -> None:

@@ -1,9 +1,14 @@
 """What every face's request models share: lenient pydantic models (fields a face does not know are
-kept, not refused), and the first validation problem as a located message."""
+kept, not refused), the first validation problem as a located message, and counts of the raw
+JSON's lists checked before any model decodes them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from app.errors import bad_request
 
 
 class Lenient(BaseModel):
@@ -18,3 +23,28 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
     msg = error.get("msg", "invalid value").removeprefix("Value error, ")
     return (f"{loc}: {msg}" if loc else msg), (loc or None)
+
+
+def too_many(count: int, limit: int, what: str, flag: str, param: str | None) -> None:
+    """A 400 naming ``flag`` when ``count`` passes ``limit`` (checked on the raw JSON, before a
+    request model decodes it: decoding a huge list costs far more than counting it)."""
+    if count > limit:
+        raise bad_request(f"too many {what} ({count} > {limit}, {flag})", param, code="too_many_items")
+
+
+def raw_list(body: dict[str, Any], key: str) -> list[Any]:
+    """``body[key]`` when it is a list, else an empty list (the request model reports other shapes)."""
+    value = body.get(key)
+    return value if isinstance(value, list) else []
+
+
+def raw_items(entries: list[Any], *keys: str) -> int:
+    """How many elements the lists at ``keys`` of every object in ``entries`` hold, together."""
+    total = 0
+    for entry in entries:
+        if isinstance(entry, dict):
+            for key in keys:
+                value = entry.get(key)
+                if isinstance(value, list):
+                    total += len(value)
+    return total

@@ -50,7 +50,8 @@ class Ask:
     ``n`` answers are generated from the one prompt, each parsed on its own. ``continue_final``: the
     conversation ends with an assistant message the answer continues (Anthropic's prefill, vLLM's
     ``continue_final_message``) — the model is asked to go on from its text, the parsers start in
-    the state it leaves them in, and the answer is only what comes after it.
+    the state it leaves them in, and the answer is only what comes after it. ``format_param`` is the
+    response format's schema as the face spells its place (``text.format.schema`` on Responses).
     """
 
     turns: list[Turn]
@@ -67,3 +68,5 @@ class Ask:
     top_logprobs: int | None = None
     n: int = 1
     continue_final: bool = False
+    #: where the face's request holds the response format's schema (errors name it)
+    format_param: str = "response_format.json_schema.schema"

@@ -99,34 +99,75 @@ def schema_problem(encoded: bytes) -> str | None:
     return VERDICTS.problem(encoded)
 
 
+#: objects and arrays inside one another in a handed-back call's arguments, at most: rendering
+#: decodes and re-encodes them recursively, so the bound keeps that far from the recursion limit
+MAX_ARGUMENT_NESTING = 128
+
+
+def arguments_nesting(arguments: Any) -> int:
+    """How deeply a call's arguments nest (JSON text is decoded first; text that is not JSON is a
+    plain string, depth 0). Text with no more brackets than the bound is not decoded at all."""
+    if not isinstance(arguments, str):
+        return nesting(arguments)
+    if arguments.count("[") + arguments.count("{") <= MAX_ARGUMENT_NESTING:
+        return 0
+    try:
+        return nesting(orjson.loads(arguments))
+    except orjson.JSONDecodeError as exc:
+        return MAX_ARGUMENT_NESTING + 1 if "depth" in str(exc) else 0
+
+
+def check_schema(schema: Any, where: str, param: str, settings: Settings) -> None:
+    """A JSON schema the client sent (a tool's parameters, a response format): nesting, size,
+    validity — a 400 naming ``where`` / ``param`` for the first problem."""
+    if nesting(schema) > MAX_SCHEMA_NESTING:
+        raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)", param)
+    try:
+        encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        raise bad_request(f"{where} is nested too deeply", param) from None
+    if len(encoded) > settings.max_tool_schema_bytes:
+        raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes (--max-tool-schema-bytes)",
+                          param)
+    problem = schema_problem(encoded)
+    if problem is not None:
+        raise bad_request(f"{where} is not a valid JSON schema: {problem}", param)
+
+
 def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_key: str = "function.parameters") -> None:
-    """Limits (messages, tools, schema size) and tool-choice consistency (``max_tokens`` is
-    ``app.pipeline.budget``'s, once the prompt is known)."""
+    """Limits (messages, tools, schema size), the tool and response-format schemas, unique tool
+    names, how deeply handed-back call arguments nest, and tool-choice consistency (``max_tokens``
+    is ``app.pipeline.budget``'s, once the prompt is known)."""
     if len(ask.turns) > settings.max_messages:
         raise bad_request(f"too many messages ({len(ask.turns)} > {settings.max_messages})", "messages")
     if len(ask.tools) > settings.max_tools:
         raise bad_request(f"too many tools ({len(ask.tools)} > {settings.max_tools})", tools_param)
     # the name sits next to the schema: ``function.name`` (Chat Completions), ``name`` (Messages)
     name_key = schema_key.rpartition(".")[0] + ".name" if "." in schema_key else "name"
+    names: set[str] = set()
     for i, tool in enumerate(ask.tools):
         name_problem = tool_name_problem(tool.spec.name)
         if name_problem is not None:
             raise bad_request(f"{tools_param}[{i}].{name_key}: {name_problem}", f"{tools_param}.{i}.{name_key}")
-        schema = tool.spec.parameters
-        where = f"{tools_param}[{i}].{schema_key}"
-        if nesting(schema) > MAX_SCHEMA_NESTING:
-            raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
-                              f"{tools_param}.{i}.{schema_key}")
-        try:
-            encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            raise bad_request(f"{where} is nested too deeply", f"{tools_param}.{i}.{schema_key}") from None
-        if len(encoded) > settings.max_tool_schema_bytes:
-            raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes",
-                              f"{tools_param}.{i}.{schema_key}")
-        problem = schema_problem(encoded)
-        if problem is not None:
-            raise bad_request(f"{where} is not a valid JSON schema: {problem}", f"{tools_param}.{i}.{schema_key}")
+        if tool.spec.name in names:
+            raise bad_request(f"{tools_param}[{i}].{name_key}: two tools are named {tool.spec.name!r}",
+                              f"{tools_param}.{i}.{name_key}")
+        names.add(tool.spec.name)
+        check_schema(tool.spec.parameters, f"{tools_param}[{i}].{schema_key}", f"{tools_param}.{i}.{schema_key}",
+                     settings)
+    fmt = ask.response_format or {}
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if schema is not None:
+            if not isinstance(schema, dict):
+                raise bad_request(f"{ask.format_param}: a JSON schema object is required", ask.format_param)
+            check_schema(schema, ask.format_param, ask.format_param, settings)
+    for i, turn in enumerate(ask.turns):
+        for call in turn.calls:
+            if arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING:
+                raise bad_request(f"the arguments of the tool call {call.id[:64]!r} handed back in turn {i} are nested "
+                                  f"too deeply (more than {MAX_ARGUMENT_NESTING} levels)", code="arguments_too_deep")
     if ask.n > settings.max_choices:
         raise bad_request(f"n is {ask.n}; this server generates at most {settings.max_choices} choices per request "
                           "(--max-choices)", "n")

@@ -15,8 +15,9 @@ network; every other operation is one script as well. The secret that keys owner
 Redis (``toolwire:owner-secret``) and the scripts make the digests themselves, so every replica
 sharing the store computes the same owners.
 
-A failed command is retried once on a fresh connection (a pooled connection goes stale when Redis
-restarts); every failure after that is ``StoreUnavailable``. Needs a single Redis (or a primary
+Large bodies are decoded off the event loop (``off_loop``). A failed command is retried once on a
+fresh connection (a pooled connection goes stale when Redis restarts); every failure after that is
+``StoreUnavailable``. Needs a single Redis (or a primary
 behind Sentinel): the scripts touch keys of several records, which Redis Cluster does not allow.
 """
 
@@ -45,7 +46,7 @@ from app.state.conversations import (
     found_items,
     response_items,
 )
-from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable, decode_chain, off_loop
 from app.state.redis_runs import RedisRuns
 
 PREFIX = "toolwire:"
@@ -423,7 +424,7 @@ class RedisStore(RedisRuns):
         if not found:
             return None
         owner, body = found
-        return StoredResponse.decode(response_id, owner.decode(), body)
+        return await off_loop(len(body), StoredResponse.decode, response_id, owner.decode(), body)
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         return bool(await self._call(self._delete(args=self._args(tenant, response_id))))
@@ -433,10 +434,8 @@ class RedisStore(RedisRuns):
             self._chain(args=self._args(tenant, response_id, limits.links, limits.bytes)))
         ids = [key.decode() for key in pairs[::2]]
         chain = Chain(ids=ids, missing=missing.decode() or None, over=over.decode() or None, size=int(size))
-        bodies = pairs[1::2]
-        chain.responses = [StoredResponse.decode(key, owner.decode(), body)
-                           for key, body in zip(reversed(ids), reversed(bodies), strict=True)]
-        return chain
+        bodies = dict(zip(ids, pairs[1::2], strict=True))
+        return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         wanted = list(dict.fromkeys(ids))

@@ -1,4 +1,6 @@
-"""The embedded response store: one SQLite file, used from worker threads (never the event loop).
+"""The embedded response store: one SQLite file, used from worker threads (never the event loop);
+large response bodies are decoded after the store's lock is released (``off_loop``), so a big chain
+being decoded does not hold up other requests' reads and writes.
 
 Each stored response is one row (owner digest, previous id, body, size), and its items' ids are rows
 of ``response_items`` (the item index: id → the response, and whether toolwire wrote the item). A
@@ -38,7 +40,17 @@ from app.state.conversations import (
     plan_append,
     response_items,
 )
-from app.state.records import Chain, ChainLimits, Link, StoredResponse, StoreUnavailable, owner_digest, walk
+from app.state.records import (
+    Chain,
+    ChainLimits,
+    Link,
+    StoredResponse,
+    StoreUnavailable,
+    decode_chain,
+    off_loop,
+    owner_digest,
+    walk,
+)
 from app.state.sqlite_runs import RUN_SCHEMA, SqliteRuns
 
 T = TypeVar("T")
@@ -251,12 +263,13 @@ class SqliteStore(SqliteRuns):
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
         owner = self.owner(tenant)
 
-        def work() -> StoredResponse | None:
+        def work() -> bytes | None:
             row = self._db.execute("SELECT body FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
                                    (response_id, owner, time.time())).fetchone()
-            return StoredResponse.decode(response_id, owner, row[0]) if row else None
+            return bytes(row[0]) if row else None
 
-        return await self._run(work)
+        body = await self._run(work)
+        return await off_loop(len(body), StoredResponse.decode, response_id, owner, body) if body is not None else None
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         owner = self.owner(tenant)
@@ -275,7 +288,7 @@ class SqliteStore(SqliteRuns):
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
         owner = self.owner(tenant)
 
-        def work() -> Chain:
+        def work() -> tuple[Chain, dict[str, bytes]]:
             now = time.time()
             with self._transaction():
                 links = {key: Link(key, who, previous, size) for key, who, previous, size in
@@ -284,10 +297,10 @@ class SqliteStore(SqliteRuns):
                 bodies = dict(self._db.execute(
                     f"SELECT id, body FROM stored_responses WHERE id IN ({_marks(chain.ids)})",
                     chain.ids).fetchall()) if chain.ids else {}
-            chain.responses = [StoredResponse.decode(key, owner, bodies[key]) for key in reversed(chain.ids)]
-            return chain
+            return chain, bodies
 
-        return await self._run(work)
+        chain, bodies = await self._run(work)  # read under the lock; decoded outside it, off the loop
+        return await off_loop(chain.size, decode_chain, chain, owner, bodies, limits)
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         owner = self.owner(tenant)

@@ -191,7 +191,7 @@ def _as_arguments(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or too deep to be: the checks bound real arguments)
             return arguments
         if isinstance(value, dict):
             return JsonArguments(value)

@@ -70,7 +70,7 @@ def json_call_text(calls: Sequence[Call]) -> str:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         lines.append(json.dumps({"name": call.name, "arguments": arguments}, ensure_ascii=False))
     return "\n".join(lines)

@@ -8,19 +8,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice
-from app.api.protocol import validation_message
+from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask, Tool
+from app.settings import Settings
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
 MAX_TOP_LOGPROBS = 20
 
 
-def parse_request(body: Any) -> ChatCompletionRequest:
+def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
+    """The request, typed; its lists are counted against the limits before they are decoded."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
+    messages = raw_list(body, "messages")
+    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
+    too_many(len(raw_list(body, "tools")) + len(raw_list(body, "functions")), settings.max_tools, "tools",
+             "--max-tools", "tools")
+    too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
+             "content parts and tool calls in messages", "--max-input-items", "messages")
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:

@@ -167,7 +167,12 @@ class Decoder:
 
 def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:
     """The request's tools; deferred ones only once loaded. An empty ``input_schema`` is an object
-    without properties."""
+    without properties. Two tools of one name (deferred or not) are a 400."""
+    seen: set[str] = set()
+    for i, tool in enumerate(request.tools or ()):
+        if tool.name in seen:
+            raise invalid(f"tools[{i}].name: two tools are named {tool.name[:64]!r}")
+        seen.add(tool.name)
     return [Tool.function(tool.name, tool.input_schema or {"type": "object", "properties": {}}, tool.description)
             for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
 
@@ -201,6 +206,7 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
         named_tool=choice.name if choice and choice.type == "tool" else None,
         parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
         response_format=response_format,
+        format_param="output_config.format.schema",
         sampling=sampling,
         template_kwargs=kwargs,
         thinking=thinking is not None and thinking.type != "disabled",

@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 from starlette.responses import JSONResponse
 
-from app.api.protocol import Lenient
+from app.api.protocol import Lenient, raw_items, raw_list, too_many
 from app.errors import APIError
+from app.settings import Settings
 
 # ------------------------------------------------------------------------------------- errors
 
@@ -243,10 +244,26 @@ class MessagesRequest(Conversation):
     stream: bool = False
 
 
-def parse(model: type[Conversation], body: Any) -> Any:
-    """The request body as ``model``; a located 400 when it is not one."""
+def count(body: dict[str, Any], settings: Settings) -> None:
+    """The request's lists against the limits, on the raw JSON (before any model decodes them):
+    messages, tools, and content blocks — system blocks, each message's blocks and the blocks
+    inside its tool results."""
+    messages = raw_list(body, "messages")
+    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
+    too_many(len(raw_list(body, "tools")), settings.max_tools, "tools", "--max-tools", "tools")
+    blocks = len(raw_list(body, "system")) + raw_items(messages, "content")
+    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
+    for message in messages:
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            blocks += raw_items(message["content"], "content")
+    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
+
+
+def parse(model: type[Conversation], body: Any, settings: Settings) -> Any:
+    """The request body as ``model``; a located 400 when it is not one (or holds more than the limits)."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
+    count(body, settings)
     try:
         return model.model_validate(body)
     except ValidationError as exc:

@@ -22,7 +22,7 @@ from parsers.fold import CallHolder
 async def create_message(body: Any, ex: Exchange) -> Response:
     """``POST /v1/messages``: a stream of message events, or one message."""
     signer = ex.signer
-    request: MessagesRequest = parse(MessagesRequest, body)
+    request: MessagesRequest = parse(MessagesRequest, body, ex.settings)
     ask = messages_ask(request, signer)
     choices = await start(ask, ex, schema_key="input_schema")
     model = (await ex.ready()).name
@@ -42,7 +42,7 @@ async def create_message(body: Any, ex: Exchange) -> Response:
 
 async def count_tokens(body: Any, ex: Exchange) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
-    request: Conversation = parse(Conversation, body)
+    request: Conversation = parse(Conversation, body, ex.settings)
     ask = messages_ask(request, ex.signer)
 
     async def count() -> int:

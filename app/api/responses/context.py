@@ -10,12 +10,14 @@
   toolwire's own copy of it (``Decoder``: a client's reasoning is never the model's thinking).
 
 ``Keeper`` stores the finished response (``store`` not false) and appends its input and output
-items to its conversation. A store or conversation bound that fails after the answer was made
-never costs the client the answer: the failure is handed back for the face to report.
+items to its conversation. A store or conversation bound that fails after the answer was made — or
+a response grown past ``--max-stored-response-bytes`` by its output — never costs the client the
+answer: the failure is handed back for the face to report.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,8 @@ from app.state import (
     StoredResponse,
     StoreUnavailable,
 )
+
+log = logging.getLogger("toolwire")
 
 
 def conversation_id(raw: str | dict[str, Any] | None) -> str | None:
@@ -198,9 +202,17 @@ class Keeper:
         if self.store is None:
             return None
         if self.keep:
+            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
+            limit = self.settings.max_stored_response_bytes
+            if len(record.encode()) > limit:
+                log.warning("response %s not stored: larger than --max-stored-response-bytes (%d)", self.response_id,
+                            limit)
+                self.warning = "response not stored: larger than a stored response may be (--max-stored-response-bytes)"
+                return APIError(413, f"the response was not stored: with its output it is larger than a stored "
+                                f"response may be ({limit} bytes, --max-stored-response-bytes); it cannot be "
+                                "retrieved or continued", code="stored_response_too_large")
             try:
-                await self.store.put(StoredResponse(self.response_id, "", final, self.ctx.input, self.previous),
-                                     self.tenant)
+                await self.store.put(record, self.tenant)
             except StoreUnavailable as exc:
                 self.warning = "response not stored: the response store is unavailable"
                 return store_unavailable(exc)

@@ -17,7 +17,13 @@ Decoding the conversation:
 * with ``previous_response_id`` the stored chain — each earlier response's input and output — comes
   first, or with ``conversation`` the conversation's items (``context``; instructions are not
   carried over, as OpenAI does); ``item_reference`` items are replaced by what they refer to
-  before decoding (``context``).
+  before decoding (``context``);
+* items of hosted tools (``web_search_call``, ``computer_call``, …: ``_SKIPPED_ITEMS``) are skipped —
+  toolwire ran none of them and the model cannot see them — and are kept, in the input that is
+  stored, as a stub of their ``id``, ``type`` and ``status`` only (``stub``): their payload is dropped.
+
+Every item's ``type`` is a string, and a reasoning item's parts have string ``text``, whatever
+becomes of them — anything else is a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.api.responses.encode import new_id
-from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, response_format, tool_choice
+from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, response_format, shown, tool_choice
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
@@ -49,8 +55,20 @@ _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output":
 # --------------------------------------------------------------------------------------- input
 
 
+def stub(item: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of an item the decoder skips (a hosted tool's call: toolwire ran none, and the
+    model never sees them): its ``id``, ``type`` and ``status`` — never its payload, so a client
+    cannot make the store (and every continuation that reads it back) carry what no prompt uses."""
+    kept = {"id": item["id"], "type": item["type"]}
+    status = item.get("status")
+    if isinstance(status, str) and len(status) <= 32:
+        kept["status"] = status
+    return kept
+
+
 def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
-    """The request's input as items (a string is one user message), each message with an id."""
+    """The request's input as items (a string is one user message), each with an id and a string
+    ``type``; items the decoder skips are reduced to their ``stub`` (as they are stored)."""
     if raw is None:
         return []
     if isinstance(raw, str):
@@ -62,11 +80,19 @@ def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
             raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
         if "type" not in item and "role" in item:
             item = {"type": "message", **item}
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise bad_request(f"input[{i}].type: expected a string naming the item type, got {shown(kind)}",
+                              f"input.{i}.type")
         if "id" not in item:
-            kind = str(item.get("type", "item"))
             item = {"id": new_id(_ID_PREFIX.get(kind, "item_")), **item}
-        items.append(item)
+        items.append(stub(item) if kind in _SKIPPED_ITEMS else item)
     return items
+
+
+def _param(where: str) -> str:
+    """``input[3]`` as a ``param`` spells it: ``input.3``."""
+    return where.replace("[", ".").replace("]", "")
 
 
 def _text(content: Any, where: str) -> str:
@@ -84,7 +110,7 @@ def _text(content: Any, where: str) -> str:
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
         else:
-            raise bad_request(f"{where}[{j}]: content part type {kind!r} is not supported: this server renders text "
+            raise bad_request(f"{where}[{j}]: content part type {shown(kind)} is not supported: this server renders text "
                               "only (input_text, output_text, refusal)", f"{where}.{j}")
     return "".join(texts)
 
@@ -107,6 +133,24 @@ class Decoder:
             reasoning = "\n".join(self._reasoning) if self._reasoning is not None else None
             self.turns.append(Turn("assistant", "".join(self._text), tuple(self._calls), reasoning))
         self._text, self._calls, self._reasoning = [], [], None
+
+    @staticmethod
+    def _check_reasoning(item: dict[str, Any], at: str) -> None:
+        """A reasoning item's shape (whatever becomes of its text): ``encrypted_content`` a string,
+        ``content`` and ``summary`` lists of parts whose ``text`` is a string."""
+        sealed = item.get("encrypted_content")
+        if sealed is not None and not isinstance(sealed, str):
+            raise bad_request(f"{at}.encrypted_content: expected a string", f"{_param(at)}.encrypted_content")
+        for field_name in ("content", "summary"):
+            parts = item.get(field_name)
+            if parts is None:
+                continue
+            if not isinstance(parts, list):
+                raise bad_request(f"{at}.{field_name}: expected a list of parts", f"{_param(at)}.{field_name}")
+            for j, part in enumerate(parts):
+                if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+                    raise bad_request(f"{at}.{field_name}[{j}].text: expected a string",
+                                      f"{_param(at)}.{field_name}.{j}.text")
 
     def _reasoning_text(self, item: dict[str, Any], trusted: bool) -> str | None:
         """The reasoning an item hands back: only what this server sealed (``encrypted_content``), or
@@ -135,6 +179,9 @@ class Decoder:
         for i, item in enumerate(items):
             at = f"{where}[{i}]"
             kind = item.get("type")
+            if not isinstance(kind, str):
+                raise bad_request(f"{at}.type: expected a string naming the item type, got {shown(kind)}",
+                                  f"{_param(at)}.type")
             if kind == "message":
                 role = item.get("role")
                 text = _text(item.get("content"), f"{at}.content")
@@ -150,6 +197,7 @@ class Decoder:
             elif kind == "reasoning":
                 if self._calls or self._text:
                     self._flush()
+                self._check_reasoning(item, at)
                 thought = self._reasoning_text(item, trusted)
                 if thought is not None:
                     self._reasoning = [*(self._reasoning or []), thought]
@@ -176,7 +224,7 @@ class Decoder:
                 raise bad_request(f"{at}: an item_reference is resolved only in a request's input; send the item "
                                   "itself", at)
             else:
-                raise bad_request(f"{at}.type: unknown input item type {kind!r}", f"{at}.type")
+                raise bad_request(f"{at}.type: unknown input item type {shown(kind)}", f"{at}.type")
         self._flush()
 
 
@@ -199,4 +247,5 @@ def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) 
         sampling=Sampling(max_tokens=request.max_output_tokens, temperature=request.temperature, top_p=request.top_p),
         template_kwargs=kwargs,
         thinking=thinking,
+        format_param="text.format.schema",
     )

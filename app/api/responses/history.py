@@ -27,12 +27,13 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
 async def history(store: ResponseStore | None, settings: Settings, previous: str | None,
                   tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """The stored chain before this request, oldest first: (input items, output items) per response.
-    A chain that is broken (a link expired or deleted) or longer than the limits is a 4xx naming it."""
+    A chain that is broken (a link expired or deleted) or beyond the limits — links, bytes, items
+    (inputs and outputs together) — is a 4xx naming it."""
     if previous is None or store is None:
         return []
     s = settings
     try:
-        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes))
+        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -50,6 +51,10 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
     if chain.over == "bytes":
         raise bad_request(f"previous_response_id: the stored conversation is larger than {s.max_chain_bytes} bytes "
                           "(--max-chain-bytes); send the history as input instead", "previous_response_id",
+                          code="previous_response_chain_too_large")
+    if chain.over == "items":  # the decoder walks every item on the loop: its work stays bounded
+        raise bad_request(f"previous_response_id: the stored conversation holds more than {s.max_chain_items} items "
+                          "(--max-chain-items); send the history as input instead", "previous_response_id",
                           code="previous_response_chain_too_large")
     for record in chain.responses:
         if record.response.get("status") in ("queued", "in_progress"):

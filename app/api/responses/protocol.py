@@ -23,10 +23,11 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from app.api.protocol import Lenient
+from app.api.protocol import Lenient, raw_items, raw_list, too_many
 from app.errors import bad_request
 from app.pipeline.ask import Tool
-from app.pipeline.validate import TOOL_NAME_RULE, tool_name_problem
+from app.pipeline.validate import MAX_SCHEMA_NESTING, TOOL_NAME_RULE, nesting, tool_name_problem
+from app.settings import Settings
 
 NAMESPACE_SEPARATOR = "__"
 CUSTOM_INPUT = "input"  # the one parameter of a custom tool offered as a function
@@ -65,9 +66,14 @@ class ResponsesRequest(Lenient):
     user: str | None = None
 
 
-def parse_request(body: Any) -> ResponsesRequest:
+def parse_request(body: Any, settings: Settings) -> ResponsesRequest:
+    """The request, typed; ``input`` and ``tools`` are counted against the limits before they are decoded."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
+    too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
+    tools = raw_list(body, "tools")
+    too_many(len(tools) + raw_items(tools, "tools"), settings.max_tools, "tools (namespaced ones included)",
+             "--max-tools", "tools")
     try:
         request = ResponsesRequest.model_validate(body)
     except ValidationError as exc:
@@ -88,6 +94,23 @@ def parse_request(body: Any) -> ResponsesRequest:
 HOSTED = frozenset({"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                     "file_search", "computer_use", "computer_use_preview", "code_interpreter", "image_generation",
                     "mcp", "local_shell", "shell", "apply_patch", "tool_search"})
+#: families of hosted tools whose dated variants keep coming (``web_search_preview_2025_03_11``, …)
+HOSTED_FAMILIES = ("web_search", "computer_use")
+
+
+def hosted_name(kind: str) -> str | None:
+    """The hosted tool ``kind`` names, as toolwire knows it — a name from ``HOSTED``, or the family
+    of a variant it does not know — or ``None`` for a tool that is not hosted. Only these names are
+    echoed (in a warning header, a log line, an error): never the client's own string."""
+    if kind in HOSTED:
+        return kind
+    return next((family for family in HOSTED_FAMILIES if kind.startswith(family)), None)
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``value`` as an error message quotes it: its repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 @dataclass(frozen=True)
@@ -125,11 +148,15 @@ def _custom_description(tool: dict[str, Any]) -> str:
 def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,  # noqa: C901 — one branch per tool type (hosted, namespace, function, custom), each a 400 in words
          context: str = "") -> None:
     kind = tool.get("type")
-    if kind in HOSTED or (isinstance(kind, str) and kind.startswith(("web_search", "computer_use"))):
+    if not isinstance(kind, str):
+        raise bad_request(f"{where}.type: expected a string (function, custom, namespace or a hosted tool), got "
+                          f"{shown(kind)}", where.replace("[", ".").replace("]", "") + ".type")
+    known = hosted_name(kind)
+    if known is not None:
         if hosted == "reject":
-            raise bad_request(f"{where}: the hosted tool {kind!r} is not available on this server (it runs models "
+            raise bad_request(f"{where}: the hosted tool {known!r} is not available on this server (it runs models "
                               "on your own backend); remove it from tools", where)
-        tools.skipped.append(str(kind))
+        tools.skipped.append(known)
         return
     if kind == "namespace":
         if namespace is not None:
@@ -148,7 +175,7 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
             _add(tools, sub, f"{where}.tools[{j}]", ns, hosted, str(tool.get("description") or ""))
         return
     if kind not in ("function", "custom"):
-        raise bad_request(f"{where}.type: unknown tool type {kind!r} (supported: function, custom, namespace; "
+        raise bad_request(f"{where}.type: unknown tool type {shown(kind)} (supported: function, custom, namespace; "
                           "hosted tools are left out)", f"{where}.type")
     name = tool.get("name")
     if not isinstance(name, str) or not name:
@@ -174,7 +201,7 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
             "type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": "the tool's input"}},
             "required": [CUSTOM_INPUT]}}
     if offered in tools.by_offered_name:
-        raise bad_request(f"{where}.name: two tools are named {offered!r}", f"{where}.name")
+        raise bad_request(f"{where}.name: two tools are named {shown(offered)}", f"{where}.name")
     tools.by_offered_name[offered] = Offered(name, namespace, kind == "custom")
     tools.functions.append(Tool.function(offered, function["parameters"], function.get("description"),
                                          bool(function.get("strict")), shown={"type": "function", "function": function}))
@@ -199,7 +226,7 @@ def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[Choic
         return None, None
     if isinstance(raw, str):
         if raw not in ("none", "auto", "required"):
-            raise bad_request(f"tool_choice: {raw!r} is not one of none, auto, required", "tool_choice")
+            raise bad_request(f"tool_choice: {shown(raw)} is not one of none, auto, required", "tool_choice")
         return raw, None  # type: ignore[return-value]
     kind = raw.get("type")
     if kind in ("function", "custom"):
@@ -207,20 +234,25 @@ def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[Choic
         namespace = raw.get("namespace")
         offered = tools.offered_name(str(name), namespace if isinstance(namespace, str) else None)
         if offered not in tools.by_offered_name:
-            raise bad_request(f"tool_choice names {name!r}, which is not in tools", "tool_choice")
+            raise bad_request(f"tool_choice names {shown(name)}, which is not in tools", "tool_choice")
         return None, offered
     if kind == "allowed_tools":
         mode = raw.get("mode", "auto")
         if mode not in ("auto", "required"):
             raise bad_request("tool_choice.mode: expected auto or required", "tool_choice.mode")
+        listed = raw.get("tools")
+        if listed is None:
+            listed = []
+        if not isinstance(listed, list):
+            raise bad_request("tool_choice.tools: expected a list of tools", "tool_choice.tools")
         allowed = set()
-        for t in raw.get("tools") or ():
+        for t in listed:
             if isinstance(t, dict) and isinstance(t.get("name"), str):
                 ns = t.get("namespace")
                 allowed.add(tools.offered_name(t["name"], ns if isinstance(ns, str) else None))
         tools.functions = [f for f in tools.functions if f.spec.name in allowed]
         return mode, None
-    raise bad_request(f"tool_choice: type {kind!r} is not supported here (supported: none, auto, required, "
+    raise bad_request(f"tool_choice: type {shown(kind)} is not supported here (supported: none, auto, required, "
                       "function, custom, allowed_tools)", "tool_choice")
 
 
@@ -238,6 +270,10 @@ def response_format(text: TextConfig | None) -> dict[str, Any] | None:
         schema = fmt.get("schema")
         if not isinstance(schema, dict):
             raise bad_request("text.format.schema: a JSON schema object is required", "text.format.schema")
+        if nesting(schema) > MAX_SCHEMA_NESTING:  # before anything encodes it (the schema itself: ``check_ask``)
+            raise bad_request(f"text.format.schema is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
+                              "text.format.schema")
         return {"type": "json_schema", "json_schema": {"name": fmt.get("name") or "response", "schema": schema,
                                                         "strict": bool(fmt.get("strict"))}}
-    raise bad_request(f"text.format.type: {kind!r} is not one of text, json_object, json_schema", "text.format.type")
+    raise bad_request(f"text.format.type: {shown(kind)} is not one of text, json_object, json_schema",
+                      "text.format.type")

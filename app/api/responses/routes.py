@@ -12,7 +12,9 @@ resumed (``GET …?stream=true``) and cancelled (``POST …/cancel``) on any rep
 
 A store that fails after the answer was generated never costs the client the answer: a stream ends
 with ``error`` and ``response.failed`` (the output included); a whole answer is returned with an
-``X-Toolwire-Warning`` header (and ``store: false`` when the response itself was not stored).
+``X-Toolwire-Warning`` header (and ``store: false`` when the response itself was not stored). A
+response larger than ``--max-stored-response-bytes`` is not stored either: refused (413) before
+generating when its input alone is, answered as for a failed store when its output takes it over.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import time
 from typing import Any
 
+import orjson
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
@@ -31,7 +34,7 @@ from app.api.responses.encode import ResponseEvents, ResponseItems, finished_res
 from app.api.responses.history import not_found, store_unavailable, stored
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
 from app.conversation import Turn
-from app.errors import bad_request
+from app.errors import APIError, bad_request
 from app.pipeline.run import Finished
 from app.state import StoreUnavailable
 from parsers.events import Event
@@ -59,12 +62,32 @@ def shell(request: ResponsesRequest, response_id: str, model: str, conversation:
     }
 
 
+def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
+    """The bytes the response object's echo of the request (``head``) and its input items take
+    encoded; a 400 naming the first field that nests too deeply to be encoded (JSON is encoded up
+    to 255 levels)."""
+    try:
+        return len(orjson.dumps(head)) + len(orjson.dumps(items))
+    except orjson.JSONEncodeError:
+        pass
+    for key, value in [*head.items(), ("input", items)]:
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, entry in entries:
+            try:
+                orjson.dumps(entry)
+            except orjson.JSONEncodeError:
+                where, param = (key, key) if i is None else (f"{key}[{i}]", f"{key}.{i}")
+                raise bad_request(f"{where} is nested too deeply (JSON objects and arrays nest at most 255 levels "
+                                  "here)", param) from None
+    raise bad_request("the request cannot be encoded as JSON")
+
+
 async def create_response(body: Any, ex: Exchange) -> Response:
     """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
     signer = ex.signer
     store = ex.services.store
     tenant = ex.tenant
-    request = parse_request(body)
+    request = parse_request(body, ex.settings)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
     ctx = await context(store, ex.settings, request, tenant)
     decoder = Decoder(tools, signer, ctx.stored)
@@ -84,6 +107,12 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
     response_id = new_id("resp_")
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
+    size = encoded_size(head, ctx.input)  # what the response echoes and stores can be encoded at all
+    limit = ex.settings.max_stored_response_bytes
+    if store is not None and request.store is not False and size > limit:  # it could never be stored
+        raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
+                       f"included), more than a stored response may hold ({limit}, --max-stored-response-bytes); "
+                       "send less input, or store: false", param="input", code="stored_response_too_large")
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
     save = Keeper(store, request.store is not False, ctx, ex.settings, tenant, response_id,
@@ -107,7 +136,7 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         final = finished_response(head, built, total)
         if await save(final) is not None:
             final["store"] = save.stored
-            headers["X-Toolwire-Warning"] = save.warning
+            headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), save.warning)))
         return JSONResponse(final, headers=headers)
 
     return await whole(choices, build, ex)

@@ -113,6 +113,21 @@ async def test_chain_limits_in_links_and_bytes(store: ResponseStore) -> None:
     assert (await store.chain("l9", ALICE, ChainLimits(links=10))).over is None
 
 
+async def test_chain_stops_decoding_at_the_item_bound(store: ResponseStore) -> None:
+    """Items (input and output) are counted as the chain is decoded, newest first: decoding stops
+    before the record that passes the bound, however many bytes the walk allowed."""
+    previous = None
+    for i in range(6):  # 3 items each: two input messages, one output item
+        items = [{"type": "message", "role": "user", "content": f"t{i}"}] * 2
+        await store.put(StoredResponse(f"i{i}", "", {"output": [{"type": "message"}]}, items, previous), ALICE)
+        previous = f"i{i}"
+    within = await store.chain("i5", ALICE, ChainLimits(items=18))
+    assert within.over is None and len(within.responses) == 6
+    cut = await store.chain("i5", ALICE, ChainLimits(items=10))
+    assert cut.over == "items" and [r.id for r in cut.responses] == ["i3", "i4", "i5"]
+    assert cut.ids == ["i5", "i4", "i3"] and cut.size == sum(len(r.encode()) for r in cut.responses)
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
 async def test_bounds_hold_after_every_write(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     server = request.getfixturevalue("redis_server") if kind == "redis" else None
