@@ -97,8 +97,13 @@ class Settings(BaseSettings):
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
     max_render_ms: float = Field(
-        3000, gt=0, description="longest a large request may take to check and render (beyond: 400); the loop "
-        "keeps serving meanwhile")
+        3000, gt=0, description="longest a large request may take to check and render, once a worker has it "
+        "(beyond: 400, and the worker is replaced); the loop keeps serving meanwhile")
+    prepare_workers: int = Field(
+        2, ge=1, le=64, description="worker processes that check and render large requests (each a fork of a "
+        "preloaded server process)")
+    max_queue_ms: float = Field(
+        15_000, gt=0, description="longest a large request waits for a free worker (beyond: 503 server_busy)")
     drain_seconds: float = Field(
         5.0, ge=0, description="on SIGTERM, seconds to keep serving while /readyz says draining (so a load "
         "balancer stops sending here) before shutting down")

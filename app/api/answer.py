@@ -28,7 +28,7 @@ from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
 from app.pipeline.stream import AnswerStream, Encoder
-from app.pipeline.validate import check_ask
+from app.pipeline.validate import cap_tokens, check_ask
 from app.runtime import render_error
 from app.served import ServedModel
 from app.services import Lease, Services
@@ -74,7 +74,8 @@ Build = Callable[[list[tuple[list[Event], Finished]], Finished], Awaitable[Respo
 
 
 def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -> Plan:
-    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs)."""
+    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs —
+    perhaps another process, on a copy of ``ask``: this changes nothing in it)."""
     check_ask(ask, settings, schema_key=schema_key)
     try:
         return plan_request(ask, model.formats, model.require_template(), model.backend,
@@ -86,6 +87,7 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
     model = await ex.ready()
+    cap_tokens(ask, ex.settings)
     planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
     return planned, model
 

@@ -87,7 +87,7 @@ def schema_problem(encoded: bytes) -> str | None:
 
 
 def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_key: str = "function.parameters") -> None:
-    """Limits (messages, tools, schema size, max tokens) and tool-choice consistency."""
+    """Limits (messages, tools, schema size, max tokens) and tool-choice consistency; changes nothing."""
     if len(ask.turns) > settings.max_messages:
         raise bad_request(f"too many messages ({len(ask.turns)} > {settings.max_messages})", "messages")
     if len(ask.tools) > settings.max_tools:
@@ -122,5 +122,10 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
     limit = ask.sampling.max_tokens
     if settings.max_tokens_cap and limit and limit > settings.max_tokens_cap:
         raise bad_request(f"max_tokens exceeds this server's cap of {settings.max_tokens_cap}", "max_tokens")
-    if settings.max_tokens_cap and not limit:  # an unbounded request gets the cap, not the backend's default
+
+
+def cap_tokens(ask: Ask, settings: Settings) -> None:
+    """An unbounded request gets the server's cap (``--max-tokens-cap``), not the backend's default.
+    (Apart from ``check_ask``, which changes nothing: it may run on a copy in another process.)"""
+    if settings.max_tokens_cap and not ask.sampling.max_tokens:
         ask.sampling.max_tokens = settings.max_tokens_cap
