@@ -13,7 +13,7 @@ Heavy requests queue for a free worker, first come first served, for at most ``-
 past that the request is answered 503 ``server_busy`` with ``Retry-After`` (the bound is in time,
 not in count: a burst of agent requests waits its turn instead of being refused). A job may then
 use at most ``--max-render-ms`` of CPU time (a busy machine does not count against it), and at
-most ``WALL_FACTOR`` times that in wall time: past either the request is answered 400 and its
+most ``WALL_FACTOR`` times that (and a little) in wall time: past either the request is answered 400 and its
 worker is killed and replaced, so abandoned work never piles up. A job whose client has left runs
 to its end (or those bounds) in the background, and its worker is then free again.
 
@@ -127,9 +127,11 @@ def reducers(settings: Settings | None) -> dict[type, Callable[[Any], tuple[Any,
 
 #: objects a process holds for its lifetime: sent to each worker once, then by name
 CONSTANTS: tuple[type, ...] = (Settings, ServedModel)
-#: a job still running after this many times its CPU budget in wall time is stopped all the same
-#: (work stuck where the CPU timer cannot interrupt it)
+#: a job still running after this many times its CPU budget in wall time, plus ``WALL_GRACE_S``
+#: (a new worker's first job may have to compile the template and import what it runs), is
+#: stopped all the same: work stuck where the CPU timer cannot interrupt it
 WALL_FACTOR = 4
+WALL_GRACE_S = 5.0
 
 
 # ------------------------------------------------------------------------------- turns at the loop
@@ -211,7 +213,7 @@ class Offloader:
 
     async def _call(self, worker: Worker, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
-            async with asyncio.timeout(self.deadline_s * WALL_FACTOR):
+            async with asyncio.timeout(self.deadline_s * WALL_FACTOR + WALL_GRACE_S):
                 result: T = await worker.call(fn, args, CONSTANTS, self._reducers)
         except (OverBudget, TimeoutError):
             self._replace(worker)
