@@ -97,7 +97,7 @@ class Settings(BaseSettings):
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
     max_render_ms: float = Field(
-        3000, gt=0, description="longest a large request may take to check and render, once a worker has it "
+        3000, gt=0, description="CPU time a large request's checks and render may use in a worker process "
         "(beyond: 400, and the worker is replaced); the loop keeps serving meanwhile")
     prepare_workers: int = Field(
         2, ge=1, le=64, description="worker processes that check and render large requests (each a fork of a "

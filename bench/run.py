@@ -36,6 +36,7 @@ SECTIONS: list[str] = [
     "bench.proxy",  # proxy overhead: added TTFT, tokens/s, CPU per 1 000 tokens
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)
+    "bench.offload",  # issue 28: a probe's worst wait while heavy requests are prepared, before and after
 ]
 
 
