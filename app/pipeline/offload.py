@@ -23,6 +23,7 @@ to its end (or those bounds) in the background, and its worker is then free agai
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import pickle
@@ -187,6 +188,7 @@ class Offloader:
     def start(self) -> None:
         if self._idle is not None or self._closed:
             return
+        atexit.register(self.close)  # workers ignore SIGTERM: at exit, kill them before multiprocessing joins them
         self._idle = asyncio.Queue()
         for _ in range(self.size):
             self._spawn()
@@ -279,9 +281,11 @@ class Offloader:
 
     def close(self) -> None:
         """Stop every worker and cancel what is under way."""
+        atexit.unregister(self.close)
         self._closed = True
         for task in list(self._tasks):
-            task.cancel()
+            with contextlib.suppress(RuntimeError):  # at exit the loop may be closed already
+                task.cancel()
         for worker in self._workers:
             worker.kill()
         self._workers.clear()

@@ -24,6 +24,7 @@ Frames: one byte of kind, eight of length (big-endian), the pickle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import multiprocessing
 import pickle
@@ -179,7 +180,10 @@ def _over_budget(_signum: int, _frame: Any) -> None:
 def serve(sock: socket.socket, cpu_budget_s: float | None = None) -> None:
     """A worker's life: install constants, run jobs — each for at most ``cpu_budget_s`` of CPU time —
     until the parent's end of the socket closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    # the parent decides when a worker stops (its socket closes, or SIGKILL): a Ctrl-C or a SIGTERM to
+    # the whole process group (systemd's default) must not cut the requests the server still drains
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGPROF, _over_budget)
     constants = _CONSTANTS
     refs: dict[int, tuple[Any, ...]] = {}
@@ -325,11 +329,8 @@ class Worker:
         self.writer.write(data)
 
     def kill(self) -> None:
-        """Stop the worker at once (SIGKILL) and close its socket."""
+        """Stop the worker at once (SIGKILL) and close its socket (also once the loop is gone)."""
         if self.process.pid is not None and self.process.exitcode is None:
             self.process.kill()
-        self.writer.close()
-
-    def stop(self) -> None:
-        """Let the worker end: it exits when its socket closes (after the job it runs, if any)."""
-        self.writer.close()
+        with contextlib.suppress(RuntimeError):  # the loop closed already: the process's exit closes it
+            self.writer.close()
