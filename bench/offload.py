@@ -252,6 +252,57 @@ def measure(tree: Path, backend: str, bodies: dict[str, list[bytes]]) -> dict[st
     return phases
 
 
+# ---------------------------------------------------------------------- what shipping costs
+
+
+def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
+    """For the agent request and the schema request, in this process with one real worker: the CPU
+    time preparing it inline takes on the loop, against what handing it to a worker costs the loop
+    (pickling the ``Ask``, unpickling the plan) and the round trip's wall time; best of ``repeat``.
+    (The schema request's checks are remembered after the first run: inline and in the worker alike,
+    so both columns are the render and the rest — what shipping 4 MB costs, not what checking does.)"""
+    from app.api.answer import prepare
+    from app.api.chat.decode import chat_ask, parse_request
+    from app.backends import VllmBackend
+    from app.pipeline.offload import CONSTANTS, reducers
+    from app.pipeline.workers import Worker
+    from app.served import ServedModel, choose_parsers
+    from app.settings import Settings
+    from app.templates.chat_template import ChatTemplate
+
+    settings = Settings(backend="http://unused", chat_template=TEMPLATE, tool_call_parser="hermes",
+                        reasoning_parser="qwen3", max_render_ms=600_000)
+    template = ChatTemplate.load(TEMPLATE)
+    model = ServedModel.of("m", VllmBackend("http://unused", httpx.AsyncClient()), template,
+                           choose_parsers(settings, template))
+    rows = []
+
+    async def measure_all() -> None:
+        worker = await Worker.start(cpu_budget_s=600)
+        try:
+            for label, body in (("agent request (82 messages, 12 tools)", agent_request(0)),
+                                ("60 × 64 KB schemas", schema_request())):
+                ask = chat_ask(parse_request(orjson.loads(body)))
+                args = (ask, settings, model, "function.parameters")
+                prepare(*args)  # schema verdicts remembered here …
+                await worker.call(prepare, args, CONSTANTS, reducers(settings))  # … and there
+                inline, loop_cpu, trip = [], [], []
+                for _ in range(repeat):
+                    started = time.process_time()
+                    prepare(*args)
+                    inline.append(time.process_time() - started)
+                    started, wall = time.process_time(), time.perf_counter()
+                    await worker.call(prepare, args, CONSTANTS, reducers(settings))
+                    loop_cpu.append(time.process_time() - started)
+                    trip.append(time.perf_counter() - wall)
+                rows.append((label, len(body) / 1024, min(inline) * 1000, min(loop_cpu) * 1000, min(trip) * 1000))
+        finally:
+            worker.kill()
+
+    asyncio.run(measure_all())
+    return rows
+
+
 # ---------------------------------------------------------------------- the section
 
 
@@ -305,6 +356,15 @@ def run(ctx: Any) -> Section:
                          fmt(median([p.cpu for p in runs]), 2), _statuses([p.statuses for p in runs])))
     section.tables.append(table(("build", "phase", "probe worst ms", "worst per round", "probe p99 ms",
                                  "phase s (median)", "toolwire CPU s", "answers"), rows))
+    ctx.log("offload: what shipping a request to a worker costs")
+    shipped = shipping(3 if ctx.quick else 10)
+    section.tables.append(table(
+        ("request", "body KB", "prepared inline: loop CPU ms", "in a worker: loop CPU ms", "round trip ms"),
+        ((label, fmt(kb, 0), fmt(inline), fmt(loop), fmt(trip)) for label, kb, inline, loop, trip in shipped)))
+    agent = shipped[0]
+    section.figure("offload.shipping.agent", "loop CPU of an agent request handed to a worker ÷ prepared inline",
+                   agent[3] / agent[2], "×", at_most(0.25),
+                   note=f"{fmt(agent[3])} ms against {fmt(agent[2])} ms (pickling the Ask, unpickling the plan)")
     for phase, key in (("schema request", "schema"), ("agent burst", "burst")):
         section.figure(f"offload.{key}.worst", f"after: probe's worst wait during the {phase}", worst("after", phase),
                        "ms", PROBE_TARGET, note=f"before: {fmt(worst('before', phase), 0)} ms; worst of {rounds} rounds")
@@ -317,6 +377,11 @@ def run(ctx: Any) -> Section:
     section.figure("offload.burst.refused", f"after: agent-burst requests not answered 200 ({BURST} × {rounds})",
                    not_ok("after", "agent burst"), "", at_most(0),
                    note=f"before: {fmt(not_ok('before', 'agent burst'), 0)}")
+    section.notes.append(
+        "The second table is measured in this process with one worker: the CPU time the loop spends on a "
+        "request prepared inline, against what handing it to a worker costs the loop (pickling its `Ask`, "
+        "unpickling the plan — which refers back to the caller's `Ask` rather than carrying it), best of the "
+        "repetitions; schema checks are remembered on both sides, so this is the cost of shipping, not of checking.")
     section.notes.append(
         f"Builds: **after** = this tree; **before** = commit {commit[:10]} (2-thread pool, at most 8 heavy jobs). "
         f"{rounds} round(s), each build started afresh per round, alternating which goes first. The probe "

@@ -23,7 +23,6 @@ to its end (or those bounds) in the background, and its worker is then free agai
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
 import pickle
@@ -37,7 +36,7 @@ from app.backends.streamhttp import StreamingClient
 from app.errors import APIError, bad_request
 from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask
-from app.pipeline.workers import OverBudget, Worker, WorkerLost, context
+from app.pipeline.workers import OverBudget, Worker, WorkerLost
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
@@ -188,7 +187,6 @@ class Offloader:
     def start(self) -> None:
         if self._idle is not None or self._closed:
             return
-        atexit.register(self.close)  # workers ignore SIGTERM: at exit, kill them before multiprocessing joins them
         self._idle = asyncio.Queue()
         for _ in range(self.size):
             self._spawn()
@@ -254,7 +252,7 @@ class Offloader:
 
     async def _start_worker(self) -> None:
         try:
-            worker = await Worker.start(context(), "toolwire-prepare", self.deadline_s)
+            worker = await Worker.start(self.deadline_s)
         except Exception:
             log.exception("could not start a worker process; trying again in 1 s")
             await asyncio.sleep(1)
@@ -281,7 +279,6 @@ class Offloader:
 
     def close(self) -> None:
         """Stop every worker and cancel what is under way."""
-        atexit.unregister(self.close)
         self._closed = True
         for task in list(self._tasks):
             with contextlib.suppress(RuntimeError):  # at exit the loop may be closed already

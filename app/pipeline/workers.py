@@ -2,18 +2,22 @@
 caller's interpreter lock ever being held by the work (the mechanism; ``app.pipeline.offload``
 decides what runs there and how long it may wait and take).
 
-A worker is a child process forked from a fork server that has the work's modules imported
-(``PRELOAD``), so a new worker is a fork, not an interpreter start; the parent holds one end of a
-socket pair to it. It runs one job at a time. What crosses the socket, and how it is kept small:
+A worker is forked from a fork server (``fork_server``: ``python -c``, started on first use, its own
+session) that has the work's modules imported (``PRELOAD``), so a new worker is a fork, not an
+interpreter start; the parent holds one end of a socket pair to it. Workers and the fork server
+ignore SIGINT and SIGTERM — a signal to the whole process group must not cut the requests a
+draining server still prepares — and end when their socket closes (the server exits, or closes
+it) or on SIGKILL. A worker runs one job at a time. What crosses the socket, and how it is kept
+small:
 
 * **Constants** — objects the process keeps for its lifetime (the settings, the served model), picked
   out by type (``constants``) — go to each worker once, the first time a job refers to them, pickled
   with the caller's ``reducers`` (so the model goes without its HTTP clients and with its chat
   template as source, compiled once in the worker); a job refers to them by name.
 * **The result refers back to the arguments.** An object of the job's arguments (the ``Ask``, its
-  tools, their specs — ``handles()`` lists them, in the same order on both sides) or of a constant
-  that the result holds is sent back as a handle, and the caller's own object takes its place. So
-  a plan comes back without the request it plans. The job must not mutate its arguments: it ran
+  tools, their specs — ``handles()`` finds them in the worker) or of a constant that the result
+  holds is sent back as its path from the arguments (``resolve``: ``args[0].tools[3].spec``), and
+  the caller's own object takes its place. So a plan comes back without the request it plans. The job must not mutate its arguments: it ran
   on copies, and what it changed there stays there.
 * **An exception the job raises** is raised by ``Worker.call``, rebuilt from its class and
   attributes, with the worker's traceback as a note. ``WorkerLost`` means the worker died.
@@ -25,75 +29,170 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import importlib
 import io
-import multiprocessing
+import os
 import pickle
 import signal
 import socket
 import struct
+import subprocess
+import sys
+import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from multiprocessing.context import BaseContext
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 HEAD = struct.Struct("!cQ")
+BUDGET = struct.Struct("!d")  # a fork request's CPU budget (0: none)
+PID = struct.Struct("!q")
 INSTALL, JOB, RESULT, ERROR = b"I", b"J", b"R", b"E"
 #: modules a worker needs, imported once in the fork server
-PRELOAD = ["app.pipeline.workers", "app.api.answer"]
+PRELOAD = ["app.api.answer"]
 #: how deep ``handles`` looks into a job's arguments (argument → Ask → tools → Tool → spec → parameters)
 HANDLE_DEPTH = 5
 _LEAVES = (str, bytes, int, float, bool, type(None))
 
 Reducers = Mapping[type, Callable[[Any], tuple[Any, ...]]]
+Path = tuple[int | str, ...]
 
 
 class WorkerLost(Exception):
     """The worker process died (killed, crashed, out of memory) before it answered."""
 
 
-def context() -> BaseContext:
-    """The fork server where there is one (Linux, macOS), else fresh interpreters."""
-    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(PRELOAD)
-    return ctx
+# ------------------------------------------------------------------------------- the fork server
 
 
-def handles(args: Iterable[Any], skip: Iterable[Any] = (), depth: int = HANDLE_DEPTH) -> list[Any]:
-    """The objects of ``args`` a result may refer back to: the arguments, and the objects in their
-    dataclass fields, lists and tuples, ``depth`` levels down — never strings or numbers, nor the
-    objects in ``skip`` (the constants, which travel by name) or what they hold. Both sides walk
-    their own copy of the arguments the same way, so position ``i`` names the same object."""
-    found: list[Any] = []
-    seen: set[int] = {id(s) for s in skip}
-    level = [a for a in args if not isinstance(a, _LEAVES)]
+def fork_server(control_fd: int) -> None:
+    """The fork server's life (``python -c``, started by ``ForkServer``): import ``PRELOAD``, then for
+    each request on the control socket — one byte, the CPU budget as a double, and the worker's end
+    of its socket pair passed alongside — fork a worker running ``serve`` and answer its pid, until
+    the control socket closes. Single-threaded, so forking is safe; children are reaped by the
+    kernel (``SIGCHLD`` ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    for module in PRELOAD:
+        importlib.import_module(module)
+    gc.freeze()  # what every worker shares stays shared: the collector never writes to it
+    control = socket.socket(fileno=control_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, BUDGET.size + 1, 1)
+        except OSError:
+            return
+        if not message or not fds:
+            return
+        (budget,) = BUDGET.unpack(message[1:])
+        pid = os.fork()
+        if pid == 0:  # the worker
+            control.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            code = 0
+            try:
+                serve(socket.socket(fileno=fds[0]), budget or None)
+            except BaseException:  # noqa: BLE001 — a worker never returns into the fork server's loop
+                code = 1
+            os._exit(code)
+        os.close(fds[0])
+        control.sendall(PID.pack(pid))
+
+
+class ForkServer:
+    """The parent's handle on its fork server (started on first use, again if it died)."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    def fork(self, worker_end: socket.socket, cpu_budget_s: float | None) -> int:
+        """A new worker serving ``worker_end`` (blocking: call it in a thread); its pid."""
+        with self._lock:
+            for attempt in (1, 2):
+                control = self._running()
+                try:
+                    socket.send_fds(control, [b"F" + BUDGET.pack(cpu_budget_s or 0.0)], [worker_end.fileno()])
+                    answer = _recv_exactly(control, PID.size)
+                except OSError:
+                    answer = None
+                if answer is not None:
+                    return int(PID.unpack(answer)[0])
+                self._stop()  # it died: start another
+            raise OSError("the fork server does not answer")
+
+    def _running(self) -> socket.socket:
+        if self._process is not None and self._process.poll() is None and self._control is not None:
+            return self._control
+        self._stop()
+        ours, theirs = socket.socketpair()
+        # its own session: signals to the server's process group (a terminal's Ctrl-C) do not reach it;
+        # it ends when the control socket closes, with this process
+        path = os.pathsep.join(p for p in sys.path if p)
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", f"from app.pipeline.workers import fork_server; fork_server({theirs.fileno()})"],
+            pass_fds=(theirs.fileno(),), start_new_session=True,
+            env={**os.environ, "PYTHONPATH": path})
+        theirs.close()
+        self._control = ours
+        return ours
+
+    def _stop(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            with contextlib.suppress(OSError):
+                self._process.kill()
+            self._process.wait()
+            self._process = None
+
+
+#: this process's fork server
+FORK_SERVER = ForkServer()
+
+
+def handles(args: Sequence[Any], skip: Iterable[Any] = (), depth: int = HANDLE_DEPTH) -> dict[int, Path]:
+    """The objects of ``args`` a result may refer back to, by ``id``, each with its path from the
+    arguments (``resolve``): the arguments, and the objects in their dataclass fields, lists and
+    tuples, ``depth`` levels down — never strings or numbers, nor the objects in ``skip`` (the
+    constants, which travel by name) or what they hold. A dict is a handle; what is inside it is not."""
+    found: dict[int, Path] = {id(s): () for s in skip}
+    level: list[tuple[Any, Path]] = [(a, (i,)) for i, a in enumerate(args) if not isinstance(a, _LEAVES)]
     for _ in range(depth):
-        below: list[Any] = []
-        for obj in level:
-            if id(obj) in seen:
+        below: list[tuple[Any, Path]] = []
+        for obj, path in level:
+            if id(obj) in found:
                 continue
-            seen.add(id(obj))
-            found.append(obj)
-            below.extend(child for child in _children(obj) if not isinstance(child, _LEAVES))
+            found[id(obj)] = path
+            below.extend((child, (*path, step)) for step, child in _children(obj) if not isinstance(child, _LEAVES))
         level = below
-    return found
+    return {key: path for key, path in found.items() if path}
+
+
+def resolve(args: Sequence[Any], path: Path) -> Any:
+    """The object at ``path`` in ``args`` (an index into a list or tuple, else a field's name)."""
+    obj: Any = args
+    for step in path:
+        obj = obj[step] if isinstance(step, int) else getattr(obj, step)
+    return obj
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _children(obj: Any) -> Iterable[Any]:
+def _children(obj: Any) -> Iterable[tuple[int | str, Any]]:
     kind = type(obj)
     if kind is list or kind is tuple:
-        return obj  # type: ignore[no-any-return]
+        return enumerate(obj)
     names = _FIELDS.get(kind)
     if names is None:  # a dict is a handle, what is inside it travels by value; so do other objects
         names = tuple(f.name for f in fields(obj)) if is_dataclass(kind) else ()
         _FIELDS[kind] = names
-    return [getattr(obj, name) for name in names]
+    return [(name, getattr(obj, name)) for name in names]
 
 
 # ------------------------------------------------------------------------------- frames
@@ -204,8 +303,8 @@ def serve(sock: socket.socket, cpu_budget_s: float | None = None) -> None:
                 finally:
                     signal.setitimer(signal.ITIMER_PROF, 0)
                 job_refs = dict(refs)
-                job_refs.update({id(obj): ("h", i, type(obj).__qualname__)
-                                 for i, obj in enumerate(handles(args, constants.values()))})
+                job_refs.update({key: ("h", path, type(resolve(args, path)).__qualname__)
+                                 for key, path in handles(args, constants.values()).items()})
                 buffer = io.BytesIO()
                 _ResultPickler(buffer, job_refs).dump(result)
                 reply = RESULT, buffer.getvalue()
@@ -251,14 +350,14 @@ class _ResultUnpickler(pickle.Unpickler):
         super().__init__(io.BytesIO(data))
         self.args = args
         self.constants = constants
-        self._handles: list[Any] | None = None
 
     def persistent_load(self, pid: Any) -> Any:
         if pid[0] == "h":
-            if self._handles is None:
-                self._handles = handles(self.args, self.constants.values())
-            found = self._handles[pid[1]] if pid[1] < len(self._handles) else None
-            if type(found).__qualname__ != pid[2]:  # the two walks disagree: never substitute the wrong object
+            try:
+                found = resolve(self.args, pid[1])
+            except (AttributeError, IndexError, TypeError):
+                found = None
+            if type(found).__qualname__ != pid[2]:  # never substitute the wrong object
                 raise pickle.UnpicklingError(f"result handle {pid[1]} names a {pid[2]}, here a {type(found).__qualname__}")
             return found
         value = self.constants[pid[1]]
@@ -277,26 +376,25 @@ def _rebuild_error(data: bytes) -> BaseException:
 class Worker:
     """One worker process and the parent's end of its socket (see the module docstring)."""
 
-    def __init__(self, process: BaseProcess, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.process = process
+    def __init__(self, pid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.pid = pid
         self.reader = reader
         self.writer = writer
         self.installed: dict[str, Any] = {}  # constant name → the object the worker has
 
     @classmethod
-    async def start(cls, ctx: BaseContext, name: str = "toolwire-worker", cpu_budget_s: float | None = None) -> Worker:
-        """Start a worker (``serve``; the blocking part, the fork server's answer, in a thread)."""
+    async def start(cls, cpu_budget_s: float | None = None, server: ForkServer = FORK_SERVER) -> Worker:
+        """A new worker forked by ``server`` (the blocking part, its answer, in a thread)."""
         parent, child = socket.socketpair()
-        process = ctx.Process(target=serve, args=(child, cpu_budget_s), name=name, daemon=True)  # type: ignore[attr-defined]
         try:
-            await asyncio.to_thread(process.start)
+            pid = await asyncio.to_thread(server.fork, child, cpu_budget_s)
         except BaseException:
             parent.close()
             raise
         finally:
             child.close()
         reader, writer = await asyncio.open_unix_connection(sock=parent, limit=2**16)
-        return cls(process, reader, writer)
+        return cls(pid, reader, writer)
 
     async def call(self, fn: Callable[..., Any], args: tuple[Any, ...], constants: tuple[type, ...] = (),
                    reducers: Reducers | None = None) -> Any:
@@ -319,7 +417,7 @@ class Worker:
             kind, size = HEAD.unpack(head)
             data = await self.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise WorkerLost(f"worker process {self.process.pid} died (exit code {self.process.exitcode})") from exc
+            raise WorkerLost(f"worker process {self.pid} died") from exc
         if kind == ERROR:
             raise _rebuild_error(data)
         return _ResultUnpickler(data, args, self.installed).load()
@@ -330,7 +428,7 @@ class Worker:
 
     def kill(self) -> None:
         """Stop the worker at once (SIGKILL) and close its socket (also once the loop is gone)."""
-        if self.process.pid is not None and self.process.exitcode is None:
-            self.process.kill()
+        with contextlib.suppress(OSError):  # gone already
+            os.kill(self.pid, signal.SIGKILL)
         with contextlib.suppress(RuntimeError):  # the loop closed already: the process's exit closes it
             self.writer.close()

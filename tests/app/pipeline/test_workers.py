@@ -20,7 +20,7 @@ from app.backends import VllmBackend
 from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.offload import BIG_BODY, CONSTANTS, Offloader, Turns, is_light, reducers
-from app.pipeline.workers import OverBudget, Worker, WorkerLost, context, handles
+from app.pipeline.workers import OverBudget, Worker, WorkerLost, handles, resolve
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
@@ -66,7 +66,7 @@ def nap(seconds: float) -> float:
 
 @pytest.fixture
 async def worker() -> AsyncIterator[Worker]:
-    started = await Worker.start(context(), cpu_budget_s=0.5)
+    started = await Worker.start(cpu_budget_s=0.5)
     yield started
     started.kill()
 
@@ -143,12 +143,15 @@ async def test_constants_reach_a_worker_once_and_a_new_one_replaces_the_old(work
     assert worker.installed["ServedModel"] is second
 
 
-def test_both_sides_walk_the_same_handles() -> None:
+def test_handles_are_paths_from_the_arguments() -> None:
     ask = agent_ask(turns=2)
-    found = handles((ask, "key"))
-    assert found[0] is ask and ask.tools[0] in found and ask.tools[0].spec in found
-    assert not any(isinstance(x, str) for x in found)
-    assert ask not in handles((ask,), skip=(ask,))
+    args = (ask, "key")
+    found = handles(args)
+    assert found[id(ask)] == (0,) and found[id(ask.tools[1].spec)] == (0, "tools", 1, "spec")
+    assert all(resolve(args, path) is not None for path in found.values())
+    assert resolve(args, found[id(ask.tools[1].spec.parameters)]) is ask.tools[1].spec.parameters
+    assert id("key") not in found  # strings and numbers travel by value
+    assert handles((ask,), skip=(ask,)) == {}
 
 
 # ----------------------------------------------------------------------------- failures and bounds
