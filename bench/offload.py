@@ -234,7 +234,8 @@ def measure(tree: Path, backend: str, bodies: dict[str, list[bytes]]) -> dict[st
                                        headers={"content-type": "application/json"})
                     phases[name].statuses = {reply.status_code: 1}
                 else:
-                    phases[name].statuses = asyncio.run(burst(url, bodies["light" if name == "light burst" else "agent"]))
+                    kind = "light" if name == "light burst" else "agent"
+                    phases[name].statuses = asyncio.run(burst(url, bodies[kind]))
                 marks[name] = (start, time.monotonic())
                 phases[name].seconds = marks[name][1] - start
                 phases[name].cpu = cpu_seconds(proc.pid) - cpu
@@ -351,9 +352,10 @@ def run(ctx: Any) -> Section:
         for phase in PHASES:
             runs = [run[phase] for run in results[build]]
             waits = [w for p in runs for w in p.waits]
-            rows.append((build, phase, fmt(worst(build, phase), 0), " / ".join(fmt(w, 0) for w in rounds_worst(build, phase)),
-                         fmt(percentile(waits, 99), 0), fmt(median([p.seconds for p in runs]), 1),
-                         fmt(median([p.cpu for p in runs]), 2), _statuses([p.statuses for p in runs])))
+            per_round = " / ".join(fmt(w, 0) for w in rounds_worst(build, phase))
+            rows.append((build, phase, fmt(worst(build, phase), 0), per_round, fmt(percentile(waits, 99), 0),
+                         fmt(median([p.seconds for p in runs]), 1), fmt(median([p.cpu for p in runs]), 2),
+                         _statuses([p.statuses for p in runs])))
     section.tables.append(table(("build", "phase", "probe worst ms", "worst per round", "probe p99 ms",
                                  "phase s (median)", "toolwire CPU s", "answers"), rows))
     ctx.log("offload: what shipping a request to a worker costs")
@@ -366,8 +368,9 @@ def run(ctx: Any) -> Section:
                    agent[3] / agent[2], "×", at_most(0.25),
                    note=f"{fmt(agent[3])} ms against {fmt(agent[2])} ms (pickling the Ask, unpickling the plan)")
     for phase, key in (("schema request", "schema"), ("agent burst", "burst")):
-        section.figure(f"offload.{key}.worst", f"after: probe's worst wait during the {phase}", worst("after", phase),
-                       "ms", PROBE_TARGET, note=f"before: {fmt(worst('before', phase), 0)} ms; worst of {rounds} rounds")
+        section.figure(f"offload.{key}.worst", f"after: probe's worst wait during the {phase}",
+                       worst("after", phase), "ms", PROBE_TARGET,
+                       note=f"before: {fmt(worst('before', phase), 0)} ms; worst of {rounds} rounds")
     section.figure("offload.schema.excess", "after: schema request's worst wait over idle's",
                    worst("after", "schema request") - worst("after", "idle"), "ms", PROBE_TARGET,
                    note=f"before: {fmt(worst('before', 'schema request') - worst('before', 'idle'), 0)} ms")

@@ -17,10 +17,11 @@ small:
 * **The result refers back to the arguments.** An object of the job's arguments (the ``Ask``, its
   tools, their specs — ``handles()`` finds them in the worker) or of a constant that the result
   holds is sent back as its path from the arguments (``resolve``: ``args[0].tools[3].spec``), and
-  the caller's own object takes its place. So a plan comes back without the request it plans. The job must not mutate its arguments: it ran
-  on copies, and what it changed there stays there.
+  the caller's own object takes its place. So a plan comes back without the request it plans.
+  The job must not mutate its arguments: it ran on copies, and what it changed there stays there.
 * **An exception the job raises** is raised by ``Worker.call``, rebuilt from its class and
-  attributes, with the worker's traceback as a note. ``WorkerLost`` means the worker died.
+  attributes, with the worker's traceback as a note. ``OverBudget``: the job used up its CPU time
+  (``serve``'s ``cpu_budget_s``, a CPU timer in the worker); ``WorkerLost``: the worker died.
 
 Frames: one byte of kind, eight of length (big-endian), the pickle.
 """
@@ -358,7 +359,8 @@ class _ResultUnpickler(pickle.Unpickler):
             except (AttributeError, IndexError, TypeError):
                 found = None
             if type(found).__qualname__ != pid[2]:  # never substitute the wrong object
-                raise pickle.UnpicklingError(f"result handle {pid[1]} names a {pid[2]}, here a {type(found).__qualname__}")
+                here = type(found).__qualname__
+                raise pickle.UnpicklingError(f"result handle {pid[1]} names a {pid[2]}, here a {here}")
             return found
         value = self.constants[pid[1]]
         return value if pid[0] == "c" else getattr(value, pid[2])
