@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-BackendType = Literal["vllm", "llamacpp", "openai"]
+from app.backends import BACKEND_TYPES
+
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
@@ -23,8 +24,9 @@ class Settings(BaseSettings):
 
     # backend
     backend: str | None = Field(None, description="base URL of the raw-completion backend, e.g. http://vllm:8000")
-    backend_type: BackendType | None = Field(
-        None, description="vllm | llamacpp | openai (default: detected by probing the backend)")
+    backend_type: str | None = Field(
+        None, description=f"{' | '.join(BACKEND_TYPES)} (default: detected by probing the backend)",
+        json_schema_extra={"choices": list(BACKEND_TYPES)})
     backend_api_key: SecretStr | None = Field(None, description="bearer token sent to the backend (never logged)")
     local_model: Path | None = Field(None, description="start a managed llama-server on this GGUF file")
     llama_server: Path | None = Field(None, description="llama-server binary for --local-model (default: cache, PATH)")
@@ -57,10 +59,18 @@ class Settings(BaseSettings):
     response_store: str | None = Field(
         None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
         "shared by several replicas")
-    response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
-    response_store_max: int = Field(100_000, ge=1, description="most responses the store keeps (oldest go first)")
+    response_ttl: float = Field(
+        30 * 24 * 3600, gt=0, description="seconds a stored response is kept (a conversation: after its last write)")
+    response_store_max: int = Field(
+        100_000, ge=1, description="most responses and conversations the store keeps (oldest go first)")
     response_store_max_bytes: int = Field(
-        1 << 30, ge=1 << 20, description="most bytes of stored responses the store keeps (oldest go first)")
+        1 << 30, ge=1 << 20, description="most bytes of stored responses and conversations the store keeps (oldest "
+        "go first)")
+    conversation_max_items: int = Field(
+        10_000, ge=1, description="most items one conversation holds (a write past it: 400)")
+    conversation_max_bytes: int = Field(
+        16 << 20, ge=1 << 16, description="most bytes of items one conversation holds, all of which a response in it "
+        "reads (a write past it: 400)")
     max_chain_links: int = Field(
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
@@ -90,12 +100,19 @@ class Settings(BaseSettings):
     max_tools: int = Field(256, ge=1, description="most tools in one request")
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    max_tokens_policy: Literal["clamp", "reject"] = Field(
+        "clamp", description="a max_tokens above --max-tokens-cap or beyond what the backend's context holds after "
+        "the prompt: lowered, said in the X-Toolwire-Max-Tokens header (clamp), or a 400 for the cap and the "
+        "backend's own answer for the context (reject)")
     max_choices: int = Field(8, ge=1, description="most answers (n) one Chat Completions request may ask for")
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
     header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
+    render_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="bytes of earlier renders kept per process so a conversation's next "
+        "turn re-renders only what is new, where the chat template is proven to allow it (0: off; see README)")
     max_render_ms: float = Field(
         3000, gt=0, description="CPU time a large request's checks and render may use in a worker process "
         "(beyond: 400, and the worker is replaced); the loop keeps serving meanwhile")
@@ -124,6 +141,13 @@ class Settings(BaseSettings):
         from parsers.registry import means_auto
 
         return "auto" if means_auto(value) else value
+
+    @field_validator("backend_type")
+    @classmethod
+    def _known_backend_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in BACKEND_TYPES:
+            raise ValueError(f"unknown backend type {value!r}; known: {', '.join(BACKEND_TYPES)}")
+        return value
 
     @field_validator("api_key", "cors_origins", mode="before")
     @classmethod

@@ -264,7 +264,8 @@ def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
     so both columns are the render and the rest — what shipping 4 MB costs, not what checking does.)"""
     from app.api.answer import prepare
     from app.api.chat.decode import chat_ask, parse_request
-    from app.backends import VllmBackend
+    from app.backends import Backend
+    from app.backends.vllm import Vllm
     from app.pipeline.offload import CONSTANTS, reducers
     from app.pipeline.workers import Worker
     from app.served import ServedModel, choose_parsers
@@ -274,7 +275,7 @@ def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
     settings = Settings(backend="http://unused", chat_template=TEMPLATE, tool_call_parser="hermes",
                         reasoning_parser="qwen3", max_render_ms=600_000)
     template = ChatTemplate.load(TEMPLATE)
-    model = ServedModel.of("m", VllmBackend("http://unused", httpx.AsyncClient()), template,
+    model = ServedModel.of("m", Backend("http://unused", httpx.AsyncClient(), dialect=Vllm()), template,
                            choose_parsers(settings, template))
     rows = []
 

@@ -34,6 +34,7 @@ SECTIONS: list[str] = [
     "bench.parsers",  # parser throughput and growth, per detector family
     "bench.sglang",  # the same chunk sequences through SGLang 0.5.23's parsers, side by side
     "bench.proxy",  # proxy overhead: added TTFT, tokens/s, CPU per 1 000 tokens
+    "bench.agent",  # issue 26: agent-sized turns, CPU before the backend is asked, first vs next turn
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)
     "bench.offload",  # issue 28: a probe's worst wait while heavy requests are prepared, before and after

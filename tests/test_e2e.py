@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -129,6 +130,27 @@ def test_usage_matches_llama_server(proxy: ProxyServer, llama: LlamaServerProces
     tokens = httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True}, timeout=30).json()
     assert result.usage.prompt_tokens == len(tokens["tokens"])
     assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
+
+
+def test_an_agent_sized_max_tokens_is_fitted_to_the_context(proxy: ProxyServer, llama: LlamaServerProcess) -> None:
+    """opencode and Claude Code ask for 32000 tokens; this llama-server holds far fewer. toolwire
+    lowers the request to what fits after the prompt (counted by llama-server's tokenizer), says so
+    in a header, and the agent gets its answer."""
+    context = httpx.get(llama.url + "/props", timeout=30).json()["default_generation_settings"]["n_ctx"]
+    prompt = proxy.runtime.template.render(GREETING)
+    tokens = len(httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True,
+                                                           "parse_special": True}, timeout=30).json()["tokens"])
+    expected = f"clamped from 32000 to {context - tokens} (context {context}, prompt {tokens} tokens)"
+    raw = client_for(proxy).chat.completions.with_raw_response.create(model="smollm2", messages=GREETING,
+                                                                      max_tokens=32000, temperature=0, seed=1)
+    result = raw.parse()
+    assert result.choices[0].message.content and result.usage.prompt_tokens == tokens
+    assert raw.headers["x-toolwire-max-tokens"] == expected
+    claude = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=120)
+    message = claude.messages.with_raw_response.create(model="smollm2", max_tokens=32000, messages=GREETING)
+    assert message.parse().content
+    assert message.headers["x-toolwire-max-tokens"].startswith("clamped from 32000 to ")
+    assert f"(context {context}, prompt " in message.headers["x-toolwire-max-tokens"]
 
 
 def test_preserved_tokens_reach_the_parser(llama: LlamaServerProcess) -> None:

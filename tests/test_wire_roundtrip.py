@@ -2,7 +2,8 @@
 parse back identically with the same format's detector — non-streaming and through the shared
 streaming harness (one chunk, per character, at and inside markers, random splits).
 
-Calls are random: tool names from ``[A-Za-z0-9_-]``, nested arguments, unicode, escapes, quotes,
+Calls are random: tool names in the characters every face accepts (``[A-Za-z0-9_./-]``, MCP's:
+dotted and slashed names included), nested arguments, unicode, escapes, quotes,
 marker text of every registered format inside strings (and, for JSON arguments, inside keys),
 empty arguments, several calls (to the same tool or not). Each call's tool is offered with a JSON
 schema that types its arguments, which is what makes the round trip well defined for formats whose
@@ -10,19 +11,20 @@ arguments are untyped text.
 
 What a format genuinely cannot represent is not generated; the limits, per encoding:
 
-* XML-style parameters (``XmlParams``): values are untyped text, so a string ``"1"`` and a number
-  ``1`` differ only by the tool's schema (offered here); a value cannot contain its closing tag or
+* XML-style parameters (``XmlParams``): values are text, so a string ``"1"`` and a number ``1``
+  differ only by the tool's schema (offered here; untyped, ``"1"`` reads back as ``1``); a value cannot contain its closing tag or
   a marker that breaks a value (``wire.args.forbidden``, checked on the parameter as written —
   padding and the JSON of nested values included: ``wire.args.writable``); keys are plain
   identifiers (a key cannot contain the tag that ends it). dots also strips the whitespace around
   a string value (as its reference parser does).
-* Python keyword arguments (``PythonKwargs``): tool names and keys must be Python identifiers
-  (no ``-``, no leading digit).
+* Python keyword arguments (``PythonKwargs``): keys must be Python identifiers (no ``-``, no
+  leading digit); tool names need not be (``user-profile/update(…)`` reads back).
 * Object notation (``ObjectNotation``): a string (or key) cannot contain the delimiter token, and an
   object key cannot be empty; keys are identifiers at the top level.
 * Nested elements (``NestedXml``, MiniMax-M3): the schema here types the top-level parameters only,
-  so inside an object or array every leaf reads back as a string: only containers of strings
-  (without surrounding spacing), of tag-name keys, and not empty, are written (``writable``).
+  so inside an object or array a leaf is untyped (JSON if it is JSON text, else a string): only
+  containers of strings that are not JSON text (without surrounding spacing), of tag-name keys,
+  and not empty, are written (``writable``).
 * Functionary v3.2: a tool named ``all`` is the content recipient, not a call; Muse: tools named
   ``self``, ``user`` or ``commentary`` are its reasoning and content recipients.
 """
@@ -60,7 +62,7 @@ PIECES = ['"', "'", "\\", '\\"', "\\n", "\n", "\r\n", "\t", "{", "}", "[", "]", 
 class Limits:
     """What one format can write (see the module docstring)."""
 
-    name: str = r"[A-Za-z0-9_-]{1,20}"
+    name: str = r"[A-Za-z0-9_./-]{1,20}"  # app.pipeline.validate.TOOL_NAME, shorter
     key: str | None = None  # top-level argument keys: a regex, or None for any text
     forbidden: tuple[str, ...] = ()  # no written value (or nested key) may contain these
     nested_keys_nonempty: bool = False
@@ -80,7 +82,7 @@ def limits(name: str, wire: WireFormat) -> Limits:
     if isinstance(wire.args, XmlParams):
         return Limits(key=IDENT, forbidden=wire.args.forbidden, writable=wire.args.writable, **extra)
     if isinstance(wire.args, PythonKwargs):
-        return Limits(name=IDENT, key=IDENT, **extra)
+        return Limits(key=IDENT, **extra)
     if isinstance(wire.args, ObjectNotation):
         return Limits(key=IDENT, forbidden=(wire.args.delim,), nested_keys_nonempty=True, **extra)
     if isinstance(wire.args, NestedXml):
@@ -151,31 +153,53 @@ def test_every_registered_format_has_a_wire() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_wire_round_trips_through_its_detector(name: str) -> None:
-    cls = tool_detector_class(name)
-    wire = cls.wire
+    wire = tool_detector_class(name).wire
     assert wire is not None
     lim = limits(name, wire)
-    markers = tuple(cls.markers)
 
     @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
     @given(request=requests(lim))
     def check(request: tuple[list[dict[str, Any]], list[Call]]) -> None:
-        specs, calls = request
-        text = wire.render(calls)
-        expected = [(n, canonical(a)) for n, a in calls]
-
-        def make() -> ResponseParser:
-            return build_response_parser(specs, name, None)
-
-        whole, streams = run_all_chunkings(make, text, markers)
-        assert [(c.name, canonical(json.loads(c.arguments))) for c in whole.calls] == expected, text
-        assert whole.content == "" and whole.reasoning == "", text
-        for chunking, events in streams.items():
-            assert comparable(fold(events)) == comparable(whole), (chunking, text)
-            assert comparable(fold(held(events))) == comparable(whole), (chunking, text)
-            assert not check_stream_invariants(events, markers), (chunking, text)
+        _round_trip(name, *request)
 
     check()
+
+
+def _round_trip(name: str, specs: list[dict[str, Any]], calls: list[Call]) -> None:
+    """``calls`` rendered by ``name``'s wire parse back the same, whole and in every chunking."""
+    cls = tool_detector_class(name)
+    assert cls.wire is not None
+    markers = tuple(cls.markers)
+    text = cls.wire.render(calls)
+    expected = [(n, canonical(a)) for n, a in calls]
+
+    def make() -> ResponseParser:
+        return build_response_parser(specs, name, None)
+
+    whole, streams = run_all_chunkings(make, text, markers)
+    assert [(c.name, canonical(json.loads(c.arguments))) for c in whole.calls] == expected, text
+    assert whole.content == "" and whole.reasoning == "", text
+    for chunking, events in streams.items():
+        assert comparable(fold(events)) == comparable(whole), (chunking, text)
+        assert comparable(fold(held(events))) == comparable(whole), (chunking, text)
+        assert not check_stream_invariants(events, markers), (chunking, text)
+
+
+#: tool names at the edges of the rule every face applies (``app.pipeline.validate.TOOL_NAME``):
+#: MCP's dotted and slashed names, a name that repeats a format's own prefix (Kimi's and Harmony's
+#: ``functions.``), names that are punctuation only or start with a digit, the longest name
+EDGE_NAMES = ("weather.get", "Calendar.create_event", "user-profile/update", "admin.tools.list", "functions.f",
+              "a.b/c-d_e", ".", "/", "-", "9lives", "x" * 128)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_accepted_tool_name_round_trips(name: str) -> None:
+    """Each edge name, offered as a tool, written by the format and read back as the same name —
+    two calls, with and without arguments, in one chunk, per character and in random splits."""
+    for tool in EDGE_NAMES:
+        specs = [{"type": "function", "function": {"name": tool, "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+        _round_trip(name, specs, [(tool, {"city": "Paris", "days": 3}), (tool, {})])
 
 
 def _parsed(name: str, calls: list[Call], tools: list[dict[str, Any]] | None = None) -> list[tuple[str, Any]]:
@@ -186,11 +210,11 @@ def _parsed(name: str, calls: list[Call], tools: list[dict[str, Any]] | None = N
 
 
 @pytest.mark.parametrize(("name", "call"), [
-    ("glm45", ("f", {"n": 1})),  # untyped text: without a schema the number reads back as "1"
+    ("glm45", ("f", {"s": "42"})),  # untyped text: without a schema a string that is JSON reads back as JSON
     ("qwen3_coder", ("f", {"s": "a\n</function>\nb"})),  # a value break inside a value
-    ("seed_oss", ("f", {"s": "<parameter=x"})),  # a break once the value is padded with its newline
+    ("seed_oss", ("f", {"s": "a\n<parameter=x"})),  # a break inside a value
     ("minimax-m2", ("f", {"s": "a</parameter>b"})),  # the closing tag inside a value
-    ("pythonic", ("get-time", {})),  # not a Python identifier
+    ("pythonic", ("f", {"a-b": 1})),  # a key that is not a Python identifier
     ("gemma4", ("f", {"s": 'a<|"|>b'})),  # the string delimiter inside a string
     ("functionary_v32", ("all", {})),  # the content recipient
     ("muse", ("user", {})),  # the content recipient

@@ -23,12 +23,13 @@ from starlette.responses import Response
 from app.api.sse import PING, SSEResponse
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
+from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
 from app.pipeline.stream import AnswerStream, Encoder
-from app.pipeline.validate import cap_tokens, check_ask
+from app.pipeline.validate import check_ask
 from app.runtime import render_error
 from app.served import ServedModel
 from app.services import Lease, Services
@@ -53,6 +54,8 @@ class Exchange:
     ready: Callable[[], Awaitable[ServedModel]]
     lease: Lease | None = None
     started: float = field(default_factory=time.monotonic)
+    #: headers the answer carries whatever its shape (``X-Toolwire-Max-Tokens``)
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
@@ -87,7 +90,6 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
     model = await ex.ready()
-    cap_tokens(ask, ex.settings)
     planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
     return planned, model
 
@@ -102,6 +104,7 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
     settings, metrics = ex.settings, ex.services.metrics
+    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend, settings))
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
     parsers = [planned.parser() for _ in range(ask.n)]
@@ -128,7 +131,8 @@ async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes =
     release = ex.lease.hand_over() if ex.lease is not None else _nothing
     body = AnswerStream(choices, encoder, ex.services.metrics, release)
     try:
-        return SSEResponse(body, lead=body.lead(), ping=ping, headers=headers, on_interrupt=body.interrupted)
+        return SSEResponse(body, lead=body.lead(), ping=ping, headers={**ex.headers, **(headers or {})},
+                           on_interrupt=body.interrupted)
     except BaseException:
         await body.aclose()
         raise
@@ -143,7 +147,9 @@ async def whole(choices: Choices, build: Build, ex: Exchange) -> Response:
         return Response(status_code=499)
     finally:
         await choices.aclose()
-    return await build(results, choices.total())
+    response = await build(results, choices.total())
+    response.headers.update(ex.headers)
+    return response
 
 
 def _nothing() -> None:

@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -57,8 +58,21 @@ CMAKE_FLAGS = (
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # otherwise the build downloads web assets from a model hub
     "-DLLAMA_CURL=OFF",
     "-DLLAMA_OPENSSL=OFF",
-    "-DGGML_NATIVE=ON",  # the cache is per machine, so tuning for this CPU is safe
+    "-DGGML_NATIVE=ON",  # the cache is per machine, so tuning for this CPU is safe ...
 )
+# ... except AMX on x86-64: a CPU may advertise it (cpuid) in a VM whose kernel never enabled its tile
+# state, and ggml's AMX kernels then die of SIGILL on the first matrix multiply (seen on this project's
+# machines). Explicit -mno-* flags win over -march=native in GCC and Clang.
+X86_FLAGS = ("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+             "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+
+
+def cmake_flags() -> tuple[str, ...]:
+    """The configure flags for this machine's llama-server build."""
+    return CMAKE_FLAGS + (X86_FLAGS if platform.machine().lower() in ("x86_64", "amd64") else ())
+
+#: names the build's flavour in the cache, so a binary built with other flags is rebuilt once
+BUILD_FLAVOUR = "noamx"
 
 
 def log(message: str) -> None:
@@ -78,7 +92,7 @@ def cache_dir() -> Path:
 
 def llama_server_cached() -> Path:
     """Where the cached build of llama-server lives (it may not exist yet)."""
-    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}" / "llama-server"
+    return cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON_VERSION}-{BUILD_FLAVOUR}" / "llama-server"
 
 
 def model_cached() -> Path:
@@ -256,7 +270,7 @@ def ensure_llama_server() -> Path:
             source = _extract_vendor(sdist, work / "src")
             sdist.unlink()
             build = work / "build"
-            _run_logged([cmake, "-S", str(source), "-B", str(build), *CMAKE_FLAGS])
+            _run_logged([cmake, "-S", str(source), "-B", str(build), *cmake_flags()])
             jobs = str(os.cpu_count() or 2)
             _run_logged([cmake, "--build", str(build), "--target", "llama-server", "-j", jobs])
             built = build / "bin" / "llama-server"

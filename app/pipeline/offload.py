@@ -41,6 +41,7 @@ from app.pipeline.workers import OverBudget, Worker, WorkerLost
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
+from app.templates.resume import RenderCache
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
@@ -79,25 +80,29 @@ def _nothing() -> None:
     return None
 
 
-def _chat_template(cls: type[ChatTemplate], source: str, bos: str, eos: str, name: str,
+def _chat_template(cls: type[ChatTemplate], source: str, bos: str, eos: str, name: str, cache_bytes: int,
                    extra: dict[str, Any]) -> ChatTemplate:
     template = cls(source, bos, eos, name)
     template.__dict__.update(extra)
+    if cache_bytes:
+        template.cache = RenderCache(cache_bytes)
     return template
 
 
 def _ship_template(template: ChatTemplate) -> tuple[Any, ...]:
     """A chat template as its source (compiled again in the worker), with what was learned about
-    it since (its profile) where that pickles."""
+    it since (its profile) where that pickles, and a render cache of its own as large as the
+    server's (``--render-cache-bytes`` is per process)."""
     extra: dict[str, Any] = {}
     for key, value in vars(template).items():
-        if key in ("source", "bos_token", "eos_token", "name", "_template"):
+        if key in ("source", "bos_token", "eos_token", "name", "_template", "cache"):
             continue
         with contextlib.suppress(Exception):
             pickle.dumps(value)
             extra[key] = value
+    cache_bytes = template.cache.max_bytes if template.cache is not None else 0
     return (_chat_template, (type(template), template.source, template.bos_token, template.eos_token,
-                             template.name, extra))
+                             template.name, cache_bytes, extra))
 
 
 def _served_model(name: str, backend: Any, template: ChatTemplate | None, parsers: ParserChoice | None,
@@ -187,7 +192,9 @@ class Offloader:
     def start(self) -> None:
         if self._idle is not None or self._closed:
             return
-        self._idle = asyncio.Queue()
+        # the worker freed last goes first: an agent's next turn finds the render cache that its last
+        # one filled (while requests wait, they are still served first come, first served)
+        self._idle = asyncio.LifoQueue()
         for _ in range(self.size):
             self._spawn()
 

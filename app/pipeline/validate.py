@@ -19,8 +19,21 @@ from app.errors import bad_request
 from app.pipeline.ask import Ask
 from app.settings import Settings
 
-#: OpenAI's rule for tool names; every face applies it (names also enter grammars and prompts)
-TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+#: the tool names every face accepts: MCP's rule (ASCII letters, digits, ``_``, ``-``, ``.``; SEP-986 also
+#: ``/``), 1 to 128 characters. OpenAI's ``[a-zA-Z0-9_-]{1,64}`` refuses the dotted and slashed names MCP
+#: servers use (``admin.tools.list``, ``user-profile/update``). The rule still keeps out everything that
+#: could break the markup a name is written into — quotes, backslashes, whitespace, ``<``, ``>``, ``{``,
+#: ``:``, ``,``, ``$``, non-ASCII — since formats write names raw into JSON strings, tags, call headers
+#: and templates; grammars and structural tags escape them as well.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_./-]{1,128}")
+TOOL_NAME_RULE = "use 1 to 128 ASCII letters, digits, underscores, dashes, dots or slashes"
+
+
+def tool_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a tool name (for a message that names the field), or ``None``."""
+    if isinstance(name, str) and TOOL_NAME.fullmatch(name):
+        return None
+    return f"{name!r} is not a valid tool name: {TOOL_NAME_RULE}"
 
 
 class SchemaVerdicts:
@@ -87,16 +100,18 @@ def schema_problem(encoded: bytes) -> str | None:
 
 
 def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_key: str = "function.parameters") -> None:
-    """Limits (messages, tools, schema size, max tokens) and tool-choice consistency; changes nothing."""
+    """Limits (messages, tools, schema size) and tool-choice consistency (``max_tokens`` is
+    ``app.pipeline.budget``'s, once the prompt is known)."""
     if len(ask.turns) > settings.max_messages:
         raise bad_request(f"too many messages ({len(ask.turns)} > {settings.max_messages})", "messages")
     if len(ask.tools) > settings.max_tools:
         raise bad_request(f"too many tools ({len(ask.tools)} > {settings.max_tools})", tools_param)
+    # the name sits next to the schema: ``function.name`` (Chat Completions), ``name`` (Messages)
+    name_key = schema_key.rpartition(".")[0] + ".name" if "." in schema_key else "name"
     for i, tool in enumerate(ask.tools):
-        name = tool.spec.name
-        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
-            raise bad_request(f"{tools_param}[{i}] name {name!r} is not a valid tool name: use 1 to 64 letters, "
-                              "digits, underscores or dashes", f"{tools_param}.{i}.name")
+        name_problem = tool_name_problem(tool.spec.name)
+        if name_problem is not None:
+            raise bad_request(f"{tools_param}[{i}].{name_key}: {name_problem}", f"{tools_param}.{i}.{name_key}")
         schema = tool.spec.parameters
         where = f"{tools_param}[{i}].{schema_key}"
         if nesting(schema) > MAX_SCHEMA_NESTING:
@@ -119,13 +134,3 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
     if ask.named_tool is not None and ask.named_tool not in {t.spec.name for t in ask.tools}:
         raise bad_request(f"tool_choice names {ask.named_tool!r}, which is not in tools", "tool_choice")
-    limit = ask.sampling.max_tokens
-    if settings.max_tokens_cap and limit and limit > settings.max_tokens_cap:
-        raise bad_request(f"max_tokens exceeds this server's cap of {settings.max_tokens_cap}", "max_tokens")
-
-
-def cap_tokens(ask: Ask, settings: Settings) -> None:
-    """An unbounded request gets the server's cap (``--max-tokens-cap``), not the backend's default.
-    (Apart from ``check_ask``, which changes nothing: it may run on a copy in another process.)"""
-    if settings.max_tokens_cap and not ask.sampling.max_tokens:
-        ask.sampling.max_tokens = settings.max_tokens_cap

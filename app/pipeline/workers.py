@@ -113,7 +113,7 @@ class ForkServer:
     def fork(self, worker_end: socket.socket, cpu_budget_s: float | None) -> int:
         """A new worker serving ``worker_end`` (blocking: call it in a thread); its pid."""
         with self._lock:
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 control = self._running()
                 try:
                     socket.send_fds(control, [b"F" + BUDGET.pack(cpu_budget_s or 0.0)], [worker_end.fileno()])

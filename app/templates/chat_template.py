@@ -15,6 +15,7 @@ string is expected, so every style renders the same arguments.
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
@@ -24,7 +25,11 @@ from typing import Any
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
+from jinja2.runtime import LoopContext
+from jinja2.sandbox import SandboxedEnvironment, _mutable_spec, modifies_known_mutable
+from jinja2.utils import Namespace
+
+from app.templates.resume import LoopPlan, NotProven, RenderCache, plan_of, render_resumable
 
 
 class TemplateError(ValueError):
@@ -84,8 +89,30 @@ def _strftime_now(fmt: str) -> str:
     return _now().strftime(fmt)
 
 
-#: ids of the lists, dicts and sets the caller handed the render being run (see ``_Sandbox``)
-_caller_owned: ContextVar[frozenset[int]] = ContextVar("caller_owned", default=frozenset())
+class _CallerOwned:
+    """The lists, dicts and sets the caller handed one render (the context's values, all the way
+    down), found only when a template first reaches for a method that would change one: most
+    renders never do, and walking a long conversation costs more than the render's other work."""
+
+    __slots__ = ("_ids", "_roots")
+
+    def __init__(self, context: Mapping[str, Any]) -> None:
+        self._roots: list[Any] = [context]
+        self._ids: frozenset[int] | None = None
+
+    def add(self, value: Any) -> None:
+        """``value`` is the caller's too (the prepared messages, handed in beside the context)."""
+        self._roots.append(value)
+        self._ids = None
+
+    def __contains__(self, obj_id: object) -> bool:
+        if self._ids is None:
+            self._ids = frozenset(_container_ids(self._roots))
+        return obj_id in self._ids
+
+
+#: what the caller handed the render being run (see ``_Sandbox``)
+_caller_owned: ContextVar[_CallerOwned | None] = ContextVar("caller_owned", default=None)
 
 
 def _container_ids(value: Any) -> Iterator[int]:
@@ -100,15 +127,52 @@ def _container_ids(value: Any) -> Iterator[int]:
             stack.extend(item)
 
 
+#: every method name that changes a builtin mutable (``modifies_known_mutable`` is false for any other)
+_MUTATORS = frozenset(name for _spec, names in _mutable_spec for name in names)
+#: attributes of a plain ``dict`` (any other ``dict.attr`` in a template is an item lookup)
+_DICT_ATTRS = frozenset(dir(dict))
+#: public ``str`` methods the sandbox lets through unchanged (``format`` and ``format_map`` it wraps)
+_STR_METHODS = frozenset(name for name in dir(str) if not name.startswith("_")) - {"format", "format_map"}
+
+
 class _Sandbox(SandboxedEnvironment):
     """Jinja's sandbox, where a template may change the lists and dicts it made itself (Kimi K2's
     templates build lists with ``.append``) but never one the caller handed it: messages, tools and
-    keyword arguments stay as given, as in jinja's immutable sandbox."""
+    keyword arguments stay as given, as in jinja's immutable sandbox.
+
+    ``getattr`` answers the lookups templates make most — a key of a plain ``dict``
+    (``message.content``), a method of a plain ``str`` (``content.startswith``), ``loop.last``,
+    ``ns.flag`` — without the general path's failed attribute lookup and safety checks, with the
+    answers the general path gives: a plain dict has no attributes beyond ``dir(dict)``; public
+    ``str`` methods other than ``format`` / ``format_map`` are safe and change nothing; a loop's or
+    a namespace's public attributes are safe (neither is a known mutable)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        kind = type(obj)
+        if kind is dict and attribute not in _DICT_ATTRS:
+            value = obj.get(attribute, _MISSING)
+            return self.undefined(obj=obj, name=attribute) if value is _MISSING else value
+        if kind is str and attribute in _STR_METHODS:
+            return getattr(obj, attribute)
+        if (kind is LoopContext or kind is Namespace) and not attribute.startswith("_"):
+            try:  # ``loop.last``, ``ns.flag``: safe (neither is a known mutable; no "__" name)
+                value = getattr(obj, attribute)
+            except AttributeError:
+                return super().getattr(obj, attribute)
+            if isinstance(value, _METHODS):  # only a bound str.format needs wrapping
+                wrapped = self.wrap_str_format(value)
+                return value if wrapped is None else wrapped
+            return value
+        return super().getattr(obj, attribute)
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if not super().is_safe_attribute(obj, attr, value):
             return False
-        return not (modifies_known_mutable(obj, attr) and id(obj) in _caller_owned.get())
+        return attr not in _MUTATORS or not (modifies_known_mutable(obj, attr) and id(obj) in (_caller_owned.get() or ()))
+
+
+_MISSING = object()
+_METHODS = (types.MethodType, types.BuiltinMethodType)
 
 
 def _environment() -> jinja2.Environment:
@@ -164,7 +228,13 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 
 
 class ChatTemplate:
-    """One compiled chat template plus the special tokens it is rendered with."""
+    """One compiled chat template plus the special tokens it is rendered with.
+
+    With a ``cache`` (``app.templates.resume.RenderCache``; ``None``: none), a template proven to
+    allow it renders the next turn of a conversation without re-running its loop over the earlier
+    turns (``app.templates.resume``); the prompt is the same either way."""
+
+    cache: RenderCache | None = None
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "", name: str = "template") -> None:
         self.source = source
@@ -175,6 +245,18 @@ class ChatTemplate:
             self._template = _environment().from_string(source)
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"chat template {name} does not compile: {exc}") from exc
+        self._loop_plan: LoopPlan | None = None
+        self.resumable_why: str | None = None  # why the template is not resumable (None: not yet asked, or it is)
+
+    def loop_plan(self) -> LoopPlan | None:
+        """The template's resumable form (``app.templates.resume``), proven on first use; ``None``
+        when it cannot be (``resumable_why`` says why)."""
+        if self._loop_plan is None and self.resumable_why is None:
+            try:
+                self._loop_plan = plan_of(self._template.environment, self.source)
+            except NotProven as exc:
+                self.resumable_why = str(exc)
+        return self._loop_plan
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
@@ -183,12 +265,19 @@ class ChatTemplate:
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
             **{k: v for k, v in kwargs.items() if v is not None},
-            "messages": prepare_messages(messages),
             "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }
-        token = _caller_owned.set(frozenset(_container_ids(context)))
+        owned = _CallerOwned(context)
+        token = _caller_owned.set(owned)
         try:
+            plan = self.loop_plan() if self.cache is not None else None
+            if plan is not None and self.cache is not None:
+                prompt = render_resumable(plan, self.cache, messages, prepare_messages, context, owned.add)
+                if prompt is not None:
+                    return prompt
+            context["messages"] = prepare_messages(messages)
+            owned.add(context["messages"])
             return self._template.render(**context)
         except TemplateError:
             raise

@@ -48,12 +48,12 @@ from parsers.declare import (
 
 PYTHON = "python"
 CONTENT_RECIPIENT = "all"
-_NAME_CHARS = re.compile(r"[\w.-]*")
+_NAME_CHARS = re.compile(r"[\w./-]*")  # tool names: MCP's characters (``/`` too)
 
 
 def read_name(cur: Cursor, end: str, limit: int = 128) -> Generator[None, None, str | None]:
     """Consume ``NAME`` + the one-character ``end`` and return ``NAME`` (letters, digits, ``_``,
-    ``.``, ``-``; at most ``limit``); ``None``, consuming nothing, when the text is not that.
+    ``.``, ``-``, ``/``; at most ``limit``); ``None``, consuming nothing, when the text is not that.
     Each resumption rescans at most ``limit`` characters."""
     while True:
         buf, pos = cur.buf, cur.pos

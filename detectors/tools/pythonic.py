@@ -20,6 +20,7 @@ from collections.abc import Generator
 
 from detectors.turns import CHATML, LLAMA3, LLAMA4
 from parsers.declare import (
+    CALL_NAME,
     CallContext,
     Cursor,
     MarkerSet,
@@ -34,7 +35,7 @@ from parsers.declare import (
 
 WRAPPERS = {"<|python_start|>": "<|python_end|>", "<function_calls>": "</function_calls>"}
 _OUTER = MarkerSet(("[", *WRAPPERS, *WRAPPERS.values()))
-_BARE_LIST = re.compile(r"\[\s*[^\W\d][\w.]*\s*\(")
+_BARE_LIST = re.compile(rf"\[\s*{CALL_NAME}\s*\(")
 
 
 def wrapped_calls(cur: Cursor, out: Out, marker: str, end: str) -> Generator[None, None, bool]:

@@ -26,6 +26,7 @@ from pydantic import Field, ValidationError
 from app.api.protocol import Lenient
 from app.errors import bad_request
 from app.pipeline.ask import Tool
+from app.pipeline.validate import TOOL_NAME_RULE, tool_name_problem
 
 NAMESPACE_SEPARATOR = "__"
 CUSTOM_INPUT = "input"  # the one parameter of a custom tool offered as a function
@@ -55,6 +56,7 @@ class ResponsesRequest(Lenient):
     text: TextConfig | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     stream: bool = False
@@ -76,7 +78,7 @@ def parse_request(body: Any) -> ResponsesRequest:
     if request.background:
         raise bad_request("background responses are not supported by this server: send the request without "
                           "background and keep the connection open (stream: true to see progress)", "background")
-    if request.input is None and request.previous_response_id is None:
+    if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
     return request
 
@@ -120,7 +122,7 @@ def _custom_description(tool: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,
+def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,  # noqa: C901 — one branch per tool type (hosted, namespace, function, custom), each a 400 in words
          context: str = "") -> None:
     kind = tool.get("type")
     if kind in HOSTED or (isinstance(kind, str) and kind.startswith(("web_search", "computer_use"))):
@@ -135,6 +137,8 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
         ns = tool.get("name")
         if not isinstance(ns, str) or not ns:
             raise bad_request(f"{where}.name: a namespace needs a name", f"{where}.name")
+        if (problem := tool_name_problem(ns)) is not None:
+            raise bad_request(f"{where}.name: {problem}", f"{where}.name")
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise bad_request(f"{where}.tools: a namespace needs a list of tools", f"{where}.tools")
@@ -150,6 +154,11 @@ def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None
     if not isinstance(name, str) or not name:
         raise bad_request(f"{where}.name: Field required", f"{where}.name")
     offered = tools.offered_name(name, namespace)
+    if (problem := tool_name_problem(name)) is not None:
+        raise bad_request(f"{where}.name: {problem}", f"{where}.name")
+    if tool_name_problem(offered) is not None:  # the namespaced name the model sees is too long
+        raise bad_request(f"{where}.name: {offered!r}, this tool's name with its namespace, is not a valid tool "
+                          f"name: {TOOL_NAME_RULE}", f"{where}.name")
     prefix = f"({namespace}: {context}) " if namespace and context else ""  # what the namespace is for
     if kind == "function":
         function: dict[str, Any] = {"name": offered}

@@ -16,7 +16,8 @@ import pytest
 
 from app.api.answer import prepare
 from app.api.chat.decode import chat_ask, parse_request
-from app.backends import VllmBackend
+from app.backends import Backend
+from app.backends.vllm import Vllm
 from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.offload import BIG_BODY, CONSTANTS, Offloader, Turns, is_light, reducers
@@ -24,6 +25,7 @@ from app.pipeline.workers import OverBudget, Worker, WorkerLost, handles, resolv
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
+from app.templates.resume import RenderCache
 from tests.conftest import QWEN3_TEMPLATE
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "data" / "templates"
@@ -41,6 +43,11 @@ def first_tool(ask: Ask) -> Tool:
 
 def name_of(model: ServedModel) -> str:
     return model.name
+
+
+def cache_hits(model: ServedModel) -> int:
+    assert model.template is not None and model.template.cache is not None
+    return model.template.cache.hits
 
 
 def refuse() -> None:
@@ -92,7 +99,7 @@ def agent_ask(turns: int = 40, tool_choice: str | None = None) -> Ask:
 
 def served(template_file: Path, settings: Settings) -> ServedModel:
     template = ChatTemplate.load(template_file)
-    backend = VllmBackend("http://unused", httpx.AsyncClient())
+    backend = Backend("http://unused", httpx.AsyncClient(), dialect=Vllm())
     return ServedModel.of("m", backend, template, choose_parsers(settings, template))
 
 
@@ -141,6 +148,21 @@ async def test_constants_reach_a_worker_once_and_a_new_one_replaces_the_old(work
     assert await worker.call(name_of, (first,), CONSTANTS, reducers(settings)) == "m"
     assert await worker.call(name_of, (second,), CONSTANTS, reducers(settings)) == "other"
     assert worker.installed["ServedModel"] is second
+
+
+async def test_a_worker_keeps_a_render_cache_of_its_own(worker: Worker) -> None:
+    """``--render-cache-bytes`` is per process: an agent's next turn, prepared by the same worker,
+    re-renders only what is new there."""
+    settings = Settings(backend="http://unused", chat_template=QWEN3_TEMPLATE, tool_call_parser="qwen25")
+    model = served(QWEN3_TEMPLATE, settings)
+    assert model.template is not None
+    model.template.cache = RenderCache(settings.render_cache_bytes)  # as the probe gives it
+    for turns in (40, 41):
+        ask = agent_ask(turns=turns)
+        there = await worker.call(prepare, (ask, settings, model, "function.parameters"), CONSTANTS,
+                                  reducers(settings))
+        assert there.prompt == prepare(ask, settings, model, "function.parameters").prompt
+    assert await worker.call(cache_hits, (model,), CONSTANTS, reducers(settings)) > 0
 
 
 def test_handles_are_paths_from_the_arguments() -> None:

@@ -1,0 +1,181 @@
+"""Resumed renders (``app.templates.resume``) are byte-identical to whole renders, on every real
+template, over growing conversations — and the proof refuses the loops it cannot vouch for.
+
+Each template is rendered twice per step: by a template without a cache (the whole render, as
+before) and by one with a cache that has seen every earlier step of the same conversation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.conversation import Call, Turn
+from app.templates import chat_template
+from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.prompt import render_conversation
+from app.templates.resume import SEPARATOR, NotProven, RenderCache, plan_of
+from bench.agent import agent_tools
+from tests.data.render_cases import PINNED_NOW
+
+ROOT = Path(__file__).resolve().parent.parent
+DIRS = (ROOT / "tests" / "data" / "templates", ROOT.parent / "shared" / "templates")
+
+
+def _templates() -> dict[str, str]:
+    """Every template in the suite, once per distinct source."""
+    found: dict[str, str] = {}
+    for folder in DIRS:
+        for path in sorted(folder.glob("*.jinja")) if folder.is_dir() else ():
+            source = path.read_text(encoding="utf-8")
+            if source not in found.values():
+                found[f"{folder.parent.name}/{path.name}"] = source
+    return found
+
+
+TEMPLATES = _templates()
+#: proven, and resumed (the byte-identity test also checks that they reuse earlier iterations)
+AGENT_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
+                   "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja")
+
+
+@pytest.fixture(autouse=True)
+def pinned_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_template, "_now", lambda: PINNED_NOW)
+
+
+def agent_steps(with_reasoning: bool) -> list[list[Turn]]:
+    """One conversation as its client sends it turn after turn: a system prompt, a task, calls and
+    results (one parallel pair), reasoning handed back, a new user message in the middle."""
+    turns = [Turn("system", "You are a coding agent."), Turn("user", "Fix the failing test.")]
+    steps = [list(turns)]
+    for i in range(7):
+        calls = [Call(f"call{i}a000", "bash", json.dumps({"path": f"/repo/{i}", "mode": "fast"}))]
+        if i == 3:
+            calls.append(Call(f"call{i}b000", "grep", {"path": "/repo", "patterns": ["x<y>\"z\""]}))
+        reasoning = f"step {i}: look at file {i}" if with_reasoning else None
+        turns.append(Turn("assistant", "" if i % 2 else f"Checking {i}.", tuple(calls), reasoning))
+        for call in calls:
+            turns.append(Turn("tool", f"output of {call.name} {i}\nline two «é»", tool_call_id=call.id))
+        if i == 4:  # the user speaks up mid-loop: templates that drop earlier reasoning rewrite the past
+            turns.append(Turn("assistant", "Done with the first part.", reasoning=reasoning))
+            turns.append(Turn("user", "Now the second part."))
+        steps.append(list(turns))
+    return steps
+
+
+def _render(template: ChatTemplate, turns: list[Turn], tools: list[dict] | None, **kwargs: object) -> str:
+    try:
+        return render_conversation(template, turns, tools, **kwargs)
+    except TemplateError as exc:
+        return f"TemplateError: {exc}"
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_resumed_renders_are_byte_identical(name: str) -> None:
+    source = TEMPLATES[name]
+    whole = ChatTemplate(source, "<BOS>", "<EOS>")
+    resumed = ChatTemplate(source, "<BOS>", "<EOS>")
+    resumed.cache = RenderCache(1 << 24)
+    tools = agent_tools(3, 600)
+    for with_tools in (True, False):
+        for with_reasoning in (True, False):
+            for kwargs in ({}, {"enable_thinking": False}):
+                for turns in agent_steps(with_reasoning):
+                    offered = tools if with_tools else None
+                    assert _render(resumed, turns, offered, **kwargs) == _render(whole, turns, offered, **kwargs)
+    # the same request again (every iteration reused), then an earlier message edited (a branch)
+    steps = agent_steps(True)
+    again = _render(resumed, steps[-1], tools)
+    assert again == _render(whole, steps[-1], tools)
+    edited = [Turn(t.role, t.text.replace("output of bash 1", "EDITED"), t.calls, t.reasoning, t.tool_call_id)
+              for t in steps[-1]]
+    assert _render(resumed, edited, tools) == _render(whole, edited, tools)
+    if name.split("/")[-1] in AGENT_TEMPLATES:
+        assert resumed.cache.hits > 0, "a proven template must reuse earlier iterations"
+
+
+def test_the_templates_agents_run_are_proven() -> None:
+    """Where the gain matters most: these are proven (and so resumed); the proof is no formality."""
+    proven = {name.split("/")[-1] for name, source in TEMPLATES.items()
+              if ChatTemplate(source).loop_plan() is not None}
+    for name in AGENT_TEMPLATES:
+        assert name in proven
+    assert len(proven) >= 30
+    assert "Kimi-K2-Instruct.jinja" not in proven  # it builds lists with .append in its loop
+
+
+LOOP = "{%- for message in messages %}"
+END = "{%- endfor %}"
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("{%- set ns.n = ns.n + 1 %}{{ ns.n }}", "namespace attribute"),
+    ("{{ loop.length }}", "loop.length"),
+    ("{{ loop.revindex }}", "loop.revindex"),
+    ("{{ loop.changed(message.role) }}", "loop.changed"),
+    ("{{ messages|length }}", "the sequence other than"),
+    ("{{ messages[-1].content }}", "by something other"),
+    ("{{ messages[loop.index0 * 2] }}", "by something other"),
+    ("{%- if message.role == 'tool' %}{% break %}{% endif %}{{ message.content }}", "breaks"),
+    ("{{ seen.append(message.role) }}", ".append()"),
+    ("{{ strftime_now('%Y') }}", "strftime_now"),
+    ("{{ [1, 2]|random }}", "random"),
+    ("{{ counter() }}", "counter"),
+])
+def test_the_proof_refuses_loop_carried_state(body: str, why: str) -> None:
+    env = ChatTemplate("x")._template.environment
+    source = ("{%- set ns = namespace(n=0) %}{%- set seen = [] %}{%- set counter = joiner() %}"
+              + LOOP + body + END)
+    with pytest.raises(NotProven, match=why):
+        plan_of(env, source)
+
+
+def test_a_macro_reading_a_reassigned_name_is_refused() -> None:
+    env = ChatTemplate("x")._template.environment
+    source = ("{%- set x = messages[-1].content %}{%- macro m() %}{{ x }}{% endmacro %}{%- set x = 'later' %}"
+              + LOOP + "{{ m() }}" + END)
+    with pytest.raises(NotProven, match="reads 'x'"):
+        plan_of(env, source)
+
+
+def test_what_the_loop_reads_is_captured_and_compared() -> None:
+    """A value computed before the loop from the whole conversation (Qwen3's last user turn) is
+    compared on every render: when it changes, earlier iterations render again."""
+    source = ("{%- set ns = namespace(last=0) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+              "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
+              + LOOP + "{%- if loop.index0 < ns.last %}old:{% else %}new:{% endif %}{{ message.content }}|" + END)
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = RenderCache(1 << 20)
+    plan = resumed.loop_plan()
+    assert plan is not None and plan.captured == ("ns",)
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    for more in ([], [{"role": "assistant", "content": "c"}], [{"role": "user", "content": "d"}]):
+        messages = messages + more
+        assert resumed.render(messages) == whole.render(messages)
+    assert resumed.render(messages) == "old:a|old:b|old:c|new:d|"
+
+
+def test_the_separator_in_the_data_falls_back_to_a_whole_render() -> None:
+    source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"role": "user", "content": f"a{SEPARATOR}b"}, {"role": "assistant", "content": "ok"}]
+    assert resumed.render(messages) == whole.render(messages)
+    assert len(resumed.cache) == 0
+
+
+def test_the_cache_stays_within_its_bytes() -> None:
+    source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
+    template = ChatTemplate(source)
+    template.cache = cache = RenderCache(20_000)
+    for i in range(40):  # forty different conversations of ~2 KB each
+        template.render([{"role": "user", "content": f"{i} " + "x" * 2000}])
+        assert cache.bytes <= cache.max_bytes
+    assert 0 < len(cache) < 40
+    big = RenderCache(100)
+    template.cache = big
+    template.render([{"role": "user", "content": "y" * 5000}])  # larger than the whole bound: not kept
+    assert len(big) == 0 and big.bytes == 0
