@@ -1,6 +1,7 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
-concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the response store
-and the thinking signers. ``start()`` opens what needs opening (clients, store), ``stop()`` closes it.
+concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
+response store, the thinking signers and the detached tasks (background responses, ``app.detached``).
+``start()`` opens what needs opening (clients, store, workers), ``stop()`` closes it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Self
 import httpx
 
 from app.backends.streamhttp import StreamingClient
+from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
 from app.pipeline.offload import Offloader, Turns
@@ -88,6 +90,7 @@ class Services:
         s = self.settings
         self.offloader = Offloader(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
         self.turns = Turns()
+        self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
@@ -109,6 +112,7 @@ class Services:
         self.offloader.start()
 
     async def stop(self) -> None:
+        await self.detached.stop()  # first: a background response cancelled here is marked so in the store
         self.offloader.close()
         if self.store is not None:
             await self.store.close()

@@ -75,6 +75,15 @@ class Settings(BaseSettings):
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
         16 << 20, ge=1 << 16, description="most bytes of stored responses one continuation reads (beyond: 400)")
+    max_background: int = Field(
+        32, ge=0, description="background responses (background: true) generating at once in this process; beyond "
+        "it answer 429 (0: background responses are refused with a 400)")
+    background_stale_seconds: float = Field(
+        30.0, ge=2, description="a background response whose replica has not written to the store for this long "
+        "(it stopped or lost the store) is reported, and stored, as failed")
+    background_events_max_bytes: int = Field(
+        8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
+        "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")

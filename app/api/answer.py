@@ -103,8 +103,21 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
+    await fit(ask, planned, model, ex)
+    return await launch(ask, planned, model, ex)
+
+
+async def fit(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> None:
+    """Fit the request's ``max_tokens`` to the cap and the context (``app.pipeline.budget``; the
+    headers saying so go on the exchange)."""
+    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend,
+                                           ex.settings))
+
+
+async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
+    """Start the ``ask.n`` answers of a request already planned and fitted (each choice's first
+    backend item has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
     settings, metrics = ex.settings, ex.services.metrics
-    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend, settings))
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
     parsers = [planned.parser() for _ in range(ask.n)]
@@ -192,4 +205,5 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-__all__ = ["Build", "ClientGone", "Exchange", "Run", "plan", "prepare", "start", "stream", "until_gone", "whole"]
+__all__ = ["Build", "ClientGone", "Exchange", "Run", "fit", "launch", "plan", "prepare", "start", "stream", "until_gone",
+           "whole"]

@@ -15,14 +15,17 @@ each readable only by the tenant that stored it (``tenant``: the request's tenan
   ``update_conversation`` (its metadata), ``delete_conversation``, ``add_items``, ``list_items``,
   ``get_item``, ``delete_item``, and ``conversation_items`` (all of them, in order, for a prompt) —
   each within the conversation's ``ConversationLimits``, refused whole when it would pass one;
-* ``ping()`` → whether the store answers now (readiness); ``close()``.
+* ``ping()`` → whether the store answers now (readiness); ``close()``;
+* the runs of background responses (``app.state.runs``): ``open_run``, ``append_run``,
+  ``settle_run``, ``read_run``.
 
-Every operation is one round trip (SQLite: one transaction; Redis: one script), and every failure
-to reach or use the store is ``StoreUnavailable``. The store is bounded: by age (``ttl``; a
-conversation's counts from its last write), by record count (responses and conversations) and by
-the bytes of all its records (the oldest go first, on every write). ``open_store`` picks the
-implementation: an embedded SQLite file in ``--state-dir``, or Redis (``--response-store
-redis://…``) when several replicas share what they stored.
+Every operation is one round trip (SQLite: one transaction; Redis: one script — settling a run:
+one watched transaction), and every failure to reach or use the store is ``StoreUnavailable``. The
+store is bounded: by age (``ttl``; a conversation's counts from its last write), by record count
+(responses and conversations) and by the bytes of all its records (the oldest go first, on every
+write); runs by their own budget of the same size. ``open_store`` picks the implementation: an
+embedded SQLite file in ``--state-dir``, or Redis (``--response-store redis://…``) when several
+replicas share what they stored.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ from app.state.conversations import (
     StoredItem,
 )
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.runs import Batch, RunLimits, RunRead, RunState, RunStore
 
 
-class ResponseStore(Protocol):
+class ResponseStore(RunStore, Protocol):
     async def put(self, record: StoredResponse, tenant: str) -> None: ...
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None: ...
@@ -98,5 +102,6 @@ def open_store(settings: Settings) -> ResponseStore:
                        settings.response_store_max_bytes)
 
 
-__all__ = ["Appended", "Chain", "ChainLimits", "ConversationLimits", "Found", "ItemPage", "ResponseStore",
-           "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse", "open_store"]
+__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "Found", "ItemPage", "ResponseStore",
+           "RunLimits", "RunRead", "RunState", "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse",
+           "open_store"]

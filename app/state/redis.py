@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import orjson
@@ -46,6 +46,7 @@ from app.state.conversations import (
     response_items,
 )
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.redis_runs import RedisRuns
 
 PREFIX = "toolwire:"
 
@@ -368,8 +369,8 @@ return out
 _RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
-class RedisStore:
-    """See the module docstring."""
+class RedisStore(RedisRuns):
+    """See the module docstring; the runs of background responses: ``app.state.redis_runs``."""
 
     def __init__(self, url: str, ttl: float, max_rows: int, max_bytes: int, prefix: str = PREFIX) -> None:
         self.ttl = max(1, int(ttl))
@@ -384,6 +385,7 @@ class RedisStore:
         self._create, self._conversation, self._update = script(_CREATE), script(_CONVERSATION), script(_UPDATE)
         self._drop, self._add, self._list = script(_DROP), script(_ADD), script(_LIST)
         self._item, self._remove, self._all = script(_ITEM), script(_REMOVE), script(_ALL)
+        self._register_runs(_COMMON)
 
     async def _call(self, work: Any) -> Any:
         try:
@@ -405,11 +407,16 @@ class RedisStore:
 
     # ------------------------------------------------------------------ stored responses
 
-    async def put(self, record: StoredResponse, tenant: str) -> None:
+    def _put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
+        """The ``put`` script's call for ``record`` (on ``client``: a pipeline, to write it with more)."""
         indexed = response_items(record.response, record.input)
-        await self._call(self._put(args=self._args(
+        return self._put(args=self._args(
             tenant, record.id, record.previous_response_id or "", record.encode(), time.time(), self.ttl,
-            *self._bounds(), "\n".join(key for key, _ in indexed), "".join("1" if t else "0" for _, t in indexed))))
+            *self._bounds(), "\n".join(key for key, _ in indexed), "".join("1" if t else "0" for _, t in indexed)),
+            client=client)
+
+    async def put(self, record: StoredResponse, tenant: str) -> None:
+        await self._call(self._put_call(record, tenant))
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
         found = await self._call(self._get(args=self._args(tenant, response_id)))

@@ -39,6 +39,7 @@ from app.state.conversations import (
     response_items,
 )
 from app.state.records import Chain, ChainLimits, Link, StoredResponse, StoreUnavailable, owner_digest, walk
+from app.state.sqlite_runs import RUN_SCHEMA, SqliteRuns
 
 T = TypeVar("T")
 
@@ -82,8 +83,8 @@ SELECT id, owner, previous, size FROM walk
 """
 
 
-class SqliteStore:
-    """See the module docstring."""
+class SqliteStore(SqliteRuns):
+    """See the module docstring; the runs of background responses: ``app.state.sqlite_runs``."""
 
     def __init__(self, path: Path, ttl: float, max_rows: int, max_bytes: int) -> None:
         self.path = path
@@ -99,7 +100,7 @@ class SqliteStore:
             self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
             with self._transaction():
                 indexed = self._has_table("response_items")
-                for statement in _SCHEMA:
+                for statement in (*_SCHEMA, *RUN_SCHEMA):
                     self._db.execute(statement)
                 self._db.execute("INSERT OR IGNORE INTO store_meta (name, value) VALUES ('owner_secret', ?)",
                                  (secrets.token_bytes(32),))

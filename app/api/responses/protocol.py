@@ -75,9 +75,9 @@ def parse_request(body: Any) -> ResponsesRequest:
         loc = ".".join(str(p) for p in error.get("loc", ()))
         raise bad_request(f"{loc}: {error.get('msg', 'invalid value')}" if loc else error.get("msg", "invalid"),
                           loc or None) from None
-    if request.background:
-        raise bad_request("background responses are not supported by this server: send the request without "
-                          "background and keep the connection open (stream: true to see progress)", "background")
+    if request.background and request.store is False:
+        raise bad_request("background responses must be stored: send store: true (the default) with background",
+                          "background")
     if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
     return request

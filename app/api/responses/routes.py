@@ -6,6 +6,9 @@ encodes the parser events as Responses items (``encode``) — streamed as ``resp
 one response object — and stores the response (``store`` not false) and adds its items to its
 conversation (``context.Keeper``).
 ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` read the store.
+A background response (``background: true``) is generated detached from the request, and polled,
+resumed (``GET …?stream=true``) and cancelled (``POST …/cancel``) on any replica: ``background``,
+``follow``.
 
 A store that fails after the answer was generated never costs the client the answer: a stream ends
 with ``error`` and ``response.failed`` (the output included); a whole answer is returned with an
@@ -21,6 +24,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
+from app.api.responses import background, follow
 from app.api.responses.context import Keeper, context
 from app.api.responses.decode import Decoder, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
@@ -41,7 +45,7 @@ def shell(request: ResponsesRequest, response_id: str, model: str, conversation:
     reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
     return {
         "id": response_id, "object": "response", "created_at": int(time.time()), "status": "in_progress",
-        "background": False, "error": None, "incomplete_details": None, "instructions": request.instructions,
+        "background": request.background is True, "error": None, "incomplete_details": None, "instructions": request.instructions,
         "max_output_tokens": request.max_output_tokens, "model": model, "output": [],
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "previous_response_id": request.previous_response_id,
@@ -78,7 +82,6 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         skipped = ", ".join(sorted(set(tools.skipped)))
         log.warning("responses: hosted tools left out of the prompt (not run by toolwire): %s", skipped)
         headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
-    choices = await start(ask, ex)
     response_id = new_id("resp_")
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
     include = set(request.include or ())
@@ -90,6 +93,11 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
                              encrypted="reasoning.encrypted_content" in include, signer=signer)
 
+    if request.background:  # stored by its run; only its items still go to its conversation
+        keeper = Keeper(store, False, ctx, ex.settings, tenant, response_id, None) if ctx.conversation else None
+        return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
+                                      request.stream, keeper, headers)
+    choices = await start(ask, ex)
     if request.stream:
         return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
 
@@ -106,13 +114,22 @@ async def create_response(body: Any, ex: Exchange) -> Response:
 
 
 async def retrieve_response(ex: Exchange) -> Response:
+    """The stored response (a background one as its run has it), or with ``stream=true`` its events."""
     response_id = _path_id(ex)
-    return JSONResponse((await stored(ex.services.store, response_id, ex.tenant)).response)
+    assert ex.request is not None
+    if ex.request.query_params.get("stream", "false").lower() not in ("false", "0"):
+        return await follow.resume(ex, response_id)
+    return JSONResponse(await follow.current(ex, response_id))
+
+
+async def cancel_response(ex: Exchange) -> Response:
+    return JSONResponse(await follow.cancel(ex, _path_id(ex)))
 
 
 async def delete_response(ex: Exchange) -> Response:
     response_id = _path_id(ex)
     store = ex.services.store
+    await follow.before_delete(ex, response_id)
     try:
         deleted = store is not None and await store.delete(response_id, ex.tenant)
     except StoreUnavailable as exc:
