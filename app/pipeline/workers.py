@@ -156,22 +156,33 @@ class ForkServer:
 FORK_SERVER = ForkServer()
 
 
-def handles(args: Sequence[Any], skip: Iterable[Any] = (), depth: int = HANDLE_DEPTH) -> dict[int, Path]:
-    """The objects of ``args`` a result may refer back to, by ``id``, each with its path from the
-    arguments (``resolve``): the arguments, and the objects in their dataclass fields, lists and
-    tuples, ``depth`` levels down — never strings or numbers, nor the objects in ``skip`` (the
-    constants, which travel by name) or what they hold. A dict is a handle; what is inside it is not."""
-    found: dict[int, Path] = {id(s): () for s in skip}
+def handles(args: Sequence[Any], skip: Iterable[Any] = (), depth: int = HANDLE_DEPTH) -> list[tuple[Any, Path]]:
+    """The objects of ``args`` a result may refer back to, each with its path from the arguments
+    (``resolve``): the arguments, and the objects in their dataclass fields, lists and tuples,
+    ``depth`` levels down — never strings or numbers, nor the objects in ``skip`` (the constants,
+    which travel by name) or what they hold. A dict is a handle; what is inside it is not."""
+    seen = {id(s) for s in skip}
+    found: list[tuple[Any, Path]] = []
     level: list[tuple[Any, Path]] = [(a, (i,)) for i, a in enumerate(args) if not isinstance(a, _LEAVES)]
-    for _ in range(depth):
+    for remaining in range(depth - 1, -1, -1):
         below: list[tuple[Any, Path]] = []
         for obj, path in level:
-            if id(obj) in found:
+            if id(obj) in seen:
                 continue
-            found[id(obj)] = path
-            below.extend((child, (*path, step)) for step, child in _children(obj) if not isinstance(child, _LEAVES))
+            seen.add(id(obj))
+            found.append((obj, path))
+            if not remaining:
+                continue
+            kind = type(obj)
+            if kind is list or kind is tuple:
+                below.extend((child, (*path, i)) for i, child in enumerate(obj) if not isinstance(child, _LEAVES))
+                continue
+            for name in _field_names(kind):
+                child = getattr(obj, name)
+                if not isinstance(child, _LEAVES):
+                    below.append((child, (*path, name)))
         level = below
-    return {key: path for key, path in found.items() if path}
+    return found
 
 
 def resolve(args: Sequence[Any], path: Path) -> Any:
@@ -185,15 +196,13 @@ def resolve(args: Sequence[Any], path: Path) -> Any:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _children(obj: Any) -> Iterable[tuple[int | str, Any]]:
-    kind = type(obj)
-    if kind is list or kind is tuple:
-        return enumerate(obj)
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names (none for anything else: a dict, what is inside travels by value)."""
     names = _FIELDS.get(kind)
-    if names is None:  # a dict is a handle, what is inside it travels by value; so do other objects
-        names = tuple(f.name for f in fields(obj)) if is_dataclass(kind) else ()
+    if names is None:
+        names = tuple(f.name for f in fields(kind)) if is_dataclass(kind) else ()
         _FIELDS[kind] = names
-    return [(name, getattr(obj, name)) for name in names]
+    return names
 
 
 # ------------------------------------------------------------------------------- frames
@@ -304,8 +313,8 @@ def serve(sock: socket.socket, cpu_budget_s: float | None = None) -> None:
                 finally:
                     signal.setitimer(signal.ITIMER_PROF, 0)
                 job_refs = dict(refs)
-                job_refs.update({key: ("h", path, type(resolve(args, path)).__qualname__)
-                                 for key, path in handles(args, constants.values()).items()})
+                job_refs.update({id(obj): ("h", path, type(obj).__qualname__)
+                                 for obj, path in handles(args, constants.values())})
                 buffer = io.BytesIO()
                 _ResultPickler(buffer, job_refs).dump(result)
                 reply = RESULT, buffer.getvalue()

@@ -168,12 +168,12 @@ async def test_a_worker_keeps_a_render_cache_of_its_own(worker: Worker) -> None:
 def test_handles_are_paths_from_the_arguments() -> None:
     ask = agent_ask(turns=2)
     args = (ask, "key")
-    found = handles(args)
+    found = {id(obj): path for obj, path in handles(args)}
     assert found[id(ask)] == (0,) and found[id(ask.tools[1].spec)] == (0, "tools", 1, "spec")
-    assert all(resolve(args, path) is not None for path in found.values())
+    assert all(resolve(args, path) is obj for obj, path in handles(args))
     assert resolve(args, found[id(ask.tools[1].spec.parameters)]) is ask.tools[1].spec.parameters
     assert id("key") not in found  # strings and numbers travel by value
-    assert handles((ask,), skip=(ask,)) == {}
+    assert handles((ask,), skip=(ask,)) == []
 
 
 # ----------------------------------------------------------------------------- failures and bounds
