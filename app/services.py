@@ -1,7 +1,7 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
-concurrency slots, the pool heavy request work runs in, the pooled HTTP clients, the response store,
-the thinking signers and the detached tasks (background responses, ``app.detached``). ``start()``
-opens what needs opening (clients, store), ``stop()`` closes it.
+concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
+response store, the thinking signers and the detached tasks (background responses, ``app.detached``).
+``start()`` opens what needs opening (clients, store, workers), ``stop()`` closes it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from app.backends.streamhttp import StreamingClient
 from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
-from app.pipeline.offload import Offloader
+from app.pipeline.offload import Offloader, Turns
 from app.sched import set_slice
 from app.settings import Settings
 from app.state import ResponseStore, open_store
@@ -87,7 +87,9 @@ class Services:
 
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
-        self.offloader = Offloader(2, self.settings.max_render_ms / 1000, max_jobs=8)
+        s = self.settings
+        self.offloader = Offloader(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
+        self.turns = Turns()
         self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:
@@ -107,6 +109,7 @@ class Services:
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
         self.store = open_store(s)
+        self.offloader.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store

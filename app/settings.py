@@ -133,8 +133,13 @@ class Settings(BaseSettings):
         64 * 1024 * 1024, ge=0, description="bytes of earlier renders kept per process so a conversation's next "
         "turn re-renders only what is new, where the chat template is proven to allow it (0: off; see README)")
     max_render_ms: float = Field(
-        3000, gt=0, description="longest a large request may take to check and render (beyond: 400); the loop "
-        "keeps serving meanwhile")
+        3000, gt=0, description="CPU time a large request's checks and render may use in a worker process "
+        "(beyond: 400, and the worker is replaced); the loop keeps serving meanwhile")
+    prepare_workers: int = Field(
+        2, ge=1, le=64, description="worker processes that check and render large requests (each a fork of a "
+        "preloaded server process)")
+    max_queue_ms: float = Field(
+        15_000, gt=0, description="longest a large request waits for a free worker (beyond: 503 server_busy)")
     drain_seconds: float = Field(
         5.0, ge=0, description="on SIGTERM, seconds to keep serving while /readyz says draining (so a load "
         "balancer stops sending here) before shutting down")

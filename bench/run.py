@@ -37,6 +37,7 @@ SECTIONS: list[str] = [
     "bench.agent",  # issue 26: agent-sized turns, CPU before the backend is asked, first vs next turn
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)
+    "bench.offload",  # issue 28: a probe's worst wait while heavy requests are prepared, before and after
 ]
 
 

@@ -78,6 +78,66 @@ def test_a_slow_render_is_a_400_and_the_loop_keeps_serving(backend_factory, prox
     assert post(proxy, {"model": "m", "messages": MESSAGES}).status_code == 200
 
 
+#: slow to render when the first message says so (seconds), a little work per message otherwise
+SLOW_IF_ASKED = ("{% if messages[0].content == 'slow' %}{% for i in range(300) %}{% for j in range(100000) %}"
+                 "{% endfor %}{% endfor %}{% endif %}"
+                 "{% for m in messages %}{% for i in range(2000) %}{% endfor %}{% endfor %}"
+                 "{{ messages[-1].content }}")
+
+
+def heavy(first: str = "fast", turns: int = 70) -> dict[str, Any]:
+    """More than 64 messages: prepared by a worker process."""
+    return {"model": "m", "messages": [{"role": "user", "content": first}] + MESSAGES * (turns - 1)}
+
+
+@pytest.fixture
+def slow_if_asked(backend_factory, proxy_factory, tmp_path) -> Any:
+    backend = backend_factory("vllm")
+    template = tmp_path / "slow-if-asked.jinja"
+    template.write_text(SLOW_IF_ASKED)
+
+    def make(**settings: Any) -> ProxyServer:
+        return proxy_factory(backend=backend.url, chat_template=str(template), **settings)
+
+    return make
+
+
+def test_past_max_render_ms_the_worker_is_replaced_and_serves_the_next(slow_if_asked) -> None:
+    proxy = slow_if_asked(max_render_ms=300, prepare_workers=1)
+    refused = post(proxy, heavy("slow"))
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "request_too_complex"
+    for _ in range(3):  # the one worker was stopped; its replacement prepares the next ones
+        assert post(proxy, heavy()).status_code == 200
+
+
+def test_a_burst_of_heavy_requests_waits_its_turn_instead_of_503(slow_if_asked) -> None:
+    """Twice as many heavy requests at once as the old bound of 8 jobs: every one answered."""
+    proxy = slow_if_asked(max_render_ms=10_000)
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(timeout=120) as client:
+            replies = await asyncio.gather(*(client.post(proxy.url + "/v1/chat/completions", json=heavy())
+                                             for _ in range(16)))
+        return [r.status_code for r in replies]
+
+    assert asyncio.run(burst()) == [200] * 16
+
+
+def test_past_max_queue_ms_a_heavy_request_is_a_503_to_retry(slow_if_asked) -> None:
+    proxy = slow_if_asked(max_render_ms=30_000, prepare_workers=1, max_queue_ms=300)
+    first: dict[str, httpx.Response] = {}
+    sender = threading.Thread(target=lambda: first.setdefault("response", post(proxy, heavy("slow"))))
+    sender.start()
+    time.sleep(0.5)  # the one worker renders the slow one (seconds)
+    busy = post(proxy, heavy())
+    assert busy.status_code == 503, busy.text
+    assert busy.json()["error"]["code"] == "server_busy" and busy.headers["Retry-After"] == "1"
+    assert post(proxy, {"model": "m", "messages": MESSAGES}).status_code == 200  # light: inline, not queued
+    sender.join(120)
+    assert first["response"].status_code == 200
+    assert post(proxy, heavy()).status_code == 200
+
+
 # -------------------------------------------------------------- 2. the schema cache holds digests
 
 def test_schema_cache_does_not_pin_the_schemas() -> None:

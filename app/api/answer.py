@@ -77,7 +77,8 @@ Build = Callable[[list[tuple[list[Event], Finished]], Finished], Awaitable[Respo
 
 
 def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -> Plan:
-    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs)."""
+    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs —
+    perhaps another process, on a copy of ``ask``: this changes nothing in it)."""
     check_ask(ask, settings, schema_key=schema_key)
     try:
         return plan_request(ask, model.formats, model.require_template(), model.backend,

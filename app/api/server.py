@@ -35,6 +35,7 @@ from app.api.http_protocol import with_header_timeout
 from app.errors import APIError, BackendError, bad_request
 from app.logs import request_id
 from app.metrics import Metrics
+from app.pipeline.offload import Turns
 from app.runtime import Runtime
 from app.settings import Settings
 from app.tenancy import tenant_of
@@ -54,9 +55,10 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
             "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace)}
 
 
-async def read_json(request: Request, limit: int, timeout: float = 60.0) -> Any:
+async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: Turns | None = None) -> Any:
     """The request body as JSON; 413 past ``limit`` bytes, 408 when it takes longer than
-    ``timeout`` seconds to arrive, 400 for non-UTF-8 or invalid JSON."""
+    ``timeout`` seconds to arrive, 400 for non-UTF-8 or invalid JSON. With ``turns``, a large body
+    is parsed (and the request goes on) on its turn at the loop."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body is larger than {limit} bytes", code="body_too_large")
@@ -72,6 +74,8 @@ async def read_json(request: Request, limit: int, timeout: float = 60.0) -> Any:
     except TimeoutError:
         raise APIError(408, f"the request body did not arrive within {timeout:.0f} s", code="body_timeout") from None
     raw = b"".join(chunks)
+    if turns is not None:
+        await turns.take(size)
     if not raw.strip():
         raise bad_request("request body is empty; expected a JSON object")
     try:
@@ -206,7 +210,7 @@ def mount(app: FastAPI, face: Face, route: Route, runtime: Runtime) -> None:
         try:
             if not route.generate and not route.body:
                 return await route.handler(Exchange(request, services, runtime.ready))
-            body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
+            body = await read_json(request, settings.max_body_bytes, settings.body_timeout, services.turns)
             if not route.generate:
                 return await route.handler(body, Exchange(request, services, runtime.ready))
             async with services.slots.lease() as lease:
