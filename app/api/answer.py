@@ -15,15 +15,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api.sse import PING, SSEResponse
+from app.backends.base import Generation
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
-from app.pipeline.choices import Choices, open_choices
+from app.pipeline.choices import Choices, Demux, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
@@ -102,12 +103,17 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    parsers = [planned.parser() for _ in range(ask.n)]
+    # the backend is asked first; the parsers are built while it works on the first token
+    opening = asyncio.ensure_future(open_choices(model.backend, planned.generation_request(), ask.n, settings.retries))
     try:
-        firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
-                                                    settings.retries)
+        await asyncio.sleep(0)  # the request leaves now
+        parsers = [planned.parser() for _ in range(ask.n)]
+        firsts, streams, demux = await opening
     except BackendError as exc:
         metrics.backend_errors.labels(exc.kind).inc()
+        raise
+    except BaseException:
+        await _abandon(opening)
         raise
     metrics.ttft.observe(time.monotonic() - ex.started)
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else settings.hold_tool_calls
@@ -117,6 +123,23 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
         for run in runs:
             run.text = []
     return Choices(runs, demux)
+
+
+async def _abandon(opening: asyncio.Future[tuple[list[Any], list[Generation], Demux | None]]) -> None:
+    """Stop opening the answers (the parsers could not be built, or the client left): the backend
+    requests already open are closed."""
+    if opening.cancel():
+        with contextlib.suppress(BaseException):
+            await opening
+        return
+    if not opening.cancelled() and opening.exception() is None:
+        _, streams, demux = opening.result()
+        for stream in streams:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        if demux is not None:
+            with contextlib.suppress(Exception):
+                await demux.aclose()
 
 
 async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,
@@ -150,24 +173,32 @@ def _nothing() -> None:
 
 async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
     """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
-    upstream request it opened) and ``ClientGone`` is raised."""
+    upstream request it opened) and ``ClientGone`` is raised. ``work`` runs in the caller's task (a
+    watcher task cancels it when the client leaves): no task of its own to start and wait for."""
     if ex.request is None:
         return await work
-    task = asyncio.ensure_future(work)
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    def left(watcher: asyncio.Future[None]) -> None:
+        nonlocal gone
+        if not watcher.cancelled() and watcher.exception() is None:
+            gone = True
+            current.cancel()
+
     watcher = asyncio.ensure_future(_disconnected(ex.request))
+    watcher.add_done_callback(left)
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected before the answer was complete; upstream request closed")
-        raise ClientGone()
+        return await work
+    except asyncio.CancelledError:
+        if gone and current.uncancel() == 0:  # cancelled by the watcher alone, not by the server
+            log.info("client disconnected before the answer was complete; upstream request closed")
+            raise ClientGone() from None
+        raise
     finally:
+        watcher.remove_done_callback(left)
         watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 class ClientGone(APIError):

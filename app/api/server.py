@@ -1,4 +1,4 @@
-"""The FastAPI application: the faces' routes (``FACES``, each mounted the same way), the process's
+"""The ASGI application (Starlette): the faces' routes (``FACES``, each mounted the same way), the process's
 own routes (health, readiness, models, metrics), the edge middleware (request ids, auth, tenants,
 metrics, access log) and errors in each face's shape.
 
@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -195,7 +195,7 @@ class EdgeMiddleware:
             request_id.reset(token)
 
 
-def mount(app: FastAPI, face: Face, route: Route, runtime: Runtime) -> None:
+def mount(app: Starlette, face: Face, route: Route, runtime: Runtime) -> None:
     """Serve ``route``: a JSON body read and a concurrency slot leased for ``generate`` routes, the
     exchange handed to the face, every error in the face's shape."""
     services = runtime.services
@@ -292,36 +292,38 @@ def process_face(runtime: Runtime) -> Face:
     ), openai_error)
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     runtime = runtime or Runtime(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
         try:
             yield
         finally:
             await runtime.stop()
 
-    # no OpenAPI document or docs pages: the API is OpenAI's and Anthropic's, and an open schema
-    # endpoint would be served to anyone, keys or not
-    app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    # plain Starlette, not FastAPI: no OpenAPI document or docs pages (the API is OpenAI's and
+    # Anthropic's, and an open schema endpoint would be served to anyone, keys or not), and none of
+    # FastAPI's per-request middleware layers on the first token's path
+    app = Starlette(lifespan=lifespan)
     app.state.runtime = runtime
     process = process_face(runtime)
     for face in (process, *FACES):
         for route in face.routes:
             mount(app, face, route, runtime)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         """A path or method no route serves (404, 405), in the shape of the face the path belongs to."""
+        assert isinstance(exc, StarletteHTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         message = (f"{request.method} {request.url.path} is not served here" if exc.status_code in (404, 405)
                    else str(exc.detail))
         return face_for(request.url.path, FACES, process).error_response(
             APIError(exc.status_code, message, kind, code=code, headers=dict(exc.headers or {})))
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
     # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
     app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.services.metrics, faces=FACES,
@@ -332,7 +334,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     return app
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> Starlette:
     """uvicorn factory for worker processes: settings come from ``TOOLWIRE_*``."""
     from app.logs import configure
 
