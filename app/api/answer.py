@@ -10,21 +10,19 @@ gives it back when the route is done. No face releases a slot itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api.sse import PING, SSEResponse
-from app.backends.base import Generation
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
-from app.pipeline.choices import Choices, Demux, open_choices
+from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
@@ -37,6 +35,7 @@ from app.settings import Settings
 from app.templates.chat_template import TemplateError
 from app.tenancy import SINGLE, request_tenant
 from app.thinking_signature import ThinkingSigner
+from parsers import ResponseParser
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -103,17 +102,25 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    # the backend is asked first; the parsers are built while it works on the first token
-    opening = asyncio.ensure_future(open_choices(model.backend, planned.generation_request(), ask.n, settings.retries))
+    # the backend is asked first; the parsers are built while it works on the first token (a
+    # callback the loop runs once this task waits for the backend's answer: no task of its own)
+    built = Built(planned, ask.n)
+    pending = asyncio.get_running_loop().call_soon(built)
     try:
-        await asyncio.sleep(0)  # the request leaves now
-        parsers = [planned.parser() for _ in range(ask.n)]
-        firsts, streams, demux = await opening
+        firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
+                                                    settings.retries)
     except BackendError as exc:
         metrics.backend_errors.labels(exc.kind).inc()
         raise
+    finally:
+        pending.cancel()
+    try:
+        parsers = built.parsers()
     except BaseException:
-        await _abandon(opening)
+        for stream in streams:
+            await stream.aclose()
+        if demux is not None:
+            await demux.aclose()
         raise
     metrics.ttft.observe(time.monotonic() - ex.started)
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else settings.hold_tool_calls
@@ -125,21 +132,28 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     return Choices(runs, demux)
 
 
-async def _abandon(opening: asyncio.Future[tuple[list[Any], list[Generation], Demux | None]]) -> None:
-    """Stop opening the answers (the parsers could not be built, or the client left): the backend
-    requests already open are closed."""
-    if opening.cancel():
-        with contextlib.suppress(BaseException):
-            await opening
-        return
-    if not opening.cancelled() and opening.exception() is None:
-        _, streams, demux = opening.result()
-        for stream in streams:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
-        if demux is not None:
-            with contextlib.suppress(Exception):
-                await demux.aclose()
+class Built:
+    """The parsers of a request's answers, built by a loop callback (``__call__``) or on demand."""
+
+    def __init__(self, planned: Plan, n: int) -> None:
+        self.planned = planned
+        self.n = n
+        self.built: list[ResponseParser] | None = None
+        self.failure: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            self.built = [self.planned.parser() for _ in range(self.n)]
+        except Exception as exc:  # noqa: BLE001 - raised again in the request's task (parsers())
+            self.failure = exc
+
+    def parsers(self) -> list[ResponseParser]:
+        if self.built is None and self.failure is None:
+            self()
+        if self.failure is not None:
+            raise self.failure
+        assert self.built is not None
+        return self.built
 
 
 async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,

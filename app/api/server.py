@@ -309,7 +309,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     app = Starlette(lifespan=lifespan)
     app.state.runtime = runtime
     process = process_face(runtime)
-    for face in (process, *FACES):
+    for face in (*FACES, process):  # the faces first: the router tries routes in order
         for route in face.routes:
             mount(app, face, route, runtime)
 

@@ -49,7 +49,20 @@ class SchemaVerdicts:
 
     def problem(self, encoded: bytes) -> str | None:
         """Why a tool's JSON schema (canonical JSON text) is invalid, or ``None``."""
-        key = hashlib.blake2b(encoded, digest_size=16).digest()
+        return self.problem_of(self.key(encoded), encoded)
+
+    @staticmethod
+    def key(encoded: bytes) -> bytes:
+        return hashlib.blake2b(encoded, digest_size=16).digest()
+
+    def known(self, key: bytes) -> bool:
+        """Whether the schema with this key was checked before (it passed the checks made before
+        this one: its nesting and its size)."""
+        with self._lock:
+            return key in self._verdicts
+
+    def problem_of(self, key: bytes, encoded: bytes) -> str | None:
+        """``problem(encoded)``, its key already computed."""
         with self._lock:
             if key in self._verdicts:
                 self._verdicts.move_to_end(key)
@@ -113,17 +126,21 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
             raise bad_request(f"{tools_param}[{i}].{name_key}: {name_problem}", f"{tools_param}.{i}.{name_key}")
         schema = tool.spec.parameters
         where = f"{tools_param}[{i}].{schema_key}"
-        if nesting(schema) > MAX_SCHEMA_NESTING:
+        try:
+            encoded: bytes | None = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            encoded = None
+        key = VERDICTS.key(encoded) if encoded is not None else None
+        # a schema checked before passed the nesting check then: agents send the same tools every turn
+        if (key is None or not VERDICTS.known(key)) and nesting(schema) > MAX_SCHEMA_NESTING:
             raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)",
                               f"{tools_param}.{i}.{schema_key}")
-        try:
-            encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-        except orjson.JSONEncodeError:
-            raise bad_request(f"{where} is nested too deeply", f"{tools_param}.{i}.{schema_key}") from None
+        if encoded is None or key is None:
+            raise bad_request(f"{where} is nested too deeply", f"{tools_param}.{i}.{schema_key}")
         if len(encoded) > settings.max_tool_schema_bytes:
             raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes",
                               f"{tools_param}.{i}.{schema_key}")
-        problem = schema_problem(encoded)
+        problem = VERDICTS.problem_of(key, encoded)
         if problem is not None:
             raise bad_request(f"{where} is not a valid JSON schema: {problem}", f"{tools_param}.{i}.{schema_key}")
     if ask.n > settings.max_choices:
