@@ -71,16 +71,16 @@ async def read_json(request: Request, limit: int, timeout: float = 60.0) -> Any:
                 chunks.append(chunk)
     except TimeoutError:
         raise APIError(408, f"the request body did not arrive within {timeout:.0f} s", code="body_timeout") from None
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise bad_request("request body is empty; expected a JSON object")
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise bad_request("request body is not valid UTF-8") from None
-    try:
-        return orjson.loads(raw)
+        return orjson.loads(raw)  # it refuses invalid UTF-8 too: the checks below only pick the message
     except orjson.JSONDecodeError as exc:
+        if not raw.strip():
+            raise bad_request("request body is empty; expected a JSON object") from None
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad_request("request body is not valid UTF-8") from None
         raise bad_request(f"request body is not valid JSON: {exc}") from None
 
 
