@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 
 from app.settings import Settings
 from parsers.registry import AUTO_ALIASES, UnknownParserError, reasoning_parser_names, tool_parser_names
@@ -42,8 +43,13 @@ def _is_type(annotation: Any, kind: type) -> bool:
     return origin is kind
 
 
-def _choices(annotation: Any) -> list[str] | None:
-    for arg in (annotation, *typing.get_args(annotation)):
+def _choices(field: FieldInfo) -> list[str] | None:
+    """A field's allowed values: its ``Literal``, or the ``choices`` a validator checks against."""
+    extra = field.json_schema_extra
+    listed = extra.get("choices") if isinstance(extra, dict) else None
+    if isinstance(listed, list):
+        return [str(choice) for choice in listed]
+    for arg in (field.annotation, *typing.get_args(field.annotation)):
         if typing.get_origin(arg) is typing.Literal:
             return list(typing.get_args(arg))
     return None
@@ -59,7 +65,7 @@ def add_settings_flags(parser: argparse.ArgumentParser) -> None:
         elif _is_type(field.annotation, list):
             parser.add_argument(_flag(name), dest=name, action="append", default=None, help=help_text)
         else:
-            parser.add_argument(_flag(name), dest=name, default=None, choices=_choices(field.annotation),
+            parser.add_argument(_flag(name), dest=name, default=None, choices=_choices(field),
                                 help=help_text)
 
 

@@ -9,7 +9,8 @@ workers — each worker process exposes its own) never collide.
 | toolwire_tokens_total | counter | direction (prompt / completion) |
 | toolwire_active_streams | gauge | — |
 | toolwire_backend_errors_total | counter | kind |
-| toolwire_rejected_total | counter | reason (concurrency / auth) |
+| toolwire_background_responses | gauge | — |
+| toolwire_rejected_total | counter | reason (concurrency / auth / background) |
 | toolwire_parse_events_total | counter | detector, event (tool_call / unknown_tool / malformed_passthrough / unfinished_call) |
 """
 
@@ -36,6 +37,8 @@ class Metrics:
                               buckets=TTFT_BUCKETS, registry=r)
         self.tokens = Counter("toolwire_tokens", "Tokens reported by the backend", ("direction",), registry=r)
         self.active_streams = Gauge("toolwire_active_streams", "Streaming responses in flight", registry=r)
+        self.background = Gauge("toolwire_background_responses", "Background responses generating in this process",
+                                registry=r)
         self.backend_errors = Counter("toolwire_backend_errors", "Backend failures by kind", ("kind",), registry=r)
         self.rejected = Counter("toolwire_rejected", "Requests refused before work started", ("reason",),
                                 registry=r)

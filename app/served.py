@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from app.backends import BACKEND_TYPES, Backend, LlamaCppBackend, VllmBackend, detect_backend_type
+from app.backends import BACKEND_TYPES, Backend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
 from app.parser_choice import ParserChoice
@@ -154,23 +154,17 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
     kind = s.backend_type or await detect_backend_type(s.backend, client, api_key)
     if kind is None:
         raise APIError(503, f"backend {s.backend} is not answering", "server_error", code="backend_unreachable")
-    backend = BACKEND_TYPES[kind](s.backend, client, api_key, streaming=streaming)
-    if isinstance(backend, VllmBackend):
-        backend.legacy_guided = s.vllm_legacy_guided
-    upstream_model = await backend.served_model()
-    backend.model = upstream_model or s.model
-    if template is None:
-        published = await backend.chat_template()
-        if published:
-            template = ChatTemplate(published["chat_template"], published["bos_token"], published["eos_token"],
-                                    name="backend /props")
+    backend = Backend(s.backend, client, api_key, s.model, streaming, BACKEND_TYPES[kind].configured(s))
+    facts = await backend.probe()
+    upstream_model = facts.model
+    if template is None and facts.template is not None:
+        published = facts.template
+        template = ChatTemplate(published.source, published.bos_token, published.eos_token, name="backend /props")
     if template is not None:
         profile_of(template)  # probe it now, not on the first request
         if s.render_cache_bytes and template.cache is None:
             template.cache = RenderCache(s.render_cache_bytes, min_messages=RESUME_MIN_MESSAGES)
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
-    if isinstance(backend, LlamaCppBackend):
-        await backend.detect_bos()
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
                            choose_parsers(s, template))
     log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind, model.name,

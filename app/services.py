@@ -1,6 +1,7 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
-concurrency slots, the pool heavy request work runs in, the pooled HTTP clients, the response store
-and the thinking signers. ``start()`` opens what needs opening (clients, store), ``stop()`` closes it.
+concurrency slots, the pool heavy request work runs in, the pooled HTTP clients, the response store,
+the thinking signers and the detached tasks (background responses, ``app.detached``). ``start()``
+opens what needs opening (clients, store), ``stop()`` closes it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Self
 import httpx
 
 from app.backends.streamhttp import StreamingClient
+from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
 from app.pipeline.offload import Offloader
@@ -86,6 +88,7 @@ class Services:
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
         self.offloader = Offloader(2, self.settings.max_render_ms / 1000, max_jobs=8)
+        self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
@@ -106,6 +109,7 @@ class Services:
         self.store = open_store(s)
 
     async def stop(self) -> None:
+        await self.detached.stop()  # first: a background response cancelled here is marked so in the store
         self.offloader.close()
         if self.store is not None:
             await self.store.close()

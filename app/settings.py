@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-BackendType = Literal["vllm", "llamacpp", "openai"]
+from app.backends import BACKEND_TYPES
+
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 
@@ -23,8 +24,9 @@ class Settings(BaseSettings):
 
     # backend
     backend: str | None = Field(None, description="base URL of the raw-completion backend, e.g. http://vllm:8000")
-    backend_type: BackendType | None = Field(
-        None, description="vllm | llamacpp | openai (default: detected by probing the backend)")
+    backend_type: str | None = Field(
+        None, description=f"{' | '.join(BACKEND_TYPES)} (default: detected by probing the backend)",
+        json_schema_extra={"choices": list(BACKEND_TYPES)})
     backend_api_key: SecretStr | None = Field(None, description="bearer token sent to the backend (never logged)")
     local_model: Path | None = Field(None, description="start a managed llama-server on this GGUF file")
     llama_server: Path | None = Field(None, description="llama-server binary for --local-model (default: cache, PATH)")
@@ -57,14 +59,31 @@ class Settings(BaseSettings):
     response_store: str | None = Field(
         None, description="where stored responses live: a SQLite file in --state-dir (default), or redis://HOST:PORT/DB "
         "shared by several replicas")
-    response_ttl: float = Field(30 * 24 * 3600, gt=0, description="seconds a stored response is kept")
-    response_store_max: int = Field(100_000, ge=1, description="most responses the store keeps (oldest go first)")
+    response_ttl: float = Field(
+        30 * 24 * 3600, gt=0, description="seconds a stored response is kept (a conversation: after its last write)")
+    response_store_max: int = Field(
+        100_000, ge=1, description="most responses and conversations the store keeps (oldest go first)")
     response_store_max_bytes: int = Field(
-        1 << 30, ge=1 << 20, description="most bytes of stored responses the store keeps (oldest go first)")
+        1 << 30, ge=1 << 20, description="most bytes of stored responses and conversations the store keeps (oldest "
+        "go first)")
+    conversation_max_items: int = Field(
+        10_000, ge=1, description="most items one conversation holds (a write past it: 400)")
+    conversation_max_bytes: int = Field(
+        16 << 20, ge=1 << 16, description="most bytes of items one conversation holds, all of which a response in it "
+        "reads (a write past it: 400)")
     max_chain_links: int = Field(
         256, ge=1, le=900, description="most earlier responses one previous_response_id continuation reads")
     max_chain_bytes: int = Field(
         16 << 20, ge=1 << 16, description="most bytes of stored responses one continuation reads (beyond: 400)")
+    max_background: int = Field(
+        32, ge=0, description="background responses (background: true) generating at once in this process; beyond "
+        "it answer 429 (0: background responses are refused with a 400)")
+    background_stale_seconds: float = Field(
+        30.0, ge=2, description="a background response whose replica has not written to the store for this long "
+        "(it stopped or lost the store) is reported, and stored, as failed")
+    background_events_max_bytes: int = Field(
+        8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
+        "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")
@@ -90,6 +109,10 @@ class Settings(BaseSettings):
     max_tools: int = Field(256, ge=1, description="most tools in one request")
     max_tool_schema_bytes: int = Field(65_536, ge=256, description="largest JSON schema of one tool")
     max_tokens_cap: int | None = Field(None, ge=1, description="upper bound applied to max_tokens")
+    max_tokens_policy: Literal["clamp", "reject"] = Field(
+        "clamp", description="a max_tokens above --max-tokens-cap or beyond what the backend's context holds after "
+        "the prompt: lowered, said in the X-Toolwire-Max-Tokens header (clamp), or a 400 for the cap and the "
+        "backend's own answer for the context (reject)")
     max_choices: int = Field(8, ge=1, description="most answers (n) one Chat Completions request may ask for")
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
@@ -122,6 +145,13 @@ class Settings(BaseSettings):
         from parsers.registry import means_auto
 
         return "auto" if means_auto(value) else value
+
+    @field_validator("backend_type")
+    @classmethod
+    def _known_backend_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in BACKEND_TYPES:
+            raise ValueError(f"unknown backend type {value!r}; known: {', '.join(BACKEND_TYPES)}")
+        return value
 
     @field_validator("api_key", "cors_origins", mode="before")
     @classmethod

@@ -212,22 +212,50 @@ def toolwire_parser(case: Case) -> Any:
                                  fam.reasoning_parser if case.with_reasoning else None)
 
 
-def toolwire_check(case: Case, events: list[Any]) -> str | None:
-    """``None`` if the parse is right, else what is wrong."""
-    from parsers import fold
+class Collected:
+    """A run's events, taken in as they arrive and kept as text only — the way the proxy consumes
+    them (encode, send, drop): no event object outlives the chunk it came with, so the garbage
+    collector's work does not grow with the output as it would if the run kept every event.
+    Calls count once they end ``ok`` (as ``parsers.fold`` counts them)."""
 
-    message = fold(events)
+    __slots__ = ("_args", "_name", "calls", "reasoning")
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.calls: list[tuple[str, str]] = []  # (name, arguments) of every complete call
+        self._name: str | None = None
+        self._args: list[str] = []
+
+    def add(self, events: list[Any]) -> None:
+        from parsers.events import CallArgs, CallEnd, CallStart, Reasoning
+
+        for event in events:
+            kind = type(event)
+            if kind is CallArgs:
+                self._args.append(event.text)
+            elif kind is Reasoning:
+                self.reasoning.append(event.text)
+            elif kind is CallStart:
+                self._name, self._args = event.name, []
+            elif kind is CallEnd:
+                if event.ok and self._name is not None:
+                    self.calls.append((self._name, "".join(self._args)))
+                self._name, self._args = None, []
+
+
+def toolwire_check(case: Case, got: Collected) -> str | None:
+    """``None`` if the parse is right, else what is wrong."""
     if case.expect_args is not None:
-        if len(message.calls) != 1:
-            return f"{len(message.calls)} calls"
-        call = message.calls[0]
-        if call.name != TOOL_NAME:
-            return f"name {call.name!r}"
+        if len(got.calls) != 1:
+            return f"{len(got.calls)} calls"
+        name, arguments = got.calls[0]
+        if name != TOOL_NAME:
+            return f"name {name!r}"
         try:
-            if json.loads(call.arguments) != case.expect_args:
+            if json.loads(arguments) != case.expect_args:
                 return "arguments differ"
         except ValueError:
             return "arguments are not JSON"
-    if case.expect_reasoning is not None and message.reasoning.strip() != case.expect_reasoning:
+    if case.expect_reasoning is not None and "".join(got.reasoning).strip() != case.expect_reasoning:
         return "reasoning differs"
     return None

@@ -70,7 +70,7 @@ from parsers.shapes.jsoncall import (
     json_calls,
     tagged_json,
 )
-from parsers.shapes.listcalls import Opener, json_list, starts_with_list
+from parsers.shapes.listcalls import Opener, json_block, json_list, starts_with_list
 from parsers.shapes.namedcall import NamedJsonShape, named_json, named_json_call
 from parsers.shapes.nestedxml import NestedXml, NestedXmlShape, nested_xml, nested_xml_call
 from parsers.shapes.objnotation import ObjNotationShape, object_notation
@@ -122,7 +122,7 @@ __all__ = [  # noqa: RUF022 — grouped by what a detector author looks for, not
     "GenericFormat", "Section", "Sections", "Dialect", "CallBody", "Start", "Blocks", "INKLING",
     # shape readers, for formats that need code
     "json_call", "json_calls", "json_call_list", "json_args_object", "call_template", "named_json_call", "xml_call", "nested_xml_call",
-    "xml_params", "xml_params_until", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "CALL_NAME",
+    "xml_params", "xml_params_until", "xml_wire", "xml_call_template", "section_calls", "python_call_list", "python_call_lines", "CALL_NAME", "json_block",
     "call_head", "peek_past_ws", "python_list_wire", "starts_with_list", "harmony_program", "dialect_wire", "parse_header",
     "start_from_prompt", "blocks_program", "start_kind",
     "HARMONY", "OPENCHATML", "MUSE", "BEAM", "START", "END", "EOM", "EOT", "CHANNEL", "MESSAGE", "GENERATION_PROMPT",

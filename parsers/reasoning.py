@@ -28,14 +28,18 @@ marker and the answer is not content. A tool-call start marker inside an unclose
 ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
 instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
 passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
-in the answer opens another reasoning block (and a stray end marker there is dropped). The
+in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
+open block a start marker then repeats the opener and is markup, and the whitespace after a block
+opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
+is text of the thought (a thought may talk about its own tags), and so is an end marker later on
+the same line (``the tags are <think> and </think>``). The
 answer's markup (``content_markup``) is dropped with the whitespace next to it, and an end-of-turn
 token that is the last text of the output (``end_tokens``) is never content.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from typing import Any, ClassVar
 
 from parsers.core.cursor import Cursor
@@ -52,6 +56,9 @@ from parsers.shapes.harmony import (
     parse_header,
     start_from_prompt,
 )
+
+#: how far a literal start marker inside a thought looks for an end marker on the same line
+LINE_LIMIT = 512
 
 
 class ReasoningDetector:
@@ -70,7 +77,8 @@ class ReasoningDetector:
     #: delimited by control tokens keep such text as reasoning
     tool_calls_end_reasoning: ClassVar[bool] = True
     #: ``(open, close)`` blocks inside reasoning that are normal text (tool calls written while
-    #: reasoning): passed on as written, and the reasoning resumes after ``close``
+    #: reasoning): passed on as written, and the reasoning resumes after ``close`` (an empty
+    #: ``close``: the marker alone is passed on — markup of the tool format, like a stray section end)
     passthrough: ClassVar[tuple[tuple[str, str], ...]] = ()
     #: a start marker anywhere in the answer opens another reasoning block (not only at the start);
     #: a stray end marker there is markup
@@ -106,7 +114,7 @@ class ReasoningDetector:
             return False
         return None
 
-    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
+    def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:  # noqa: C901 — the reasoning grammar as one generator: splitting it would scatter its states across functions
         """The program for one response: optional start marker at the very beginning, reasoning up to an end marker
         (or a stop marker, which passes through as normal text), then normal text (the content
         markup is dropped by the content channel; with ``reopen``, further reasoning blocks).
@@ -119,11 +127,20 @@ class ReasoningDetector:
         stop_markers = tuple(stop_markers)
         stops = stop_markers if self.tool_calls_end_reasoning else ()
         passing = dict(self.passthrough)
-        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing))
-        undecided = MarkerSet((*ends, *stop_markers, *self.content_markup))
+        # with ``reopen`` the start markers are control tokens: one inside an open block repeats
+        # the opener (after a call written while thinking) and is markup, not text of the thought
+        repeated = frozenset(starts) if self.reopen else frozenset()
+        # otherwise a start marker inside an open block is text of the thought (it talks about its
+        # own tags), and so is an end marker later on the same line: ``the tags are <think> and
+        # </think>`` does not end the block
+        literal = frozenset() if self.reopen else frozenset(starts)
+        closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *starts))
+        same_line = MarkerSet(("\n", *ends, *stops, *self.content_markup))
+        undecided = MarkerSet((*ends, *stop_markers, *self.content_markup, *literal))
         calls = {opener: (closers, quote) for opener, closers, quote in self.answer_calls} if self.reopen else {}
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
-        pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items()}
+
+        pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
             """A tool call in the answer, after its ``opener`` (written): passed on as written up to
@@ -142,22 +159,43 @@ class ReasoningDetector:
                     return False
                 out.content.write(marker)
 
-        def block(cur: Cursor, out: Out) -> Generator[None, None, bool]:
-            """Reasoning up to what ends it (consumed); ``False`` when the output ended first."""
+        def literal_line(cur: Cursor, write: Callable[[str], None], marker: str) -> Generator[None, None, None]:
+            """A start marker inside a thought, and the rest of its line: text, up to and with an
+            end marker on that line (a stop marker or the answer's markup is left for the caller)."""
+            write(marker)
+            text, term = yield from cur.read_until(same_line, limit=LINE_LIMIT)
+            if term is not None and term != "\n" and term not in ends:
+                cur.unread(len(term))
+                term = None
+            write(text + (term or ""))
+
+        def block(cur: Cursor, out: Out, answered: bool = False) -> Generator[None, None, bool]:
+            """Reasoning up to what ends it (consumed); ``False`` when the output ended first.
+            ``answered``: the block opened in the middle of the answer, whose text goes on after
+            it with the whitespace the model put there."""
             while True:
                 marker = yield from cur.until(closing, out.reasoning.write)
                 if marker is None:  # cut off inside reasoning: its text stays as written
                     return False
+                if marker in repeated:
+                    out.reasoning.strip_next()
+                    continue
+                if marker in literal:
+                    yield from literal_line(cur, out.reasoning.write, marker)
+                    continue
                 if marker not in passing:
                     break
                 out.content.write(marker)
+                if not passing[marker]:  # a lone marker of the tool format (a stray section end)
+                    continue
                 closer = yield from cur.until(pass_ends[marker], out.content.write)
                 if closer is None:
                     return False
                 out.content.write(closer)
             out.reasoning.drop_held()
             if marker in ends:
-                out.content.strip_next()
+                if not answered:
+                    out.content.strip_next()
             else:  # a tool-call start passes on; the content channel drops the answer's markup
                 out.content.write(marker)
                 if marker in calls:  # a call that ended the block: its text is not searched either
@@ -177,7 +215,9 @@ class ReasoningDetector:
                     return
             elif in_reasoning is None:
                 held: list[str] = ["".join(lead)]
-                marker = yield from cur.until(undecided, held.append)
+                while (marker := (yield from cur.until(undecided, held.append))) in literal:
+                    assert marker is not None
+                    yield from literal_line(cur, held.append, marker)
                 if marker in ends:  # a block the output never opened: it began inside it
                     out.reasoning.write("".join(held))
                     out.reasoning.drop_held()
@@ -193,8 +233,15 @@ class ReasoningDetector:
             if reopening is None:
                 yield from cur.rest(out.content.write)
                 return
-            while (marker := (yield from cur.until(reopening, out.content.write))) is not None:
-                if marker in starts and not (yield from block(cur, out)):
+            answered = False  # answer text came before the block: what follows it continues that text
+
+            def answer(text: str) -> None:
+                nonlocal answered
+                answered = answered or not text.isspace()
+                out.content.write(text)
+
+            while (marker := (yield from cur.until(reopening, answer))) is not None:
+                if marker in starts and not (yield from block(cur, out, answered)):
                     return
                 if marker in calls:
                     out.content.write(marker)
@@ -248,6 +295,7 @@ class ReasoningParser:
         prompt: str | None = None,
         stop_markers: Iterable[str] = (),
         detector: ReasoningDetector | None = None,
+        end_tokens: Iterable[str] = (),
     ) -> None:
         self.detector = detector or reasoning_detector_class(model_type)()
         self.model_type = model_type
@@ -258,8 +306,11 @@ class ReasoningParser:
         #: inside (True), outside (False), or None: not known yet (see the module docstring)
         self.in_reasoning_at_start = self._start_state(force_reasoning, prompt)
         detector = self.detector
+        #: end-of-turn tokens dropped where they close the output: the format's own, and those of
+        #: the tool format chained after it (``end_tokens``: the output may end inside reasoning)
+        self._end_tokens = tuple(dict.fromkeys((*detector.end_tokens, *end_tokens)))
         self._program = Driver(detector.make_program(self.in_reasoning_at_start, self._stop_markers),
-                               content_markup=detector.content_markup, end_tokens=detector.end_tokens)
+                               content_markup=detector.content_markup, end_tokens=self._end_tokens)
         self._held: list[str] = []
 
     def _start_state(self, force_reasoning: bool | None, prompt: str | None) -> bool | None:
@@ -317,7 +368,7 @@ class ReasoningParser:
         """Parse a whole output with a fresh parser in the same configuration."""
         fresh = ReasoningParser(
             self.model_type, self.stream_reasoning, self.force_reasoning, prompt=self.prompt,
-            stop_markers=self._stop_markers, detector=self.detector,
+            stop_markers=self._stop_markers, detector=self.detector, end_tokens=self._end_tokens,
         )
         first = fresh.feed(full_text)
         return _split(first + fresh.end())

@@ -56,5 +56,5 @@ def run(block: str, address: str, *, env: dict[str, str], cwd: Path, timeout: fl
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
-        raise AssertionError(f"the recipe did not finish in {timeout:.0f}s:\n{text}\n{out[-2000:]}\n{err[-2000:]}")
+        raise AssertionError(f"the recipe did not finish in {timeout:.0f}s:\n{text}\n{out[-2000:]}\n{err[-2000:]}") from None
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)

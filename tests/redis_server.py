@@ -21,16 +21,20 @@ def redis_binary() -> Path:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None) -> None:
-        """A new empty server on ``port`` (default: a free one); the same port again is a Redis restart."""
+    def __init__(self, port: int | None = None, persist: Path | None = None) -> None:
+        """A new empty server on ``port`` (default: a free one); the same port again is a Redis restart
+        — with ``persist`` (a folder: an append-only file written on every command) one that keeps
+        what the server before it held there."""
         if port is None:
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = int(sock.getsockname()[1])
         self.port = port
+        durable = ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(persist)] if persist else \
+            ["--appendonly", "no"]
         self.process = subprocess.Popen(
             [str(redis_binary()), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--protected-mode", "no"],
+             "--protected-mode", "no", *durable],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

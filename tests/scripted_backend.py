@@ -52,8 +52,12 @@ class Seen:
 
 class ScriptedBackend:
     def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
-                 bos_token: str = "", eos_token: str = "", adds_bos: bool = False) -> None:
+                 bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None) -> None:
         self.kind = kind
+        #: the context length it reports (llama-server ``/props`` ``n_ctx``, vLLM ``max_model_len``) and
+        #: enforces as they do: vLLM refuses a prompt plus ``max_tokens`` beyond it, llama-server a
+        #: prompt that fills it (prompt tokens are UTF-8 bytes, as ``/tokenize`` counts them)
+        self.context = context
         self.model = model
         self.chat_template = chat_template
         self.bos_token = bos_token
@@ -152,11 +156,14 @@ class ScriptedBackend:
             return await self._send_json(writer, 200 if self.healthy else 503, {"status": "ok"})
         if method == "GET" and path == "/v1/models":
             owner = "vllm" if self.kind == "vllm" else ("llamacpp" if self.kind == "llamacpp" else "someone")
-            return await self._send_json(writer, 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "owned_by": owner}]})
+            model: dict[str, Any] = {"id": self.model, "object": "model", "owned_by": owner}
+            if self.context and self.kind == "vllm":
+                model["max_model_len"] = self.context
+            return await self._send_json(writer, 200, {"object": "list", "data": [model]})
         if method == "GET" and path == "/props" and self.kind == "llamacpp":
+            settings = {"n_ctx": self.context} if self.context else {}
             return await self._send_json(writer, 200, {
-                "default_generation_settings": {}, "chat_template": self.chat_template or "",
+                "default_generation_settings": settings, "chat_template": self.chat_template or "",
                 "bos_token": self.bos_token, "eos_token": self.eos_token})
         if method == "POST" and path == "/tokenize":  # one token per UTF-8 byte (and BOS where added)
             self.tokenized.append(body)
@@ -171,10 +178,28 @@ class ScriptedBackend:
         if method == "POST" and path in (generation, "/v1/completions"):
             seen = Seen(path, body, time.monotonic())
             self.seen.append(seen)
+            refusal = self._beyond_context(path, body)
+            if refusal is not None:
+                return await self._send_json(writer, 400, {"error": {"message": refusal, "type": "BadRequestError"}})
             script = self.scripts.pop(0) if self.scripts else (self.responder(body) if self.responder else self.default)
             await self._stream(script, path, body, reader, writer, seen)
             return False
         return await self._send_json(writer, 404, {"error": {"message": "not found"}})
+
+    def _beyond_context(self, path: str, body: dict[str, Any]) -> str | None:
+        """The backend's refusal of a request its context cannot hold, in its words (``None``: it fits)."""
+        if not self.context or not isinstance(body.get("prompt"), str):
+            return None
+        prompt = len(body["prompt"].encode())
+        if path == "/completion":
+            if prompt >= self.context:
+                return f"request ({prompt} tokens) exceeds the available context size ({self.context} tokens)"
+            return None
+        wanted = body.get("max_tokens") or 0
+        if prompt + wanted > self.context:
+            return (f"This model's maximum context length is {self.context} tokens. However, you requested "
+                    f"{prompt + wanted} tokens ({prompt} in the messages, {wanted} in the completion).")
+        return None
 
     async def _stream(self, script: Script, path: str, body: dict[str, Any], reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter, seen: Seen) -> None:

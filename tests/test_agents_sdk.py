@@ -98,3 +98,109 @@ def test_agents_sdk_chat_completions_model_round_trip(streamed: bool, backend_fa
 
     # what the SDK sent (the call-only turn as content null) and what reached the backend
     check_call_only_round_trip(sent, backend, RESULT, streamed)
+
+
+def _history_checks(backend, first_question: str, second_question: str) -> None:
+    """Two runs of the weather loop sharing one conversation: four model calls, and the second run's
+    first prompt holds the whole first run (question, call, result, answer) before its question."""
+    prompts = [b["prompt"] for b in backend.bodies()]
+    assert len(prompts) == 4
+    later = prompts[2]
+    assert first_question in later and RESULT in later and ANSWER in later
+    assert later.index(first_question) < later.index(ANSWER) < later.index(second_question)
+    assert RESULT in prompts[3] and later.count(RESULT) == 1
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_conversations_session_shares_a_conversation(streamed: bool, backend_factory,
+                                                                 proxy_factory) -> None:
+    """``OpenAIConversationsSession``: the SDK keeps the history in a toolwire conversation (items
+    added and listed through /v1/conversations) and sends it back as input on every turn."""
+    from agents.memory import OpenAIConversationsSession
+
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    backend.responder = scripted_model
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
+                          tool_call_parser="qwen25")
+    seen: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        seen.append(city)
+        return RESULT
+
+    set_tracing_disabled(True)
+
+    async def scenario() -> tuple[list[str], list[Any], list[Any]]:
+        client = AsyncOpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0)
+        model = OpenAIResponsesModel(model="qwen3", openai_client=client)
+        agent = Agent(name="weather", instructions=INSTRUCTIONS, tools=[get_weather], model=model)
+        session = OpenAIConversationsSession(openai_client=client)
+        answers = []
+        for question in ("Weather in Reykjavik?", "And tomorrow?"):
+            if streamed:
+                run = Runner.run_streamed(agent, question, session=session)
+                async for _ in run.stream_events():
+                    pass
+                answers.append(str(run.final_output))
+            else:
+                answers.append(str((await Runner.run(agent, question, session=session)).final_output))
+        stored = [item async for item in client.conversations.items.list(session.session_id, order="asc")]
+        return answers, await session.get_items(), stored
+
+    answers, items, stored = asyncio.run(scenario())
+    assert answers == [ANSWER, ANSWER] and seen == [CITY, CITY]
+    kinds = [item.type for item in stored]
+    assert kinds == ["message", "reasoning", "function_call", "function_call_output", "reasoning", "message"] * 2
+    assert [item["id"] for item in items] == [item.id for item in stored]
+    _history_checks(backend, "Weather in Reykjavik?", "And tomorrow?")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_agents_sdk_server_managed_conversation(streamed: bool, backend_factory, proxy_factory) -> None:
+    """``Runner.run(conversation_id=…)``: the SDK sends only each turn's new items with
+    ``conversation``; toolwire puts the conversation's items first and adds the turn's items to it."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    backend.responder = scripted_model
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
+                          tool_call_parser="qwen25")
+    sent: list[dict[str, Any]] = []
+
+    async def record(request: httpx.Request) -> None:
+        if request.url.path.endswith("/responses"):
+            sent.append(json.loads(request.content))
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return RESULT
+
+    set_tracing_disabled(True)
+
+    async def scenario() -> tuple[list[str], list[Any]]:
+        async with httpx.AsyncClient(event_hooks={"request": [record]}) as http:
+            client = AsyncOpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0, http_client=http)
+            model = OpenAIResponsesModel(model="qwen3", openai_client=client)
+            agent = Agent(name="weather", instructions=INSTRUCTIONS, tools=[get_weather], model=model)
+            conversation = await client.conversations.create()
+            answers = []
+            for question in ("Weather in Reykjavik?", "And tomorrow?"):
+                if streamed:
+                    run = Runner.run_streamed(agent, question, conversation_id=conversation.id)
+                    async for _ in run.stream_events():
+                        pass
+                    answers.append(str(run.final_output))
+                else:
+                    result = await Runner.run(agent, question, conversation_id=conversation.id)
+                    answers.append(str(result.final_output))
+            stored = [item async for item in client.conversations.items.list(conversation.id, order="asc")]
+            return answers, stored
+
+    answers, stored = asyncio.run(scenario())
+    assert answers == [ANSWER, ANSWER]
+    assert all(body.get("conversation") for body in sent) and len(sent) == 4
+    assert [len(body["input"]) for body in sent] == [1, 1, 1, 1]  # only the new item each time
+    kinds = [item.type for item in stored]
+    assert kinds == ["message", "reasoning", "function_call", "function_call_output", "reasoning", "message"] * 2
+    _history_checks(backend, "Weather in Reykjavik?", "And tomorrow?")

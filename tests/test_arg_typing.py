@@ -68,8 +68,17 @@ CASES: list[tuple[str, Any, str, Any]] = [
     ("integer enum", {"enum": [1, 2, 3]}, "2", 2),
     ("const", {"const": True}, "true", True),
     ("type name other tools write", {"type": "int"}, "5", 5),
-    ("schema without a type", {"description": "anything"}, "42", "42"),
-    ("parameter the tool does not describe", None, '{"a": 1}', '{"a": 1}'),
+    # untyped (no schema, or one without a type): JSON if the text is JSON, else the text (issue 27, item 4)
+    ("schema without a type: a JSON number", {"description": "anything"}, "42", 42),
+    ("schema without a type: text", {"description": "anything"}, "about 42", "about 42"),
+    ("parameter the tool does not describe: a JSON object", None, '{"a": 1}', {"a": 1}),
+    ("untyped: a JSON array", None, '[1, "two", null]', [1, "two", None]),
+    ("untyped: a JSON boolean", None, "true", True),
+    ("untyped: a JSON null", None, "null", None),
+    ("untyped: a JSON string literal is its string", None, '"quoted"', "quoted"),
+    ("untyped: text that is not JSON", None, "Paris, France", "Paris, France"),
+    ("untyped: a Python literal is text", None, "True", "True"),
+    ("untyped: broken JSON is text", None, '{"a": 1', '{"a": 1'),
 ]
 
 
@@ -126,6 +135,10 @@ FORMATS: dict[str, tuple[str, Callable[[str, Any], str]]] = {
 }
 
 
+#: formats that write each value's type beside it (DSML / GCML ``string="…"``, Kimi K3 ``type="…"``)
+DECLARING = frozenset({"deepseekv32 (DSML)", "deepseekv4 (DSML)", "gigachat3 (GCML)", "gigachat35 (GCML)", "kimi_k3"})
+
+
 def _parse(tool_parser: str, tools: list[dict[str, Any]], output: str, per_char: bool = False) -> list[tuple[str, Any]]:
     parser = build_response_parser(tools, tool_parser, None)
     events = []
@@ -141,6 +154,8 @@ def test_every_format_types_values_by_the_one_rule(fmt: str, label: str, schema:
     tool_parser, markup = FORMATS[fmt]
     output = markup(text, value)
     tools = _tools(schema)
+    if fmt in DECLARING and schema is None and isinstance(value, str):
+        value = text  # the format declares the value a string: as written, quotes and all
     expected = [("f", {"v": value})]
     assert _parse(tool_parser, tools, output) == expected, output
     assert _parse(tool_parser, tools, output, per_char=True) == expected

@@ -368,7 +368,7 @@ def test_inspect_template_text_and_json(capsys: pytest.CaptureFixture[str], tmp_
 def test_runtime_auto_parsers() -> None:
     import httpx
 
-    from app.backends import OpenAICompletionsBackend
+    from app.backends import BACKEND_TYPES, Backend
     from app.served import ServedModel, choose_parsers
     from app.settings import Settings
 
@@ -377,7 +377,7 @@ def test_runtime_auto_parsers() -> None:
     template = ChatTemplate.load(TEMPLATES / "upstage-Solar-Open-100B.jinja")
     parsers = choose_parsers(settings, template)
     assert isinstance(parsers.tools, type) and isinstance(parsers.reasoning, type)
-    model = ServedModel.of("m", OpenAICompletionsBackend("http://unused", httpx.AsyncClient()), template, parsers)
+    model = ServedModel.of("m", Backend("http://unused", httpx.AsyncClient(), dialect=BACKEND_TYPES["openai"]), template, parsers)
     described = model.describe(None)
     assert described["tool_call_parser"] == "generic(<|tool_calls|> + JSON args)"
     assert described["reasoning_parser"] == "generic(<|think|> … <|end|>)"

@@ -156,7 +156,7 @@ def test_load_response_schema(tmp_path: Path) -> None:
 def test_runtime_wiring(tmp_path: Path) -> None:
     import httpx
 
-    from app.backends import OpenAICompletionsBackend
+    from app.backends import BACKEND_TYPES, Backend
     from app.runtime import ParserConfigError, validate_parser_names
     from app.served import ServedModel, choose_parsers
     from app.settings import Settings
@@ -167,7 +167,7 @@ def test_runtime_wiring(tmp_path: Path) -> None:
     choice = choose_parsers(settings, None)
     assert isinstance(choice.tools, type) and choice.tools.schema == QWEN3_SCHEMA
     assert choice.reasoning == "qwen3"
-    model = ServedModel.of("m", OpenAICompletionsBackend("http://unused", httpx.AsyncClient()), None, choice)
+    model = ServedModel.of("m", Backend("http://unused", httpx.AsyncClient(), dialect=BACKEND_TYPES["openai"]), None, choice)
     assert model.describe(None)["tool_call_parser"] == "response-schema(schema.json)"
     with pytest.raises(ParserConfigError, match="needs --response-schema"):
         validate_parser_names(Settings(tool_call_parser="response-schema"))

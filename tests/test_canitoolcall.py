@@ -63,11 +63,6 @@ KNOWN_DEVIATIONS: dict[str, str] = {
     # gemma4/sglang-text-around-call "Some text before  after"; this vLLM-derived case expects the
     # same kind of space dropped. No one rule satisfies both; we keep text as written (soft pass).
     "gemma4/vllm-text-before-call": "contradicts the sglang-text-before/around-call fixtures on whitespace",
-    # A pythonic list cut after its first complete call: the fixture wants no call, while
-    # qwen3-hermes/truncated-second-parallel-call wants the complete first call kept. We keep
-    # complete calls (they stream as soon as their ',' arrives) — incremental streams already
-    # delivered it, so retracting it in the non-streaming answer would make the two disagree.
-    "llama/l4-truncated-missing-close-bracket": "keeps the complete first call of a cut-off list",
 }
 
 RANDOM_SEEDS = (1, 2, 3, 4, 5)

@@ -13,7 +13,9 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -129,6 +131,27 @@ def test_usage_matches_llama_server(proxy: ProxyServer, llama: LlamaServerProces
     tokens = httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True}, timeout=30).json()
     assert result.usage.prompt_tokens == len(tokens["tokens"])
     assert result.usage.total_tokens == result.usage.prompt_tokens + result.usage.completion_tokens
+
+
+def test_an_agent_sized_max_tokens_is_fitted_to_the_context(proxy: ProxyServer, llama: LlamaServerProcess) -> None:
+    """opencode and Claude Code ask for 32000 tokens; this llama-server holds far fewer. toolwire
+    lowers the request to what fits after the prompt (counted by llama-server's tokenizer), says so
+    in a header, and the agent gets its answer."""
+    context = httpx.get(llama.url + "/props", timeout=30).json()["default_generation_settings"]["n_ctx"]
+    prompt = proxy.runtime.model.template.render(GREETING)
+    tokens = len(httpx.post(llama.url + "/tokenize", json={"content": prompt, "add_special": True,
+                                                           "parse_special": True}, timeout=30).json()["tokens"])
+    expected = f"clamped from 32000 to {context - tokens} (context {context}, prompt {tokens} tokens)"
+    raw = client_for(proxy).chat.completions.with_raw_response.create(model="smollm2", messages=GREETING,
+                                                                      max_tokens=32000, temperature=0, seed=1)
+    result = raw.parse()
+    assert result.choices[0].message.content and result.usage.prompt_tokens == tokens
+    assert raw.headers["x-toolwire-max-tokens"] == expected
+    claude = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=120)
+    message = claude.messages.with_raw_response.create(model="smollm2", max_tokens=32000, messages=GREETING)
+    assert message.parse().content
+    assert message.headers["x-toolwire-max-tokens"].startswith("clamped from 32000 to ")
+    assert f"(context {context}, prompt " in message.headers["x-toolwire-max-tokens"]
 
 
 def test_preserved_tokens_reach_the_parser(llama: LlamaServerProcess) -> None:
@@ -281,14 +304,18 @@ def test_call_only_round_trip_on_the_real_model(tool_proxy: ProxyServer, monkeyp
     backend = tool_proxy.runtime.model.backend
     assert backend is not None, "the proxy did not probe llama-server at start-up"
     prompts: list[str] = []
-    build = backend.body
+    dialect = backend.dialect
 
-    def recording_body(request: GenerationRequest) -> dict:
-        body = build(request)
-        prompts.append(body["prompt"])
-        return body
+    class Recording:  # the backend's own dialect, each request body it builds recorded
+        def __getattr__(self, name: str) -> Any:
+            return getattr(dialect, name)
 
-    monkeypatch.setattr(backend, "body", recording_body)
+        def body(self, request: GenerationRequest, model: str | None) -> dict:
+            body = dialect.body(request, model)
+            prompts.append(body["prompt"])
+            return body
+
+    monkeypatch.setattr(backend, "dialect", Recording())
     sent: list[dict] = []  # what the openai SDK put on the wire
 
     def record(request: httpx.Request) -> None:

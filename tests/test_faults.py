@@ -302,7 +302,7 @@ def test_multiple_workers_serve(tmp_path) -> None:
     ({"max_tools": 1}, {"messages": MESSAGES, "tools": TOOLS * 2}, 400, "too many tools"),
     ({"max_tool_schema_bytes": 256}, {"messages": MESSAGES, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "description": "d" * 400}}}]}, 400, "larger than"),
-    ({"max_tokens_cap": 100}, {"messages": MESSAGES, "max_tokens": 1000}, 400, "cap"),
+    ({"max_tokens_cap": 100, "max_tokens_policy": "reject"}, {"messages": MESSAGES, "max_tokens": 1000}, 400, "cap"),
 ])
 def test_input_limits(setup, settings: dict, body: dict, status: int, needle: str) -> None:
     _, proxy = setup(**settings)

@@ -207,7 +207,7 @@ def test_leaving_before_the_first_byte_closes_upstream_and_frees_the_slot(vllm, 
 
 def test_completions_passthrough_applies_the_limits(vllm) -> None:
     backend, make = vllm
-    proxy = make(max_tokens_cap=64)
+    proxy = make(max_tokens_cap=64, max_tokens_policy="reject")
     response = post(proxy, {"model": "m", "prompt": "hi", "max_tokens": 5000}, path="/v1/completions")
     assert response.status_code == 400 and "max_tokens" in response.json()["error"]["message"]
     response = post(proxy, {"model": "m", "prompt": {"not": "a prompt"}}, path="/v1/completions")

@@ -575,8 +575,9 @@ def error_of(response: httpx.Response) -> tuple[int, str, str]:
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a",
                                                                                "name": "f", "input": {}}]}]},
      "messages[0].content[0]: tool_use blocks cannot appear in a user message"),
-    ({"model": "m", "max_tokens": 5, "messages": [*ASK, {"role": "assistant", "content": "The answer is"}]},
-     "messages[1]: a final assistant message (prefill) is not supported"),
+    ({"model": "m", "max_tokens": 5, "messages": [*ASK, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "a", "name": "get_weather", "input": {}}]}]},
+     "messages[1]: a final assistant message with tool_use blocks needs their tool_result blocks"),
     ({"model": "m", "max_tokens": 5, "messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web"}]},
      "tools[0]: tool type 'web_search_20250305' is a server tool"),
     ({"model": "m", "max_tokens": 5, "messages": ASK, "tools": [WEATHER], "tool_choice": {"type": "tool"}},
@@ -667,3 +668,49 @@ def test_x_api_key_and_bearer_are_both_accepted(keyed: ProxyServer) -> None:
     # the other faces keep their own error shape
     response = httpx.post(keyed.url + "/v1/chat/completions", json={"model": "m", "messages": ASK}, timeout=30)
     assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+
+
+# ------------------------------------------------------------------------------ prefill
+
+
+def test_a_final_assistant_message_is_continued(qwen3_vllm) -> None:
+    """Anthropic's prefill: the prompt opens the assistant's turn and carries its text; the answer is
+    only what the model adds, parsed from the state the prefill left the parsers in."""
+    backend, proxy = qwen3_vllm
+    prefill = [*ASK, {"role": "assistant", "content": "<think>\nThe user wants"}]
+    backend.script(Script(pieces=[" the weather.\n</think>\n\nPar", "is is sunny."]))
+    whole = client_for(proxy).messages.create(model="m", max_tokens=50, messages=prefill,  # type: ignore[arg-type]
+                                              thinking={"type": "enabled", "budget_tokens": 20})
+    prompt = backend.bodies()[-1]["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\n<think>\nThe user wants")
+    assert [b.type for b in whole.content] == ["thinking", "text"]
+    assert whole.content[0].thinking == " the weather." and whole.content[1].text == "Paris is sunny."
+    backend.script(Script(pieces=[" the weather.\n</think>\n\nPar", "is is sunny."]))
+    with client_for(proxy).messages.stream(model="m", max_tokens=50, messages=prefill,  # type: ignore[arg-type]
+                                           thinking={"type": "enabled", "budget_tokens": 20}) as stream:
+        streamed = stream.get_final_message()
+    assert normalized(streamed)["content"][1] == normalized(whole)["content"][1]
+    counted = httpx.post(proxy.url + "/v1/messages/count_tokens", json={"model": "m", "messages": prefill}).json()
+    assert counted["input_tokens"] > 0
+    assert backend.tokenized[-1]["prompt"].endswith("<think>\nThe user wants")
+
+
+def test_chat_continue_final_message(qwen3_vllm) -> None:
+    """vLLM's ``continue_final_message`` on Chat Completions: the same continuation; without it, a
+    final assistant message is a finished turn, as vLLM renders it."""
+    import openai
+
+    backend, proxy = qwen3_vllm
+    chat = openai.OpenAI(base_url=proxy.url + "/v1", api_key="x", max_retries=0)
+    messages = [*ASK, {"role": "assistant", "content": "It is"}]
+    backend.script(Script(pieces=[" sunny", " in Paris."]))
+    answer = chat.chat.completions.create(model="m", messages=messages,  # type: ignore[arg-type]
+                                          extra_body={"continue_final_message": True})
+    assert backend.bodies()[-1]["prompt"].endswith("<|im_start|>assistant\nIt is")
+    assert answer.choices[0].message.content == " sunny in Paris."
+    backend.script(Script(pieces=["New turn."]))
+    chat.chat.completions.create(model="m", messages=messages)  # type: ignore[arg-type]
+    assert backend.bodies()[-1]["prompt"].endswith("<|im_start|>assistant\n")
+    refused = httpx.post(proxy.url + "/v1/chat/completions", json={"model": "m", "messages": ASK,
+                                                                    "continue_final_message": True})
+    assert refused.status_code == 400 and "continue_final_message" in refused.json()["error"]["message"]

@@ -172,3 +172,24 @@ def test_qwen35_calls_in_either_start_state(qwen35: Any, switch: dict[str, Any],
     assert message.content is None and (getattr(message, "reasoning_content", None) or "") == reasoning
     assert message.tool_calls is not None
     assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Paris", "days": 2}
+
+
+@pytest.mark.parametrize(("template", "tool_parser", "pieces", "expected"), [
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "cohere",
+     ["<|START_RESPONSE|>", "It is ", "sunny.", "<|END_RESPONSE|>"], "It is sunny."),
+    ("Kimi-K3.jinja", "kimi_k3",
+     ["<|open|>response<|sep|>", "It is ", "sunny.", "<|close|>response<|sep|>", "<|close|>message<|sep|>"],
+     "It is sunny."),
+])
+def test_the_formats_envelope_is_dropped_when_no_tools_are_offered(
+        template: str, tool_parser: str, pieces: list[str], expected: str,
+        backend_factory: Callable[..., ScriptedBackend], proxy_factory: Callable[..., ProxyServer]) -> None:
+    """Issue 27, item 1: with no reasoning parser and no tools in the request, the tool format
+    still owns its response envelope."""
+    backend = backend_factory("vllm")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(TEMPLATES / template), tool_call_parser=tool_parser)
+    backend.script(Script(pieces=pieces))
+    whole = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES)
+    assert whole.choices[0].message.content == expected
+    backend.script(Script(pieces=pieces))
+    assert _stream(proxy)[0] == expected

@@ -286,7 +286,7 @@ def test_text_format_and_reasoning_effort_reach_the_backend(backend_factory, pro
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"model": "m", "input": "x", "background": True}, "background"),
+    ({"model": "m", "input": "x", "background": True, "store": False}, "store: true"),
     ({"model": "m"}, "input"),
     ({"model": "m", "input": [{"type": "message", "role": "user",
                                "content": [{"type": "input_image", "image_url": "x"}]}]}, "input_image"),

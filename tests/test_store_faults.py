@@ -159,3 +159,46 @@ def test_a_bad_state_dir_is_one_line_and_a_nonzero_exit(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr + done.stdout
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "response store" in lines[0] and str(state_dir) in lines[0], done.stderr
+
+
+def test_redis_down_conversations_say_what_needs_the_store(on_redis) -> None:
+    """Every conversation read and write, a response in a conversation and a response that refers to
+    stored items need the store: 503 ``store_unavailable``. A conversation response whose store fails
+    while it streams still delivers the whole answer, then ``error`` and ``response.failed``."""
+    backend, proxy, redis = on_redis
+    client = client_for(proxy)
+    conv = client.conversations.create(items=[{"role": "user", "content": "kept"}])
+    item = client.conversations.items.list(conv.id).data[0]
+    backend.script(Script(pieces=["Stored."]))
+    kept = client.responses.create(model="m", input="first")
+    # the store fails while a conversation response streams (slowly): the answer is still whole
+    backend.script(Script(pieces=["Slow ", "answer ", "here."], delay=0.4))
+    with httpx.stream("POST", proxy.url + "/v1/responses", timeout=30,
+                      json={"model": "m", "input": "x", "conversation": conv.id, "stream": True}) as streamed:
+        lines = streamed.iter_lines()
+        first = next(line for line in lines if line.startswith("data: ") and "output_text.delta" in line)
+        port = redis.port
+        redis.stop()
+        events = [json.loads(first[6:])] + [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Slow answer here."
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"] and events[-2]["code"] == "store_unavailable"
+    url = proxy.url + "/v1/conversations"
+    for method, path, body in [("POST", "", {}), ("GET", f"/{conv.id}", None), ("POST", f"/{conv.id}", {"metadata": {}}),
+                               ("DELETE", f"/{conv.id}", None), ("GET", f"/{conv.id}/items", None),
+                               ("POST", f"/{conv.id}/items", {"items": [{"role": "user", "content": "y"}]}),
+                               ("GET", f"/{conv.id}/items/{item.id}", None),
+                               ("DELETE", f"/{conv.id}/items/{item.id}", None)]:
+        _assert_store_unavailable(httpx.request(method, url + path, json=body, timeout=30))
+    calls = len(backend.bodies())
+    _assert_store_unavailable(httpx.post(proxy.url + "/v1/responses", timeout=30, json={
+        "model": "m", "input": "more", "conversation": conv.id}))
+    _assert_store_unavailable(httpx.post(proxy.url + "/v1/responses", timeout=30, json={
+        "model": "m", "input": [{"type": "item_reference", "id": kept.output[0].id}]}))
+    assert len(backend.bodies()) == calls  # nothing was generated for requests that cannot be read
+    restarted = RedisServer(port=port)  # back, empty: the conversation went with the old Redis
+    try:
+        with pytest.raises(openai.NotFoundError):
+            client.conversations.retrieve(conv.id)
+        assert client.conversations.create().id.startswith("conv_")
+    finally:
+        restarted.stop()

@@ -11,8 +11,8 @@ arguments are untyped text.
 
 What a format genuinely cannot represent is not generated; the limits, per encoding:
 
-* XML-style parameters (``XmlParams``): values are untyped text, so a string ``"1"`` and a number
-  ``1`` differ only by the tool's schema (offered here); a value cannot contain its closing tag or
+* XML-style parameters (``XmlParams``): values are text, so a string ``"1"`` and a number ``1``
+  differ only by the tool's schema (offered here; untyped, ``"1"`` reads back as ``1``); a value cannot contain its closing tag or
   a marker that breaks a value (``wire.args.forbidden``, checked on the parameter as written —
   padding and the JSON of nested values included: ``wire.args.writable``); keys are plain
   identifiers (a key cannot contain the tag that ends it). dots also strips the whitespace around
@@ -22,8 +22,9 @@ What a format genuinely cannot represent is not generated; the limits, per encod
 * Object notation (``ObjectNotation``): a string (or key) cannot contain the delimiter token, and an
   object key cannot be empty; keys are identifiers at the top level.
 * Nested elements (``NestedXml``, MiniMax-M3): the schema here types the top-level parameters only,
-  so inside an object or array every leaf reads back as a string: only containers of strings
-  (without surrounding spacing), of tag-name keys, and not empty, are written (``writable``).
+  so inside an object or array a leaf is untyped (JSON if it is JSON text, else a string): only
+  containers of strings that are not JSON text (without surrounding spacing), of tag-name keys,
+  and not empty, are written (``writable``).
 * Functionary v3.2: a tool named ``all`` is the content recipient, not a call; Muse: tools named
   ``self``, ``user`` or ``commentary`` are its reasoning and content recipients.
 """
@@ -209,9 +210,9 @@ def _parsed(name: str, calls: list[Call], tools: list[dict[str, Any]] | None = N
 
 
 @pytest.mark.parametrize(("name", "call"), [
-    ("glm45", ("f", {"n": 1})),  # untyped text: without a schema the number reads back as "1"
+    ("glm45", ("f", {"s": "42"})),  # untyped text: without a schema a string that is JSON reads back as JSON
     ("qwen3_coder", ("f", {"s": "a\n</function>\nb"})),  # a value break inside a value
-    ("seed_oss", ("f", {"s": "<parameter=x"})),  # a break once the value is padded with its newline
+    ("seed_oss", ("f", {"s": "a\n<parameter=x"})),  # a break inside a value
     ("minimax-m2", ("f", {"s": "a</parameter>b"})),  # the closing tag inside a value
     ("pythonic", ("f", {"a-b": 1})),  # a key that is not a Python identifier
     ("gemma4", ("f", {"s": 'a<|"|>b'})),  # the string delimiter inside a string

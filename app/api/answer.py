@@ -22,6 +22,7 @@ from starlette.responses import Response
 from app.api.sse import PING, SSEResponse
 from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
+from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
@@ -53,6 +54,8 @@ class Exchange:
     ready: Callable[[], Awaitable[ServedModel]]
     lease: Lease | None = None
     started: float = field(default_factory=time.monotonic)
+    #: headers the answer carries whatever its shape (``X-Toolwire-Max-Tokens``)
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def settings(self) -> Settings:
@@ -99,6 +102,20 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
+    await fit(ask, planned, model, ex)
+    return await launch(ask, planned, model, ex)
+
+
+async def fit(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> None:
+    """Fit the request's ``max_tokens`` to the cap and the context (``app.pipeline.budget``; the
+    headers saying so go on the exchange)."""
+    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend,
+                                           ex.settings))
+
+
+async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
+    """Start the ``ask.n`` answers of a request already planned and fitted (each choice's first
+    backend item has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
@@ -163,7 +180,8 @@ async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes =
     release = ex.lease.hand_over() if ex.lease is not None else _nothing
     body = AnswerStream(choices, encoder, ex.services.metrics, release)
     try:
-        return SSEResponse(body, lead=body.lead(), ping=ping, headers=headers, on_interrupt=body.interrupted)
+        return SSEResponse(body, lead=body.lead(), ping=ping, headers={**ex.headers, **(headers or {})},
+                           on_interrupt=body.interrupted)
     except BaseException:
         await body.aclose()
         raise
@@ -178,7 +196,9 @@ async def whole(choices: Choices, build: Build, ex: Exchange) -> Response:
         return Response(status_code=499)
     finally:
         await choices.aclose()
-    return await build(results, choices.total())
+    response = await build(results, choices.total())
+    response.headers.update(ex.headers)
+    return response
 
 
 def _nothing() -> None:
@@ -229,4 +249,5 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-__all__ = ["Build", "ClientGone", "Exchange", "Run", "plan", "prepare", "start", "stream", "until_gone", "whole"]
+__all__ = ["Build", "ClientGone", "Exchange", "Run", "fit", "launch", "plan", "prepare", "start", "stream", "until_gone",
+           "whole"]

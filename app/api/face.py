@@ -2,8 +2,9 @@
 completions), as the server mounts it — its routes, and the shape its errors take.
 
 A ``Route`` is a path, its methods and a handler. A ``generate`` route reads a JSON body and holds a
-concurrency slot for the exchange (``handler(body, exchange)``); any other route is handed the
-exchange alone (``handler(exchange)``). ``path`` is also the route's label in the metrics. A face's
+concurrency slot for the exchange (``handler(body, exchange)``); a ``body`` route reads a JSON body
+too, without a slot (``handler(body, exchange)``); any other route is handed the exchange alone
+(``handler(exchange)``). ``path`` is also the route's label in the metrics. A face's
 ``error_response`` renders every error on its paths — refusals at the edge (401, 415, 429), bad
 requests, 404 and 405 for paths it does not serve — in its own API's shape.
 """
@@ -27,6 +28,7 @@ class Route:
     methods: tuple[str, ...]
     handler: Handler
     generate: bool = False  # reads a JSON body and holds a concurrency slot
+    body: bool = False  # reads a JSON body (no slot: the route does not generate)
 
 
 @dataclass(frozen=True)

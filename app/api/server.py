@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import chat, completions, messages, responses
+from app.api import chat, completions, conversations, messages, responses
 from app.api.answer import Exchange
 from app.api.face import Face, Route, face_for, openai_error
 from app.api.http_protocol import with_header_timeout
@@ -43,7 +43,7 @@ log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
 
 #: the APIs toolwire speaks; a new face is one more entry (see CONTRIBUTING.md)
-FACES: tuple[Face, ...] = (chat.FACE, completions.FACE, responses.FACE, messages.FACE)
+FACES: tuple[Face, ...] = (chat.FACE, completions.FACE, responses.FACE, conversations.FACE, messages.FACE)
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
@@ -196,17 +196,19 @@ class EdgeMiddleware:
 
 
 def mount(app: Starlette, face: Face, route: Route, runtime: Runtime) -> None:
-    """Serve ``route``: a JSON body read and a concurrency slot leased for ``generate`` routes, the
-    exchange handed to the face, every error in the face's shape."""
+    """Serve ``route``: a JSON body read (``generate`` and ``body`` routes) and a concurrency slot
+    leased (``generate`` routes), the exchange handed to the face, every error in the face's shape."""
     services = runtime.services
     settings = runtime.settings
 
     async def endpoint(request: Request) -> Response:
         request.scope["state"]["endpoint"] = route.path
         try:
-            if not route.generate:
+            if not route.generate and not route.body:
                 return await route.handler(Exchange(request, services, runtime.ready))
             body = await read_json(request, settings.max_body_bytes, settings.body_timeout)
+            if not route.generate:
+                return await route.handler(body, Exchange(request, services, runtime.ready))
             async with services.slots.lease() as lease:
                 return await route.handler(body, Exchange(request, services, runtime.ready, lease))
         except APIError as exc:

@@ -1,51 +1,58 @@
-"""Backend clients (vLLM, llama.cpp, generic OpenAI completions) behind one interface."""
+"""Raw-completion backends (vLLM, llama.cpp, generic OpenAI completions) behind one interface.
+
+``BACKEND_TYPES`` is the one table of backend kinds: ``--backend-type`` accepts its names, and
+``detect_backend_type`` tries its dialects in order. A ``Backend`` is a base URL plus one of
+these dialects (``app.backends.dialect``); the I/O is shared (``app.backends.base``).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 
 from app.backends.base import Backend, Finish, GenerationRequest, Sampling, TextDelta, Usage, probe_timeout
-from app.backends.llamacpp import LlamaCppBackend
-from app.backends.openai_completions import OpenAICompletionsBackend, VllmBackend
+from app.backends.dialect import BackendFacts, Dialect
+from app.backends.llamacpp import LlamaCpp, LlamaCppBackend
+from app.backends.openai_completions import OpenAICompletions
+from app.backends.vllm import Vllm
 
-BACKEND_TYPES: dict[str, type[Backend]] = {
-    "vllm": VllmBackend,
-    "llamacpp": LlamaCppBackend,
-    "openai": OpenAICompletionsBackend,
-}
+#: backend kinds by name, in the order ``detect_backend_type`` tries them; the last, which
+#: recognises nothing, is what any other answering backend is taken for
+BACKEND_TYPES: dict[str, type[Dialect]] = {d.kind: d for d in (Vllm, LlamaCpp, OpenAICompletions)}
 
 
 async def detect_backend_type(base_url: str, client: httpx.AsyncClient, api_key: str | None = None) -> str | None:
-    """llama-server answers ``GET /props`` with its settings; vLLM's ``/v1/models`` says
-    ``owned_by: vllm``; anything else that answers is a generic OpenAI completions API.
+    """The first kind of ``BACKEND_TYPES`` that recognises what the backend answers on its ``sniff``
+    path; a backend that answers but is recognised by none is the fallback kind (``openai``).
     ``None`` when the backend does not answer at all (try again later)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     base = base_url.rstrip("/")
     timeout = probe_timeout(client)
     answered = False
-    try:
-        response = await client.get(base + "/props", headers=headers, timeout=timeout)
-        answered = True
-        if response.status_code == 200 and "default_generation_settings" in response.json():
-            return "llamacpp"
-    except httpx.TransportError:
-        pass
-    except (httpx.HTTPError, ValueError, TypeError):
-        answered = True
-    try:
-        response = await client.get(base + "/v1/models", headers=headers, timeout=timeout)
-        answered = True
-        data = response.json().get("data") or []
-        if any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in data):
-            return "vllm"
-    except httpx.TransportError:
-        pass
-    except (httpx.HTTPError, ValueError, AttributeError):
-        answered = True
-    return "openai" if answered else None
+    answers: dict[str, Any] = {}
+    fallback = None
+    for kind, dialect in BACKEND_TYPES.items():
+        path = dialect.sniff
+        if path is None:
+            fallback = fallback or kind
+            continue
+        if path not in answers:
+            answers[path] = None
+            try:
+                response = await client.get(base + path, headers=headers, timeout=timeout)
+                answered = True
+                answers[path] = response.json() if response.status_code == 200 else None
+            except httpx.TransportError:
+                pass
+            except (httpx.HTTPError, ValueError):
+                answered = True
+        if dialect.recognises(answers[path]):
+            return kind
+    return fallback if answered else None
 
 
 __all__ = [
-    "BACKEND_TYPES", "Backend", "Finish", "GenerationRequest", "LlamaCppBackend", "OpenAICompletionsBackend",
-    "Sampling", "TextDelta", "Usage", "VllmBackend", "detect_backend_type",
+    "BACKEND_TYPES", "Backend", "BackendFacts", "Dialect", "Finish", "GenerationRequest", "LlamaCppBackend",
+    "Sampling", "TextDelta", "Usage", "detect_backend_type",
 ]

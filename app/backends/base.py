@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from app.backends.dialect import BackendFacts, Dialect, Probe
 from app.backends.streamhttp import (
     ConnectFailed,
     ConnectTimedOut,
@@ -25,7 +26,7 @@ from app.backends.streamhttp import (
     StreamError,
     StreamingClient,
 )
-from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate, unconstrained
+from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
 from app.errors import APIError, BackendError
 
 
@@ -165,19 +166,29 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class Backend:
-    """Common plumbing: URL, auth header, error mapping. Subclasses speak one API."""
-
-    kind = "base"
-    #: the backend generates ``n`` answers in one request (else toolwire sends ``n`` requests)
-    native_n = False
+    """One backend: its base URL, credentials and ``dialect`` (``app.backends.dialect``), and the
+    I/O every dialect shares — the streaming loop, the readiness probe, the tokenizer call, error
+    mapping. ``facts`` holds what the last ``probe()`` learned."""
 
     def __init__(self, base_url: str, client: httpx.AsyncClient, api_key: str | None = None,
-                 model: str | None = None, streaming: StreamingClient | None = None) -> None:
+                 model: str | None = None, streaming: StreamingClient | None = None,
+                 dialect: Dialect | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client  # probes, health, model names
         self.streaming = streaming or StreamingClient(client.timeout.connect or 10.0, client.timeout.read or 300.0)
         self.api_key = api_key
         self.model = model
+        self.dialect = dialect if dialect is not None else Dialect()
+        self.facts = BackendFacts()
+
+    @property
+    def kind(self) -> str:
+        return self.dialect.kind
+
+    @property
+    def native_n(self) -> bool:
+        """The backend generates ``n`` answers in one request (else toolwire sends ``n`` requests)."""
+        return self.dialect.native_n
 
     @property
     def headers(self) -> dict[str, str]:
@@ -187,18 +198,57 @@ class Backend:
         return self.base_url + path
 
     def constrain(self, request: ConstraintRequest) -> Constraint:
-        """This backend's dialect of constrained decoding (``app.constraints.tools``); the base
-        speaks none (``required`` is then best effort)."""
-        return unconstrained(request)
+        """This backend's dialect of constrained decoding (``app.constraints.tools``)."""
+        return self.dialect.constrain(request)
 
-    def generate(self, request: GenerationRequest) -> Generation:  # pragma: no cover - interface
-        raise NotImplementedError
+    async def generate(self, request: GenerationRequest) -> Generation:
+        """The dialect's items for ``request``: text deltas as they arrive, then the finishes. The
+        upstream request is closed when the iterator is (a stream whose last event was seen may
+        keep its connection)."""
+        decoder = self.dialect.decoder(request)
+        decode = decoder.decode
+        response = await self.open_stream(self.dialect.path, self.dialect.body(request, self.model))
+        try:
+            async for batch in self.sse_batches(response):
+                for delta in decode(batch):
+                    yield delta
+                if decoder.stop:
+                    break
+        finally:
+            await response.aclose(finished=decoder.complete)
+        for finish in decoder.end():
+            yield finish
 
     async def count_tokens(self, prompt: str) -> int:
         """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of
-        a generation request). The base knows no tokenizer endpoint: a clear 400."""
-        raise APIError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with",
-                       code="count_tokens_unsupported")
+        a generation request); a clear 400 when the backend has no tokenizer endpoint."""
+        if not self.dialect.tokenizes:
+            raise APIError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with",
+                           code="count_tokens_unsupported")
+        request = self.dialect.tokenize(prompt, self.model)
+        return self.dialect.token_count(await self._post_json(request.path, request.body or {}))
+
+    async def probe(self) -> BackendFacts:
+        """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON
+        counts as none) and keep what they say in ``facts``; the model id, when the backend gives
+        one, becomes ``model``."""
+        answers = {probe.name: await self._answer(probe) for probe in self.dialect.probes}
+        self.facts = self.dialect.facts(answers)
+        if self.facts.model:
+            self.model = self.facts.model
+        return self.facts
+
+    async def _answer(self, probe: Probe) -> Any:
+        timeout = probe_timeout(self.client)
+        try:
+            if probe.body is None:
+                response = await self.client.get(self.url(probe.path), headers=self.headers, timeout=timeout)
+            else:
+                response = await self.client.post(self.url(probe.path), json=probe.body, headers=self.headers,
+                                                  timeout=timeout)
+            return response.json()
+        except (httpx.HTTPError, ValueError):
+            return None
 
     async def _post_json(self, path: str, body: dict[str, Any]) -> Any:
         """A short JSON POST to the backend (tokenizer and the like); failures as ``BackendError``."""
@@ -223,19 +273,6 @@ class Backend:
         except httpx.HTTPError:
             return False
         return response.status_code == 200
-
-    async def served_model(self) -> str | None:
-        """The backend's first model id from ``/v1/models`` (``None`` if it does not say)."""
-        try:
-            response = await self.client.get(self.url("/v1/models"), headers=self.headers, timeout=probe_timeout(self.client))
-            data = response.json().get("data") or []
-            return str(data[0]["id"]) if data else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError, IndexError):
-            return None
-
-    async def chat_template(self) -> dict[str, str] | None:
-        """``{"chat_template", "bos_token", "eos_token"}`` if the backend publishes its template."""
-        return None
 
     async def open_stream(self, path: str, body: dict[str, Any]) -> StreamedResponse:
         """POST ``body`` and return the streaming response once its status is known to be OK."""
@@ -262,7 +299,7 @@ class Backend:
             raise _status_error(response.status_code, raw)
         return response
 
-    async def sse_batches(self, response: StreamedResponse) -> AsyncIterator[list[dict[str, Any] | None]]:
+    async def sse_batches(self, response: StreamedResponse) -> AsyncIterator[list[dict[str, Any] | None]]:  # noqa: C901 — the SSE framing loop: line split, bound, batch and error mapping in one pass over the bytes
         """The JSON payloads of ``data:`` lines, a list per network read (``None`` for ``[DONE]``).
 
         Everything the backend sent in one read is handed on together, so when the proxy falls

@@ -1,16 +1,17 @@
-"""llama.cpp's ``llama-server``: ``POST /completion`` (its native streaming API)."""
+"""The dialect of llama.cpp's ``llama-server``: ``POST /completion`` (its native streaming API)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import httpx
 
 from app.backends.base import (
     Backend,
     Finish,
-    Generation,
     GenerationRequest,
     PieceCarry,
     TextDelta,
@@ -20,9 +21,18 @@ from app.backends.base import (
     _drop_none,
     count,
     logprob_value,
-    probe_timeout,
     unexpected_shape,
     utf8,
+)
+from app.backends.dialect import (
+    BackendFacts,
+    Dialect,
+    Events,
+    Probe,
+    PublishedTemplate,
+    first_model,
+    first_model_id,
+    positive_int,
 )
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
@@ -72,16 +82,32 @@ def _token(entry: Any) -> TokenLogprob:
     return TokenLogprob(token, value, data)
 
 
-class LlamaCppBackend(Backend):
-    kind = "llamacpp"
+@dataclass(frozen=True)
+class LlamaCpp(Dialect):
+    """llama-server's native API: special tokens kept where ``preserved_tokens`` lists them, GBNF
+    constraints, its reasoning-budget sampler, prompt caching; it publishes its chat template and
+    context size on ``/props``."""
 
-    #: set at start-up: does llama-server add a BOS token to a prompt itself?
-    adds_bos: bool = False
+    kind: ClassVar[str] = "llamacpp"
+    path: ClassVar[str] = "/completion"
+    tokenizes: ClassVar[bool] = True
+    sniff: ClassVar[str | None] = "/props"
+    probes: ClassVar[tuple[Probe, ...]] = (
+        Probe("models", "/v1/models"),
+        Probe("props", "/props"),
+        # does an empty prompt get a BOS token? (then the template's own BOS text must not be sent too)
+        Probe("bos", "/tokenize", {"content": "", "add_special": True}),
+    )
+
+    @staticmethod
+    def recognises(answer: Any) -> bool:
+        """llama-server answers ``GET /props`` with its settings."""
+        return isinstance(answer, dict) and "default_generation_settings" in answer
 
     def constrain(self, request: ConstraintRequest) -> Constraint:
         return llamacpp_constraint(request)
 
-    def body(self, request: GenerationRequest) -> dict[str, Any]:
+    def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
         return _drop_none({
             "prompt": request.prompt,
@@ -105,80 +131,110 @@ class LlamaCppBackend(Backend):
             **request.constraint,
         })
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        response = await self.open_stream("/completion", self.body(request))
-        finish: Finish | None = None
-        prompt_tokens: Any = None  # llama-server tells it with every token; handed on with the first delta
-        told = False
-        want = request.logprobs
-        carry = PieceCarry()
-        try:
-            async for batch in self.sse_batches(response):
-                texts: list[str] = []
-                pieces: list[TokenPiece] = []
-                for data in batch:
-                    if data is None:
-                        break
-                    text = data.get("content")
-                    if text:
-                        if not isinstance(text, str):
-                            raise unexpected_shape('"content" is not a string')
-                        texts.append(text)
-                    if want is not None:
-                        piece = carry.piece(text or "", token_probabilities(data.get("completion_probabilities"), want))
-                        if piece is not None:
-                            pieces.append(piece)
-                    if prompt_tokens is None:
-                        prompt_tokens = data.get("tokens_evaluated")
-                    if data.get("stop"):
-                        timings = data.get("timings")
-                        cached = timings.get("cache_n") if isinstance(timings, dict) else None
-                        usage = Usage(count(data.get("tokens_evaluated")), count(data.get("tokens_predicted")),
-                                      cached if isinstance(cached, int) and not isinstance(cached, bool) else None)
-                        stop_type = data.get("stop_type")
-                        word = data.get("stopping_word") if stop_type == "word" else None
-                        finish = Finish("length" if stop_type == "limit" else "stop", usage,
-                                        word if isinstance(word, str) and word else None)
-                        break
-                if texts:
-                    delta = TextDelta("".join(texts), tokens=len(texts), pieces=pieces if want is not None else None)
-                    if not told and isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool):
-                        delta.prompt_tokens = prompt_tokens
-                        told = True
-                    yield delta
-                if finish is not None or (batch and batch[-1] is None):
-                    break
-        finally:
-            await response.aclose(finished=finish is not None)
-        if finish is None:
-            raise BackendError(502, "backend stream ended before the final event", kind="dropped")
-        yield finish
+    def decoder(self, request: GenerationRequest) -> CompletionDecoder:
+        return CompletionDecoder(request.logprobs)
 
-    async def count_tokens(self, prompt: str) -> int:
+    def facts(self, answers: Mapping[str, Any]) -> BackendFacts:
+        """The model id (``/v1/models``), the chat template and the slot's context size (``/props``:
+        ``default_generation_settings.n_ctx``; else ``/v1/models``' ``meta.n_ctx``), and whether
+        ``/tokenize`` gives an empty prompt a BOS token."""
+        props = answers.get("props")
+        props = props if isinstance(props, dict) else {}
+        template = None
+        if props.get("chat_template"):
+            template = PublishedTemplate(str(props["chat_template"]), str(props.get("bos_token") or ""),
+                                         str(props.get("eos_token") or ""))
+        settings = props.get("default_generation_settings")
+        context = positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+        if context is None:
+            meta = (first_model(answers.get("models")) or {}).get("meta")
+            context = positive_int(meta.get("n_ctx")) if isinstance(meta, dict) else None
+        bos = answers.get("bos")
+        return BackendFacts(model=first_model_id(answers.get("models")), template=template,
+                            adds_bos=isinstance(bos, dict) and bool(bos.get("tokens")), context_length=context)
+
+    def tokenize(self, prompt: str, model: str | None) -> Probe:
         """``POST /tokenize`` with the special-token handling ``/completion`` applies to a prompt (BOS
         added where the model adds one, special tokens parsed)."""
-        data = await self._post_json("/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
-        tokens = data.get("tokens") if isinstance(data, dict) else None
+        return Probe("tokenize", "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+
+    def token_count(self, answer: Any) -> int:
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list):
             raise BackendError(502, "backend /tokenize answered without tokens", kind="bad_json")
         return len(tokens)
 
-    async def chat_template(self) -> dict[str, str] | None:
-        try:
-            response = await self.client.get(self.url("/props"), headers=self.headers, timeout=probe_timeout(self.client))
-            props = response.json()
-        except (httpx.HTTPError, ValueError):
-            return None
-        if not isinstance(props, dict) or not props.get("chat_template"):
-            return None
-        return {k: str(props.get(k) or "") for k in ("chat_template", "bos_token", "eos_token")}
 
-    async def detect_bos(self) -> None:
-        """Ask the tokenizer whether an empty prompt gets a BOS token (then the template's own
-        BOS text must not be sent as well)."""
-        try:
-            response = await self.client.post(self.url("/tokenize"), json={"content": "", "add_special": True},
-                                              headers=self.headers, timeout=probe_timeout(self.client))
-            self.adds_bos = bool(response.json().get("tokens"))
-        except (httpx.HTTPError, ValueError, AttributeError):
-            self.adds_bos = False
+class CompletionDecoder:
+    """The events of one ``/completion`` stream: ``content`` text (with its tokens' probabilities
+    when asked), the prompt's token count (``tokens_evaluated``, told with the first text), and the
+    final event (``stop: true``) with the stop type, matched stop word, usage and cached tokens.
+    The stream is complete with that final event; one that ends before it is a 502."""
+
+    __slots__ = ("carry", "finish", "prompt_tokens", "stop", "told", "want")
+
+    def __init__(self, want: int | None) -> None:
+        self.want = want
+        self.carry = PieceCarry()
+        self.prompt_tokens: Any = None  # llama-server tells it with every token; handed on with the first delta
+        self.told = False
+        self.finish: Finish | None = None
+        self.stop = False
+
+    @property
+    def complete(self) -> bool:
+        return self.finish is not None
+
+    def decode(self, events: Events) -> list[TextDelta]:
+        texts: list[str] = []
+        pieces: list[TokenPiece] = []
+        want = self.want
+        for data in events:
+            if data is None:
+                self.stop = True
+                break
+            text = data.get("content")
+            if text:
+                if not isinstance(text, str):
+                    raise unexpected_shape('"content" is not a string')
+                texts.append(text)
+            if want is not None:
+                piece = self.carry.piece(text or "", token_probabilities(data.get("completion_probabilities"), want))
+                if piece is not None:
+                    pieces.append(piece)
+            if self.prompt_tokens is None:
+                self.prompt_tokens = data.get("tokens_evaluated")
+            if data.get("stop"):
+                self.finish = _finish(data)
+                self.stop = True
+                break
+        if not texts:
+            return []
+        delta = TextDelta("".join(texts), tokens=len(texts), pieces=pieces if want is not None else None)
+        prompt_tokens = self.prompt_tokens
+        if not self.told and isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool):
+            delta.prompt_tokens = prompt_tokens
+            self.told = True
+        return [delta]
+
+    def end(self) -> list[Finish]:
+        if self.finish is None:
+            raise BackendError(502, "backend stream ended before the final event", kind="dropped")
+        return [self.finish]
+
+
+def _finish(data: dict[str, Any]) -> Finish:
+    """The final event's finish: ``stop_type`` ``limit`` is ``length``; a ``word`` stop names its word."""
+    timings = data.get("timings")
+    cached = timings.get("cache_n") if isinstance(timings, dict) else None
+    usage = Usage(count(data.get("tokens_evaluated")), count(data.get("tokens_predicted")),
+                  cached if isinstance(cached, int) and not isinstance(cached, bool) else None)
+    stop_type = data.get("stop_type")
+    word = data.get("stopping_word") if stop_type == "word" else None
+    return Finish("length" if stop_type == "limit" else "stop", usage, word if isinstance(word, str) and word else None)
+
+
+def LlamaCppBackend(base_url: str, client: httpx.AsyncClient, api_key: str | None = None) -> Backend:
+    """A ``Backend`` speaking llama-server's dialect (the class of that name before dialects; kept
+    for its callers)."""
+    return Backend(base_url, client, api_key, dialect=LlamaCpp())

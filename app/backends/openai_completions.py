@@ -1,14 +1,13 @@
-"""OpenAI-style ``POST /v1/completions`` backends: vLLM (with its extensions) and generic ones."""
+"""The dialect of OpenAI-style ``POST /v1/completions`` backends (generic ones; vLLM extends it)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from app.backends.base import (
-    Backend,
     Finish,
-    Generation,
     GenerationRequest,
     PieceCarry,
     TextDelta,
@@ -21,19 +20,21 @@ from app.backends.base import (
     unexpected_shape,
     utf8,
 )
-from app.constraints.tools import Constraint, ConstraintRequest, vllm_constraint
+from app.backends.dialect import BackendFacts, Dialect, Events, first_model, first_model_id, positive_int
 from app.errors import BackendError
 
 
-class OpenAICompletionsBackend(Backend):
-    """Any OpenAI-compatible completions API. Special tokens and constraints are up to it."""
+@dataclass(frozen=True)
+class OpenAICompletions(Dialect):
+    """Any OpenAI-compatible ``POST /v1/completions`` API. Special tokens and constraints are up to it."""
 
-    kind = "openai"
+    kind: ClassVar[str] = "openai"
+    path: ClassVar[str] = "/v1/completions"
 
-    def body(self, request: GenerationRequest) -> dict[str, Any]:
+    def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
         return _drop_none({
-            "model": self.model,
+            "model": model,
             "prompt": request.prompt,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -50,75 +51,102 @@ class OpenAICompletionsBackend(Backend):
             **request.constraint,
         })
 
-    async def generate(self, request: GenerationRequest) -> Generation:
-        """The completion's text (for ``n`` > 1, each choice's by its ``index``), then one ``Finish``
-        per choice."""
-        n = request.n if self.native_n else 1
-        response = await self.open_stream("/v1/completions", self.body(request))
-        want = request.logprobs
-        reasons: dict[int, str] = {}
-        stop_strings: dict[int, str | None] = {}
-        last_usage: Any = None  # the latest usage object (vLLM's continuous stats put one in every chunk)
-        choice_usage: dict[int, dict[str, Any]] = {}  # with n > 1: the latest usage seen beside each choice's text
-        carries = [PieceCarry() for _ in range(n)] if want is not None else []
-        told: set[int] = set()
-        done = False
-        try:
-            async for batch in self.sse_batches(response):
-                texts: dict[int, list[str]] = {}
-                pieces: dict[int, list[TokenPiece]] = {}
-                for data in batch:
-                    if data is None:
-                        done = True
-                        break
-                    u = data.get("usage")
-                    if u:
-                        if not isinstance(u, dict):
-                            raise unexpected_shape('"usage" is not an object')
-                        last_usage = u
-                    choices = data.get("choices")
-                    if choices is None:
-                        choices = []
-                    elif not isinstance(choices, list):
-                        raise unexpected_shape('"choices" is not a list')
-                    for choice in choices:
-                        if not isinstance(choice, dict):
-                            raise unexpected_shape('an element of "choices" is not an object')
-                        index = _choice_index(choice, n)
-                        if n > 1 and u:
-                            choice_usage[index] = u
-                        text = choice.get("text")
-                        if text:
-                            if not isinstance(text, str):
-                                raise unexpected_shape('"text" is not a string')
-                            texts.setdefault(index, []).append(text)
-                        if want is not None:
-                            piece = carries[index].piece(text or "", legacy_logprobs(choice.get("logprobs"), want))
-                            if piece is not None:
-                                pieces.setdefault(index, []).extend(split_piece(piece))
-                        if choice.get("finish_reason"):
-                            reasons[index] = str(choice["finish_reason"])
-                            matched = choice.get("stop_reason")  # vLLM: the stop string that matched
-                            stop_strings[index] = matched if isinstance(matched, str) and matched else None
-                for index, parts in texts.items():
-                    delta = TextDelta("".join(parts), tokens=len(parts), index=index,
-                                      pieces=pieces.get(index, []) if want is not None else None)
-                    if index not in told and isinstance(last_usage, dict):
-                        prompt = last_usage.get("prompt_tokens")
-                        delta.prompt_tokens = prompt if isinstance(prompt, int) else None
-                        told.add(index)
-                    yield delta
-                if done:
-                    break
-        finally:
-            await response.aclose(finished=done or len(reasons) == n)
-        if len(reasons) < n:
+    def decoder(self, request: GenerationRequest) -> CompletionsDecoder:
+        return CompletionsDecoder(request.n if self.native_n else 1, request.logprobs)
+
+    def facts(self, answers: Mapping[str, Any]) -> BackendFacts:
+        """The model id and, where the server says it (vLLM, SGLang), ``max_model_len`` from ``/v1/models``."""
+        models = answers.get("models")
+        first = first_model(models)
+        return BackendFacts(model=first_model_id(models),
+                            context_length=positive_int(first.get("max_model_len")) if first else None)
+
+
+class CompletionsDecoder:
+    """The events of one ``/v1/completions`` stream: each choice's text (by ``index`` when ``n`` > 1,
+    with its tokens' logprobs when asked), its finish reason and matched stop string (vLLM's
+    ``stop_reason``), the usage (the latest seen; with ``n`` > 1, the latest beside each choice's text);
+    the first text of each choice carries the prompt's token count when a usage told it already.
+    ``[DONE]`` ends the stream; it is complete once every choice has its finish reason."""
+
+    __slots__ = ("carries", "choice_usage", "last_usage", "n", "reasons", "stop", "stop_strings", "told", "want")
+
+    def __init__(self, n: int, want: int | None) -> None:
+        self.n = n
+        self.want = want
+        self.reasons: dict[int, str] = {}
+        self.stop_strings: dict[int, str | None] = {}
+        self.last_usage: Any = None  # vLLM's continuous stats put one in every chunk
+        self.choice_usage: dict[int, dict[str, Any]] = {}
+        self.carries = [PieceCarry() for _ in range(n)] if want is not None else []
+        self.told: set[int] = set()
+        self.stop = False
+
+    @property
+    def complete(self) -> bool:
+        return self.stop or len(self.reasons) == self.n
+
+    def decode(self, events: Events) -> list[TextDelta]:
+        texts: dict[int, list[str]] = {}
+        pieces: dict[int, list[TokenPiece]] = {}
+        for data in events:
+            if data is None:
+                self.stop = True
+                break
+            self._event(data, texts, pieces)
+        out = []
+        for index, parts in texts.items():
+            delta = TextDelta("".join(parts), tokens=len(parts), index=index,
+                              pieces=pieces.get(index, []) if self.want is not None else None)
+            if index not in self.told and isinstance(self.last_usage, dict):
+                prompt = self.last_usage.get("prompt_tokens")
+                delta.prompt_tokens = prompt if isinstance(prompt, int) else None
+                self.told.add(index)
+            out.append(delta)
+        return out
+
+    def _event(self, data: dict[str, Any], texts: dict[int, list[str]], pieces: dict[int, list[TokenPiece]]) -> None:
+        u = data.get("usage")
+        if u:
+            if not isinstance(u, dict):
+                raise unexpected_shape('"usage" is not an object')
+            self.last_usage = u
+        choices = data.get("choices")
+        if choices is None:
+            return
+        if not isinstance(choices, list):
+            raise unexpected_shape('"choices" is not a list')
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise unexpected_shape('an element of "choices" is not an object')
+            index = _choice_index(choice, self.n)
+            if self.n > 1 and u:
+                self.choice_usage[index] = u
+            text = choice.get("text")
+            if text:
+                if not isinstance(text, str):
+                    raise unexpected_shape('"text" is not a string')
+                texts.setdefault(index, []).append(text)
+            if self.want is not None:
+                piece = self.carries[index].piece(text or "", legacy_logprobs(choice.get("logprobs"), self.want))
+                if piece is not None:
+                    pieces.setdefault(index, []).extend(split_piece(piece))
+            if choice.get("finish_reason"):
+                self.reasons[index] = str(choice["finish_reason"])
+                matched = choice.get("stop_reason")  # vLLM: the stop string that matched
+                self.stop_strings[index] = matched if isinstance(matched, str) and matched else None
+
+    def end(self) -> list[Finish]:
+        """One ``Finish`` per choice; a stream that ended before every choice had a finish reason is a 502."""
+        if len(self.reasons) < self.n:
             raise BackendError(502, "backend stream ended without a finish reason", kind="dropped")
-        for index in range(n):
-            usage = _usage(choice_usage.get(index) if n > 1 else last_usage)
-            reason = reasons[index]
-            yield Finish("length" if reason == "length" else "stop", usage,
-                         stop_strings[index] if reason == "stop" else None, index)
+        out = []
+        for index in range(self.n):
+            usage = _usage(self.choice_usage.get(index) if self.n > 1 else self.last_usage)
+            reason = self.reasons[index]
+            out.append(Finish("length" if reason == "length" else "stop", usage,
+                              self.stop_strings[index] if reason == "stop" else None, index))
+        return out
 
 
 def _choice_index(choice: dict[str, Any], n: int) -> int:
@@ -174,45 +202,3 @@ def split_piece(piece: TokenPiece) -> list[TokenPiece]:
     if len(tokens) > 1 and "".join(t.token for t in tokens) == text:
         return [(t.token, [t]) for t in tokens]
     return [piece]
-
-
-class VllmBackend(OpenAICompletionsBackend):
-    """vLLM: keep special tokens in the text (our parsers need the markers) and let the chat
-    template alone decide on BOS tokens."""
-
-    kind = "vllm"
-    native_n = True  # ``n`` choices in one stream, told apart by ``index``
-    #: constrain with the pre-0.12 ``guided_*`` fields (``--vllm-legacy-guided``)
-    legacy_guided: bool = False
-
-    def constrain(self, request: ConstraintRequest) -> Constraint:
-        return vllm_constraint(replace(request, legacy_vllm=self.legacy_guided))
-
-    def body(self, request: GenerationRequest) -> dict[str, Any]:
-        body = super().body(request)
-        s = request.sampling
-        body.update(_drop_none({
-            "skip_special_tokens": False,
-            "spaces_between_special_tokens": False,
-            "add_special_tokens": False,
-            "top_k": s.top_k,
-            "min_p": s.min_p,
-            "repetition_penalty": s.repetition_penalty,
-            # vLLM's reasoning budget (its own reasoning config decides the block's markers)
-            "thinking_token_budget": request.reasoning_budget if request.reasoning is not None else None,
-        }))
-        # usage in every chunk: the prompt's token count is known with the first token
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        return body
-
-    async def count_tokens(self, prompt: str) -> int:
-        """vLLM's ``POST /tokenize``, without added special tokens (as generation requests are sent)."""
-        data = await self._post_json("/tokenize", _drop_none({"model": self.model, "prompt": prompt,
-                                                              "add_special_tokens": False}))
-        count = data.get("count") if isinstance(data, dict) else None
-        if not isinstance(count, int):
-            tokens = data.get("tokens") if isinstance(data, dict) else None
-            if not isinstance(tokens, list):
-                raise BackendError(502, "backend /tokenize answered without a count", kind="bad_json")
-            count = len(tokens)
-        return count

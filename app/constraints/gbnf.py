@@ -198,7 +198,7 @@ class Grammar:
             return self.primitive("py-kwargs")
         return self._object(schema, name, kwargs=True)
 
-    def schema(self, schema: Any, name: str = "value", defs: Mapping[str, Any] | None = None) -> str:
+    def schema(self, schema: Any, name: str = "value", defs: Mapping[str, Any] | None = None) -> str:  # noqa: C901 — one branch per JSON-schema construct the grammar writer supports
         """A rule accepting the text of values valid for ``schema`` (in the grammar's syntax)."""
         syntax = self.syntax
         if defs is not None:

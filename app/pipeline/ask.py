@@ -47,7 +47,10 @@ class Ask:
     reads (``None``: the template's default; explicit ``template_kwargs`` win); ``thinking_budget``
     caps the reasoning block's tokens where the backend can enforce it. ``top_logprobs`` ``None``
     means no logprobs; a number asks for each content token's logprob and that many alternatives.
-    ``n`` answers are generated from the one prompt, each parsed on its own.
+    ``n`` answers are generated from the one prompt, each parsed on its own. ``continue_final``: the
+    conversation ends with an assistant message the answer continues (Anthropic's prefill, vLLM's
+    ``continue_final_message``) — the model is asked to go on from its text, the parsers start in
+    the state it leaves them in, and the answer is only what comes after it.
     """
 
     turns: list[Turn]
@@ -63,3 +66,4 @@ class Ask:
     thinking_budget: int | None = None
     top_logprobs: int | None = None
     n: int = 1
+    continue_final: bool = False

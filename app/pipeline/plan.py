@@ -18,7 +18,7 @@ import orjson
 
 from app.backends.base import Backend, GenerationRequest
 from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
-from app.conversation import Call
+from app.conversation import Call, Turn
 from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
@@ -112,6 +112,7 @@ class Plan:
     constraint: Constraint
     parse_tools: bool  # tool calls are parsed out of the output
     max_calls: int | None = None  # calls one answer may hold; the text of any beyond is content
+    prefill: str = ""  # the assistant text the answer continues (``Ask.continue_final``), after ``prompt``
 
     @property
     def named_tool(self) -> str | None:
@@ -131,9 +132,10 @@ class Plan:
         output = self.constraint.output
         tool_parser = self.formats.tools if self.parse_tools else None
 
-        def own_format() -> ResponseParser:
-            return build_response_parser(self.specs, tool_parser, self.formats.reasoning, self.prompt,
-                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls)
+        def own_format() -> ResponseParser:  # the tool format owns its envelope even when no call is read
+            return build_response_parser(self.specs, self.formats.tools, self.formats.reasoning, self.prompt,
+                                         in_reasoning=self.in_reasoning, max_calls=self.max_calls,
+                                         read_calls=self.parse_tools, prefill=self.prefill)
 
         if not self.parse_tools or output == "wire":
             return own_format()
@@ -183,7 +185,7 @@ class Plan:
     def generation_request(self) -> GenerationRequest:
         budget = self.ask.thinking_budget if self.ask.thinking is not False else None
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
-        return GenerationRequest(self.prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
+        return GenerationRequest(self.prompt + self.prefill, self.ask.sampling, self.formats.markers(self.parse_tools),
                                  self.constraint.fields, budget, gate, self.ask.top_logprobs)
 
 
@@ -195,8 +197,9 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     if ask.tools and ask.tool_choice != "none":
         tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
-    prompt = render_conversation(template, ask.turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
-    if getattr(backend, "adds_bos", False) and template.bos_token and prompt.startswith(template.bos_token):
+    turns, prefill = continued(ask)
+    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
+    if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
     specs = tuple(t.spec for t in tools)
@@ -204,4 +207,14 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill)
+
+
+def continued(ask: Ask) -> tuple[list[Turn], str]:
+    """The turns to render and the text the answer continues: with ``continue_final``, a final
+    assistant message without calls is not rendered as a finished turn — the prompt opens the
+    assistant's turn (generation prompt) and its text follows, for the model to go on from."""
+    last = ask.turns[-1] if ask.turns else None
+    if not ask.continue_final or last is None or last.role != "assistant" or last.calls:
+        return ask.turns, ""
+    return ask.turns[:-1], last.text

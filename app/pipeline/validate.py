@@ -113,7 +113,8 @@ def schema_problem(encoded: bytes) -> str | None:
 
 
 def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_key: str = "function.parameters") -> None:
-    """Limits (messages, tools, schema size, max tokens) and tool-choice consistency."""
+    """Limits (messages, tools, schema size) and tool-choice consistency (``max_tokens`` is
+    ``app.pipeline.budget``'s, once the prompt is known)."""
     if len(ask.turns) > settings.max_messages:
         raise bad_request(f"too many messages ({len(ask.turns)} > {settings.max_messages})", "messages")
     if len(ask.tools) > settings.max_tools:
@@ -150,8 +151,3 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         raise bad_request('tool_choice "required" needs tools', "tool_choice")
     if ask.named_tool is not None and ask.named_tool not in {t.spec.name for t in ask.tools}:
         raise bad_request(f"tool_choice names {ask.named_tool!r}, which is not in tools", "tool_choice")
-    limit = ask.sampling.max_tokens
-    if settings.max_tokens_cap and limit and limit > settings.max_tokens_cap:
-        raise bad_request(f"max_tokens exceeds this server's cap of {settings.max_tokens_cap}", "max_tokens")
-    if settings.max_tokens_cap and not limit:  # an unbounded request gets the cap, not the backend's default
-        ask.sampling.max_tokens = settings.max_tokens_cap

@@ -9,23 +9,44 @@ each readable only by the tenant that stored it (``tenant``: the request's tenan
 * ``delete(id, tenant)`` → whether it was there (and the tenant's);
 * ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
   read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
-* ``ping()`` → whether the store answers now (readiness); ``close()``.
+* ``items(ids, tenant, limits)`` → the tenant's stored items with those ids (the item index: every
+  item of a stored response or conversation, by id), toolwire's own copy when there is one;
+* conversations (``app.state.conversations``): ``create_conversation``, ``get_conversation``,
+  ``update_conversation`` (its metadata), ``delete_conversation``, ``add_items``, ``list_items``,
+  ``get_item``, ``delete_item``, and ``conversation_items`` (all of them, in order, for a prompt) —
+  each within the conversation's ``ConversationLimits``, refused whole when it would pass one;
+* ``ping()`` → whether the store answers now (readiness); ``close()``;
+* the runs of background responses (``app.state.runs``): ``open_run``, ``append_run``,
+  ``settle_run``, ``read_run``.
 
-Every failure to reach or use the store is ``StoreUnavailable``. The store is bounded: by age
-(``ttl``), by record count and by the bytes of all its records (the oldest go first, on every
-write). ``open_store`` picks the implementation: an embedded SQLite file in ``--state-dir``, or
-Redis (``--response-store redis://…``) when several replicas share what they stored.
+Every operation is one round trip (SQLite: one transaction; Redis: one script — settling a run:
+one watched transaction), and every failure to reach or use the store is ``StoreUnavailable``. The
+store is bounded: by age (``ttl``; a conversation's counts from its last write), by record count
+(responses and conversations) and by the bytes of all its records (the oldest go first, on every
+write); runs by their own budget of the same size. ``open_store`` picks the implementation: an
+embedded SQLite file in ``--state-dir``, or Redis (``--response-store redis://…``) when several
+replicas share what they stored.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from app.settings import Settings
+from app.state.conversations import (
+    Appended,
+    ConversationLimits,
+    Found,
+    ItemPage,
+    StoredConversation,
+    StoredItem,
+)
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.runs import Batch, RunLimits, RunRead, RunState, RunStore
 
 
-class ResponseStore(Protocol):
+class ResponseStore(RunStore, Protocol):
     async def put(self, record: StoredResponse, tenant: str) -> None: ...
 
     async def get(self, response_id: str, tenant: str) -> StoredResponse | None: ...
@@ -33,6 +54,32 @@ class ResponseStore(Protocol):
     async def delete(self, response_id: str, tenant: str) -> bool: ...
 
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
+
+    async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
+
+    async def create_conversation(self, conversation: StoredConversation, items: list[StoredItem], tenant: str,
+                                  limits: ConversationLimits) -> Appended: ...
+
+    async def get_conversation(self, conversation_id: str, tenant: str) -> StoredConversation | None: ...
+
+    async def update_conversation(self, conversation_id: str, tenant: str, metadata: dict[str, Any],
+                                  limits: ConversationLimits) -> Appended: ...
+
+    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool: ...
+
+    async def add_items(self, conversation_id: str, items: list[StoredItem], tenant: str,
+                        limits: ConversationLimits, skip_existing: bool = False) -> Appended: ...
+
+    async def list_items(self, conversation_id: str, tenant: str, after: str | None, limit: int,
+                         descending: bool) -> ItemPage | None: ...
+
+    async def get_item(self, conversation_id: str, item_id: str,
+                       tenant: str) -> tuple[StoredConversation | None, StoredItem | None]: ...
+
+    async def delete_item(self, conversation_id: str, item_id: str,
+                          tenant: str) -> tuple[StoredConversation | None, bool]: ...
+
+    async def conversation_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None: ...
 
     async def ping(self) -> bool: ...
 
@@ -55,4 +102,6 @@ def open_store(settings: Settings) -> ResponseStore:
                        settings.response_store_max_bytes)
 
 
-__all__ = ["Chain", "ChainLimits", "ResponseStore", "StoreUnavailable", "StoredResponse", "open_store"]
+__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "Found", "ItemPage", "ResponseStore",
+           "RunLimits", "RunRead", "RunState", "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse",
+           "open_store"]

@@ -56,7 +56,15 @@ class Glm45(Qwen3):
 
 
 class KimiK2(Qwen3):
+    """Kimi K2 Thinking interleaves thinking and calls: a call section (or a bare call) written
+    inside an open ``<think>`` block is passed on to the tool-call parser, and the thought resumes
+    after it, up to its ``</think>`` — never markup in the content."""
+
     end_tokens = KIMI
+    passthrough = (("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+                   ("<|tool_call_section_begin|>", "<|tool_call_section_end|>"),
+                   ("<|tool_call_begin|>", "<|tool_call_end|>"),
+                   ("<|tool_calls_section_end|>", ""), ("<|tool_call_section_end|>", ""))
 
 
 class Minimax(Qwen3):

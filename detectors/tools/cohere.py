@@ -19,39 +19,13 @@ is content — with or without the ``cohere`` reasoning parser, which owns
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 from detectors.turns import COHERE
-from parsers.declare import (
-    CallContext,
-    Cursor,
-    JsonCallShape,
-    MarkerSet,
-    Out,
-    ToolCallDetector,
-    ToolFormat,
-    WireFormat,
-    json_call_list,
-    lit,
-)
+from parsers.declare import JsonCallShape, Opener, ToolCallDetector, WireFormat, json_list, lit
 
 START_ACTION, END_ACTION = "<|START_ACTION|>", "<|END_ACTION|>"
 #: answer wrappers (R7B, Command A): markup around content, dropped
 TEXT_MARKERS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>")
 SHAPE = JsonCallShape(name_keys=("tool_name", "name"), args_keys=("parameters", "arguments"))
-_OUTER = MarkerSet((START_ACTION,))
-_STOP = MarkerSet((START_ACTION, END_ACTION))
-
-
-def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
-    while True:
-        marker = yield from cur.until(_OUTER, out.content.write)
-        if marker is None:
-            return
-        out.calls.begin(marker)
-        if (yield from json_call_list(cur, out, SHAPE, _STOP)):
-            yield from cur.closing(END_ACTION)
-
 
 #: as the chat template writes calls: the list one call per line, positions as ``tool_call_id``
 WIRE = WireFormat('{"tool_call_id": "$index", "tool_name": "$name", "parameters": $args}',
@@ -60,5 +34,5 @@ WIRE = WireFormat('{"tool_call_id": "$index", "tool_name": "$name", "parameters"
 
 class Cohere(ToolCallDetector):
     end_tokens = COHERE
-    format = ToolFormat(read=_read, start_markers=(START_ACTION,), markers=(START_ACTION, END_ACTION), wire=WIRE,
-                        content_markup=TEXT_MARKERS)
+    format = json_list({START_ACTION: Opener(closer=END_ACTION)}, SHAPE, write=START_ACTION,
+                       wire=WIRE).with_content_markup(*TEXT_MARKERS)

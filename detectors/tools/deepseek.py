@@ -8,7 +8,8 @@
 DSML values marked ``string="false"`` are JSON (typed by the schema when it says more). A
 zero-argument invoke may be self-closing (``<｜DSML｜invoke name="x"/>``). Invokes whose opening
 ``function_calls`` / ``tool_calls`` wrapper is missing (models drop it at long context) are calls
-too; the wrapper's stray closing tag after them is markup.
+too; the wrapper's stray closing tag after them is markup. A wrapper in another generation's
+spelling (V4 writing V3.2's ``function_calls``, or the reverse) is the wrapper all the same.
 """
 
 from __future__ import annotations
@@ -57,14 +58,20 @@ def _dsml(prefix: str) -> XmlCallShape:
 DSML, DSML_SPACED = "｜DSML｜", "｜DSML｜ "
 
 
+#: the DSML wrappers, by generation: V3.2's, V4's, V4.1's; each generation reads them all
+_V32_SECTION = (f"<{DSML}function_calls>", f"</{DSML}function_calls>")
+_V4_SECTION = (f"<{DSML}tool_calls>", f"</{DSML}tool_calls>")
+_V41_SECTION = (f"<{DSML_SPACED}calls>", f"</{DSML_SPACED}calls>")
+
+
 class DeepSeekV32(ToolCallDetector):
     end_tokens = DEEPSEEK
-    format = tagged_xml(f'<{DSML}invoke name="', _dsml(DSML), section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>"),
+    format = tagged_xml(f'<{DSML}invoke name="', _dsml(DSML), section=(_V32_SECTION, _V4_SECTION, _V41_SECTION),
                         bare_calls=True, markers=(DSML,))
 
 
 _INVOKES = {f'<{p}invoke name="': _dsml(p) for p in (DSML, DSML_SPACED)}
-_V4_SECTIONS = ((f"<{DSML}tool_calls>", f"</{DSML}tool_calls>"), (f"<{DSML_SPACED}calls>", f"</{DSML_SPACED}calls>"))
+_V4_SECTIONS = (_V4_SECTION, _V41_SECTION, _V32_SECTION)
 
 
 def _read_dsml(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generator[None, None, bool]:

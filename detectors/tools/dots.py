@@ -23,12 +23,13 @@ from parsers.declare import (
     CallContext,
     Cursor,
     MarkerSet,
+    Opener,
     Out,
     ToolCallDetector,
     ToolFormat,
     XmlArgs,
     XmlCallShape,
-    json_call,
+    json_block,
     section_calls,
     xml_call,
     xml_wire,
@@ -45,6 +46,7 @@ WRITTEN = XmlCallShape(name_end=('">',), call_end=INVOKE_END,
 _OPEN = MarkerSet((BLOCK,))
 _INSIDE = MarkerSet((INVOKE, BLOCK_END))
 _JSON_STOP = MarkerSet((BLOCK, BLOCK_END))
+_JSON = Opener(closer=BLOCK_END, lone_object=True, lists=False)
 
 
 def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
@@ -55,13 +57,11 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
         marker = yield from cur.until(_OPEN, out.content.write)
         if marker is None:
             return
-        out.calls.begin(marker)  # records the opener, in case the block holds a JSON call that fails
-        yield from cur.skip_ws()
-        if (yield from cur.peek()) == "{":
-            if out.calls.end((yield from json_call(cur, out, DEFAULT_SHAPE, _JSON_STOP))):
-                yield from cur.closing(BLOCK_END)
+        lead = [marker]
+        yield from cur.skip_ws(lead.append)
+        if (yield from cur.peek()) == "{":  # one JSON call; the opener is passed through if it fails
+            yield from json_block(cur, out, "".join(lead), _JSON, DEFAULT_SHAPE, _JSON_STOP)
             continue
-        out.calls.cancel()
         yield from section_calls(cur, out, _INSIDE, BLOCK_END, invoke)
 
 

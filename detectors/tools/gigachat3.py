@@ -30,6 +30,7 @@ from parsers.declare import (
     Cursor,
     JsonCallShape,
     MarkerSet,
+    Opener,
     Out,
     ToolCallDetector,
     ToolFormat,
@@ -37,7 +38,7 @@ from parsers.declare import (
     XmlArgs,
     XmlCallShape,
     call_template,
-    json_call,
+    json_block,
     lit,
     section_calls,
     xml_call,
@@ -57,6 +58,7 @@ SHAPE = JsonCallShape(name_keys=("name",), args_keys=("arguments", "parameters")
 _OUTER = MarkerSet((FUNCTION_CALL, ROLE_CALL, MESSAGE_SEP, GCML_OPEN))
 _STOP = MarkerSet((FUNCTION_CALL, ROLE_SEP, MESSAGE_SEP))
 _GCML_INSIDE = MarkerSet((GCML_INVOKE, GCML_CLOSE))
+_CALL = Opener(closer=(MESSAGE_SEP, EOS), lone_object=True, lists=False)
 
 
 def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
@@ -68,11 +70,8 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
             out.content.boundary()  # the end of the assistant's text
         elif marker == GCML_OPEN:
             yield from _gcml_section(ctx, cur, out)
-        else:
-            out.calls.begin(marker)
-            if out.calls.end((yield from json_call(cur, out, SHAPE, _STOP))):
-                yield from cur.skip_ws()
-                yield from cur.match((MESSAGE_SEP, EOS))
+        else:  # one call object; a <|message_sep|> or </s> right after it is markup
+            yield from json_block(cur, out, marker, _CALL, SHAPE, _STOP)
 
 
 def _gcml_section(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:

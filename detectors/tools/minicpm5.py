@@ -24,7 +24,6 @@ from collections.abc import Callable, Generator
 from detectors.turns import CHATML
 from parsers.declare import (
     ArgsObject,
-    ArgType,
     CallContext,
     Cursor,
     MarkerSet,
@@ -202,7 +201,7 @@ def _read_call(ctx: CallContext, cur: Cursor, out: Out, marker: str) -> Generato
         key = yield from _tag_rest(cur, opened[-1])
         if key is None:
             return False
-        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else ArgType()
+        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else arg_type(None)
         args.key(key)
         if typed.streams:
             value = _StringArg(args.raw, typed.nullable)

@@ -15,12 +15,13 @@ from parsers.declare import (
     CallContext,
     Cursor,
     MarkerSet,
+    Opener,
     Out,
     ToolCallDetector,
     ToolFormat,
     WireFormat,
     json_args_object,
-    json_calls,
+    json_block,
     lit,
 )
 
@@ -31,6 +32,7 @@ _START = MarkerSet((TOOL_CALLS,))
 _STOP = MarkerSet((TOOL_CALLS, ARGS, CALL_ID))
 _NAME_END = MarkerSet((ARGS, CALL_ID))
 _ID_END = MarkerSet((ARGS,))
+_JSON = Opener(lone_object=True)
 
 
 def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
@@ -38,11 +40,12 @@ def _read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None
         marker = yield from cur.until(_START, out.content.write)
         if marker is None:
             return
-        out.calls.begin(marker)
-        yield from cur.skip_ws()
-        if (yield from cur.peek()) in ("[", "{"):
-            yield from json_calls(cur, out, DEFAULT_SHAPE, _STOP)
+        lead = [marker]
+        yield from cur.skip_ws(lead.append)
+        if (yield from cur.peek()) in ("[", "{"):  # v3: a JSON list (or one call object)
+            yield from json_block(cur, out, "".join(lead), _JSON, DEFAULT_SHAPE, _STOP)
         else:
+            out.calls.begin("".join(lead))
             yield from _named_call(cur, out)
 
 

@@ -18,9 +18,11 @@ concatenate to one JSON object. String values stream JSON-escaped as they arrive
   is one of the allowed types (tried in the schema's order; an integral number is an integer,
   ``true``/``false`` in any case a boolean, ``null``/``None`` null); empty text is ``{}`` / ``[]``
   for an object / array. A value that fits none of them is kept as the model wrote it, a string;
-* no schema (a parameter the tool does not describe, or a schema that names no type): a string —
-  unless the format itself says what the value is (DSML ``string="false"``: JSON; Kimi K3's
-  ``type="…"``). Such a declaration also picks among the schema's types when it is one of them
+* no schema (a parameter the tool does not describe, or a schema that names no type): the text
+  read as JSON, else the text itself as a string (llama.cpp's rule: ``{"a": 1}`` is an object,
+  ``42`` a number, ``"hi"`` the string ``hi``, ``hello world`` and ``True`` text) — unless the
+  format itself says what the value is (DSML ``string="false"``: JSON; Kimi K3's ``type="…"``).
+  Such a declaration also picks among the schema's types when it is one of them
   (``anyOf: [string, integer]`` + ``string="false"`` → integer); the schema wins otherwise.
 """
 
@@ -150,7 +152,8 @@ def schema_kinds(schema: Any, root: Mapping[str, Any] | None = None, depth: int 
 class ArgType:
     """What one parameter's value may be (``arg_type``): the JSON types it is read as, tried in
     order (``()``: any JSON value), whether ``null`` is allowed, and whether the format wrote the
-    value as JSON (then a string value is a JSON string literal, decoded)."""
+    value as JSON (then a string value is a JSON string literal, decoded). ``()`` without
+    ``encoded`` is an untyped value (``UNTYPED``): JSON if the text is JSON, else the text."""
 
     kinds: tuple[str, ...] = ("string",)
     nullable: bool = False
@@ -176,6 +179,11 @@ class ArgType:
         if self.streams:
             return None if self.nullable and text.strip() in ("null", "None") else text
         raw = text.strip()
+        if not self.kinds and not self.encoded:  # untyped: JSON, else the text
+            try:
+                return json.loads(raw, parse_constant=_reject) if raw else text
+            except (ValueError, RecursionError):
+                return text
         if raw in ("null", "None"):
             return None
         if not raw:
@@ -204,7 +212,7 @@ def arg_type(schema: Any, root: Mapping[str, Any] | None = None, declared: str |
     said = declared if declared in (None, JSON) else _kind_name(declared)
     if said == "null":
         said, nullable = None, True
-    from_schema = ArgType(("string",) if not kinds or "string" in kinds else kinds, nullable)
+    from_schema = ArgType(("string",) if "string" in kinds else kinds, nullable or not kinds)
     if said is None:
         return from_schema
     if not kinds:
@@ -219,6 +227,10 @@ def arg_type(schema: Any, root: Mapping[str, Any] | None = None, declared: str |
     return from_schema
 
 
+#: a value nothing types (no schema, no declaration): JSON if the text is JSON, else the text
+UNTYPED = ArgType((), True)
+
+
 def _parse(raw: str) -> Any:
     """``raw`` read as JSON, else as a Python literal; ``_NO`` when it is neither."""
     try:
@@ -231,7 +243,7 @@ def _parse(raw: str) -> Any:
         return _NO
 
 
-def _fit(value: Any, raw: str, kind: str) -> Any:
+def _fit(value: Any, raw: str, kind: str) -> Any:  # noqa: C901 — the one typing rule: one branch per JSON-schema type a text value can take
     """``value`` (read from ``raw``) as JSON type ``kind``, or ``_NO``."""
     if kind in ("integer", "number"):
         if isinstance(value, bool):

@@ -113,6 +113,11 @@ class TextChannel:
         self._release_partial()
         self._held = ""
 
+    def forget_held(self) -> None:
+        """Forget held trailing whitespace without releasing anything (the text it ended is not
+        returned; see ``Driver.forget_held``)."""
+        self._held = ""
+
     def close(self, keep_trailing: bool = True) -> None:
         """End of stream: release (or drop) whatever trailing whitespace is still held."""
         self._release_partial()

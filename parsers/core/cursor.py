@@ -20,6 +20,15 @@ Contracts every primitive keeps:
 Raw recording (``record``/``recorded``) keeps the source text of a tool call so a call that never
 completes can be passed through verbatim; ``tap``/``tapped`` does the same for a caller's own
 stretch of text, independently.
+
+**Lanes.** Most chunks of a long output change nothing but the position: the text of a long
+string argument, of reasoning, of content, with no character in it that could end it. A primitive
+about to suspend in such a state may leave a *lane* (``Cursor.lane``): a callable that, after the
+next feed, either does exactly what the primitive's next pass would do before suspending again
+(write the new text, advance ``pos``) and returns ``True``, or returns ``False`` having changed
+nothing. The driver tries the lane before resuming the program, and clears it before every
+resumption, so a lane never outlives the suspension it was left at; resuming instead of taking
+the lane is always correct. This spares resuming a stack of nested generators per chunk.
 """
 
 from __future__ import annotations
@@ -42,13 +51,15 @@ def discard(_text: str) -> None:
 
 
 class Cursor:
-    __slots__ = ("_rec_from", "_rec_parts", "_tap_from", "_tap_parts", "buf", "eof", "pos", "truncated")
+    __slots__ = ("_rec_from", "_rec_parts", "_tap_from", "_tap_parts", "buf", "eof", "lane", "pos", "truncated")
 
     def __init__(self) -> None:
         self.buf = ""
         self.pos = 0
         self.eof = False
         self.truncated = False  # set with eof when the output was cut at the token limit
+        #: the shortcut the suspended primitive left for the next feed (see the module docstring)
+        self.lane: Callable[[], bool] | None = None
         self._rec_from: int | None = None
         self._rec_parts: list[str] = []
         self._tap_from: int | None = None
@@ -116,6 +127,7 @@ class Cursor:
         """Write text until one of ``markers``; consume the marker and return it.
         At end of stream, write the rest and return ``None``."""
         first_char_at = markers.first_char_at
+        lane: Callable[[], bool] | None = None
         while True:
             buf, pos = self.buf, self.pos
             if first_char_at(buf, pos) is None:  # fast path: nothing here can begin a marker
@@ -124,6 +136,9 @@ class Cursor:
                     self.pos = len(buf)
                 if self.eof:
                     return None
+                if lane is None:
+                    lane = self._text_lane(first_char_at, write)
+                self.lane = lane
                 yield
                 continue
             found = markers.find(buf, pos, self.eof)
@@ -143,6 +158,19 @@ class Cursor:
                 write(buf[pos:end])
                 self.pos = end
             yield
+
+    def _text_lane(self, first_char_at: Callable[[str, int], object], write: Write) -> Callable[[], bool]:
+        """``until``'s lane: new text in which no marker can begin is written and consumed."""
+
+        def lane() -> bool:
+            buf, pos = self.buf, self.pos
+            if first_char_at(buf, pos) is not None:
+                return False
+            write(buf[pos:])
+            self.pos = len(buf)
+            return True
+
+        return lane
 
     def read_until(self, markers: MarkerSet, limit: int = 512) -> Generator[None, None, tuple[str, str | None]]:
         """Collect text up to one of ``markers`` (consumed). Returns ``(text, marker)``; ``marker``
@@ -228,6 +256,7 @@ class Cursor:
         marker of ``stop`` appears outside any string (left unconsumed: the value is broken).
         """
         scan = JsonValueScan(stop.first_chars if stop is not None else "")
+        lane: Callable[[], bool] | None = None
         while True:
             buf, pos = self.buf, self.pos
             end, state = scan.advance(buf, pos, self.eof)
@@ -249,7 +278,27 @@ class Cursor:
                 continue
             if self.eof:
                 return False
+            if scan.in_string:  # a long string argument: the next chunks can skip the resumption
+                if lane is None:
+                    lane = self._string_lane(scan, write)
+                self.lane = lane
             yield
+
+    def _string_lane(self, scan: JsonValueScan, write: Write) -> Callable[[], bool]:
+        """``json_value``'s lane inside a string: new text that does not end the string is taken
+        into the scan, written and consumed."""
+        runs_on = scan.string_runs_on
+
+        def lane() -> bool:
+            buf, pos = self.buf, self.pos
+            if not runs_on(buf, pos):
+                return False
+            if pos < len(buf):
+                write(buf[pos:])
+                self.pos = len(buf)
+            return True
+
+        return lane
 
     def json_string(self, limit: int = 4096) -> Generator[None, None, str | None]:
         """Read one complete JSON string (at a ``"``) and return it decoded; ``None`` (nothing

@@ -2,7 +2,8 @@
 
 A *program* is a generator function ``(cursor, out) -> Generator`` (``Program``): it reads the
 model's output through a ``Cursor`` and writes events through an ``Out``. The driver resumes it
-after each fed chunk and runs it to completion at ``finish()``. Whatever the program does not place
+after each fed chunk — or takes the lane it left (``parsers.core.cursor``), which does the same
+without resuming it — and runs it to completion at ``finish()``. Whatever the program does not place
 is content: text left unconsumed when it returns, and — if it raises, which is a bug but must never
 reach a client — everything from that point on (an open call is then ended as not ok).
 """
@@ -117,8 +118,9 @@ class CallWriter:
     def args_written(self) -> bool:
         return bool(self._args)
 
-    def end(self, ok: bool) -> bool:
-        """Close the current call; returns whether it counted as a complete call.
+    def end(self, ok: bool, more: bool = False) -> bool:
+        """Close the current call; returns whether it counted as a complete call. ``more``: the
+        call is one element of a list that is not closed yet (``CallEnd.more``).
 
         A call that fails is passed through as content (with the whitespace trimmed before it),
         except when the output was cut off inside it, or ended before the call even had a name:
@@ -146,7 +148,7 @@ class CallWriter:
         passthrough = "" if ok or not raw else self._trimmed + raw
         if passthrough:
             self.passed_through += 1
-        self._out.events.append(CallEnd(self.next_index, ok, passthrough))
+        self._out.events.append(CallEnd(self.next_index, ok, passthrough, more and ok))
         if not passthrough:
             self._out.content.boundary()
         self.next_index += 1
@@ -217,8 +219,20 @@ class Driver:
         if text and self._trailing is not None:
             text = self._trailing.feed(text)
         if text:
-            self.cursor.feed(text)
-            self._run()
+            cursor = self.cursor
+            cursor.feed(text)
+            lane = cursor.lane
+            if lane is None:
+                self._run()
+            else:  # the suspended primitive's shortcut (``parsers.core.cursor``); else resume it
+                try:
+                    taken = lane()
+                except Exception:  # a detector bug must never reach the client
+                    log.exception("detector program failed; passing the rest of the output through as content")
+                    self._fail()
+                else:
+                    if not taken:
+                        self._run()
         return self.out.take()
 
     def finish(self, truncated: bool = False) -> list[Event]:
@@ -242,7 +256,14 @@ class Driver:
         self.out.reasoning.close()
         return self.out.take()
 
+    def forget_held(self) -> None:
+        """Drop the trailing whitespace the channels hold back (it belongs to text already read
+        that will not be returned: a prefilled message, ``parsers.prefill``)."""
+        self.out.content.forget_held()
+        self.out.reasoning.forget_held()
+
     def _run(self) -> None:
+        self.cursor.lane = None  # a lane is valid only at the suspension that left it
         if self._done:
             self._flush_unplaced()
             return
@@ -253,11 +274,15 @@ class Driver:
             self._flush_unplaced()
         except Exception:  # a detector bug must never reach the client
             log.exception("detector program failed; passing the rest of the output through as content")
-            self.failed = True
-            self._abandon()
+            self._fail()
+
+    def _fail(self) -> None:
+        self.failed = True
+        self._abandon()
 
     def _abandon(self) -> None:
         self._done = True
+        self.cursor.lane = None  # the program will not run again: nor will its lane
         if self.out.calls.open:
             self.out.calls.end(False)
         self._flush_unplaced()

@@ -18,6 +18,9 @@ from enum import IntEnum
 
 _IN_STRING = re.compile(r'["\\]')
 _SCALAR_CHARS = re.compile(r"[-+.0-9A-Za-z]*")
+#: string text: no quote, every backslash with the character it escapes (stops at a quote, or at a
+#: backslash that is the last character)
+_STRING_RUN = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
 
 
 class Scan(IntEnum):
@@ -38,7 +41,29 @@ class JsonValueScan:
         self.kind = ""  # "", "container", "string", "scalar"
         self._structure = re.compile("[" + re.escape('"{}[]' + stop_chars) + "]")
 
-    def advance(self, buf: str, pos: int, eof: bool = False) -> tuple[int, Scan]:
+    def string_runs_on(self, buf: str, pos: int) -> bool:
+        """When the value is inside a string and ``buf[pos:]`` does not end it: take that text in
+        (as ``advance`` would, which then returns ``(len(buf), MORE)``) and return ``True``.
+        Otherwise return ``False`` and change nothing."""
+        if not self.in_string:
+            return False
+        n = len(buf)
+        if self.escape:
+            if pos >= n:
+                return True
+            pos += 1  # the character the backslash escapes
+        found = _STRING_RUN.match(buf, pos)  # matches at least ""
+        assert found is not None
+        end = found.end()
+        if end == n:
+            self.escape = False
+            return True
+        if buf[end] == "\\":  # a backslash as the last character: its pair is in the next chunk
+            self.escape = True
+            return True
+        return False  # a quote: the string ends here, and ``advance`` decides what follows
+
+    def advance(self, buf: str, pos: int, eof: bool = False) -> tuple[int, Scan]:  # noqa: C901 — the JSON scanner's state machine: one branch per state, linear and allocation-free by design
         """Scan from ``pos`` (the value's first character on the first call, which must not be
         whitespace); returns ``(end, state)`` where ``buf[pos:end]`` belongs to the value."""
         n = len(buf)

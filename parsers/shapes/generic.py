@@ -35,7 +35,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from functools import partial
 
-from parsers.core.args import ArgsObject, ArgType, arg_type
+from parsers.core.args import ArgsObject, arg_type
 from parsers.core.cursor import Cursor, discard
 from parsers.core.driver import Out
 from parsers.core.markers import MarkerSet
@@ -278,7 +278,7 @@ def _closing(cur: Cursor, toks: tuple[str, ...]) -> Generator[None, None, bool]:
     return True
 
 
-def _call(plan: _Plan, ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, bool]:
+def _call(plan: _Plan, ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, bool]:  # noqa: C901 — the learned call shape: one branch per way a template writes a call
     """One call after its start token: the rest of the pattern."""
     fmt = plan.fmt
     name: str | None = None
@@ -363,7 +363,7 @@ def params(p: Params, tool: ToolSpec | None, cur: Cursor, out: Out,
         key = key.strip()
         if not key:
             return False
-        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else ArgType()
+        typed = arg_type(tool.param_schema(key), tool.parameters) if tool is not None else arg_type(None)
         args.key(key)
         ends = MarkerSet((p.value_end.replace(KEY, key),))
         if not (yield from args.value(typed, p.trim_newline, typed.nullable, partial(cur.until, ends))):

@@ -266,7 +266,7 @@ def parse_header(text: str, opened: bool, dialect: Dialect) -> Header:
     for word in words:
         if not _attribute(header, word):
             header.garbage = True
-    for marker, segment in zip(parts[1::2], parts[2::2]):
+    for marker, segment in zip(parts[1::2], parts[2::2], strict=False):  # a trailing marker has no segment
         words = segment.split()
         if marker == CHANNEL:
             if not words or "=" in words[0]:

@@ -100,7 +100,7 @@ def _args_value(cur: Cursor, out: Out, state: _CallState, stop: MarkerSet | None
     return True
 
 
-def _members(cur: Cursor, out: Out, shape: JsonCallShape, state: _CallState, stop: MarkerSet | None,
+def _members(cur: Cursor, out: Out, shape: JsonCallShape, state: _CallState, stop: MarkerSet | None,  # noqa: C901 — a streaming JSON object reader: one branch per member kind (name, arguments, id, other)
              first_key_checked: bool) -> Generator[None, None, bool]:
     """Walk the members of an object whose ``{`` is consumed, up to and including its ``}``."""
     first = True
@@ -203,9 +203,10 @@ def json_call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: Marker
     """The elements of a call list whose ``[`` is consumed, up to and including ``]``.
 
     The caller has begun the first call; each call is ended here and the next one begun with its
-    separator. With ``first_key_checked=False`` a first element whose first key cannot belong to a
-    call is rejected at once. Returns ``True`` if the list closed properly (an empty list cancels
-    the begun call: it is markup only)."""
+    separator. The list is one expression: a call followed by ``,`` ends with ``more`` (it counts
+    once the list closes; ``CallEnd.more``). With ``first_key_checked=False`` a first element whose
+    first key cannot belong to a call is rejected at once. Returns ``True`` if the list closed
+    properly (an empty list cancels the begun call: it is markup only)."""
     yield from cur.skip_ws()
     if (yield from cur.expect("]")):
         out.calls.cancel()
@@ -213,16 +214,16 @@ def json_call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: Marker
     checked = first_key_checked
     while True:
         ok = yield from json_call(cur, out, shape, stop, first_key_checked=checked)
-        out.calls.end(ok)
-        if not ok:
-            return False
+        sep = None
+        if ok:
+            yield from cur.skip_ws()
+            sep = yield from cur.match((",", "]"), consume=False)
+        if sep != ",":  # a complete call without "]" after it counts unless the list was cut off there
+            out.calls.end(ok and not (sep is None and cur.eof and cur.truncated))
+            return sep is not None and (yield from cur.expect(sep))
+        out.calls.end(True, more=True)
         checked = True
-        yield from cur.skip_ws()
-        sep = yield from cur.match((",", "]"))
-        if sep is None:
-            return False
-        if sep == "]":
-            return True
+        yield from cur.expect(sep)
         out.calls.begin(sep)
 
 

@@ -45,6 +45,8 @@ def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
     ends = MarkerSet((shape.name_end, *(m for m in (stop.markers if stop else ()) if m != shape.name_end)))
     text, term = yield from cur.read_until(ends, limit=shape.name_limit)
     if term is None:
+        if cur.eof and len(text) <= shape.name_limit:  # the output ended inside the name: all of it is this call's
+            cur.pos = len(cur.buf)
         return False
     if term != shape.name_end:
         cur.unread(len(term))

@@ -243,11 +243,12 @@ class NestedXml(ArgsEncoding):
 
     def writable(self, value: object, top: bool = True) -> bool:
         """Whether a value reads back as written when the tool's schema types only the top-level
-        parameters: inside a container every leaf is a string (untyped leaves are text) that
-        starts and ends with no spacing, keys are tag names other than the item tag, and no
-        container is empty (it would read as an empty string); no string holds the prefix token."""
+        parameters: inside a container every leaf is a string that starts and ends with no spacing
+        and is not JSON text (an untyped leaf is read as JSON when it is JSON), keys are tag names
+        other than the item tag, and no container is empty (it would read as an empty string); no
+        string holds the prefix token."""
         if isinstance(value, str):
-            return self.shape.prefix not in value and (top or value == value.strip(_SPACE))
+            return self.shape.prefix not in value and (top or (value == value.strip(_SPACE) and not _is_json(value)))
         if isinstance(value, Mapping):
             return (top or bool(value)) and all(
                 _TAG_NAME.fullmatch(str(k)) is not None and k != self.shape.item and self.writable(v, False)
@@ -258,6 +259,14 @@ class NestedXml(ArgsEncoding):
 
     def render(self, arguments: Mapping[str, Any]) -> str:
         return "".join(_element(str(k), v, self.shape) for k, v in arguments.items())
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def nested_xml(shape: NestedXmlShape) -> ToolFormat:

@@ -18,6 +18,12 @@ accepted too) and whose values are:
 One call block may hold several ``call:`` entries (``object_notation`` writes one per block). ``drop`` lists markup removed wherever it
 appears outside calls (the stop token after a call, ``<|tool_response>``); ``alt_call_ends`` are
 accepted in place of the call's end marker.
+
+Recoveries a shape may declare (Gemma 4 writes all of them): ``loose_prefix`` — after the block
+opener, ``:NAME{`` and ``:call:NAME{`` stand for ``call:NAME{``; ``bare_after`` — a ``call:NAME{…}``
+whose block opener the model left out is a call where it starts the output or follows one of these
+texts (a line break, the end of the thought channel); the block's end marker after it is optional.
+A ``call:`` anywhere else (``Note: call:me``), or one not followed by a name and ``{``, is content.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class ObjNotationShape:
     call_prefix: str = "call:"
     drop: tuple[str, ...] = ()  # markup dropped outside calls
     alt_call_ends: tuple[str, ...] = ()  # also end a call block
+    loose_prefix: bool = False  # ":NAME{" and ":call:NAME{" after the opener stand for "call:NAME{"
+    bare_after: tuple[str, ...] = ()  # a "call:NAME{…}" without the opener is a call after these (or first)
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -129,18 +137,20 @@ def _array(cur: Cursor, write: Write, delim: str, depth: int) -> Generator[None,
 
 
 def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet,
-             prefixed: bool = False) -> Generator[None, None, bool]:
+             prefixed: bool = False, bare: bool = False) -> Generator[None, None, bool]:
     """One ``call:NAME{…}`` (``prefixed``: its ``call:`` is already consumed). The call must have
     been begun; its header goes out at ``{``, then the arguments stream. Returns ``True`` once the
-    arguments object has closed."""
+    arguments object has closed. A ``bare`` call (no block opener) is one only from its ``{`` on:
+    text cut off before that is not an unfinished call but text."""
     if not prefixed:
         yield from cur.skip_ws()
-        if not (yield from cur.expect(shape.call_prefix)):
+        prefixes = (shape.call_prefix, ":" + shape.call_prefix, ":") if shape.loose_prefix else (shape.call_prefix,)
+        if (yield from cur.match(prefixes)) is None:
             if cur.eof and shape.call_prefix.startswith(cur.buf[cur.pos:]):
                 cur.pos = len(cur.buf)  # cut off inside the prefix: an unfinished call
             return False
     name, term = yield from cur.read_until(name_end, limit=256)
-    if term is None and cur.eof:
+    if term is None and cur.eof and not bare:
         cur.pos = len(cur.buf)  # cut off inside the name: an unfinished call
         return False
     name = name.strip()
@@ -152,17 +162,42 @@ def obj_call(shape: ObjNotationShape, cur: Cursor, out: Out, name_end: MarkerSet
 
 def object_notation(shape: ObjNotationShape, *, trim_around_calls: bool = True) -> ToolFormat:
     """Content, and call blocks ``START call:…{…} [call:…{…}] END``; written one call per block."""
-    outer = MarkerSet((shape.call_start, *shape.drop))
-    name_end = MarkerSet(("{", shape.call_start, shape.call_end, shape.string_delim))
+    bare = (shape.call_prefix,) if shape.bare_after else ()
+    outer = MarkerSet((shape.call_start, *shape.drop, *bare))
+    name_end = MarkerSet(("{", shape.call_start, shape.call_end, shape.string_delim, "\n"))
     block_ends = (shape.call_end, *shape.alt_call_ends)
+    tail_len = max((len(t) for t in shape.bare_after), default=0)
 
     def read(ctx: CallContext, cur: Cursor, out: Out) -> Generator[None, None, None]:
+        tail = ""  # the end of the content written so far ("" at the start): where a bare call may stand
+
+        def write(text: str) -> None:
+            nonlocal tail
+            if text:
+                tail = (tail + text)[-tail_len:]
+                out.content.write(text)
+
         while True:
-            marker = yield from cur.until(outer, out.content.write)
+            marker = yield from cur.until(outer, write if bare else out.content.write)
             if marker is None:
                 return
+            if marker in bare:
+                if tail and not tail.endswith(shape.bare_after):
+                    write(marker)  # "call:" in prose
+                    continue
+                out.calls.begin(marker)
+                ok = yield from obj_call(shape, cur, out, name_end, prefixed=True, bare=True)
+                if ok:
+                    yield from cur.skip_ws()
+                    yield from cur.match(block_ends)
+                    tail = ""
+                elif not out.calls.header_sent:
+                    tail = marker
+                out.calls.end(ok)
+                continue
             if marker != shape.call_start:  # dropped markup
                 continue
+            tail = ""
             out.calls.begin(marker)
             prefixed = False
             while True:

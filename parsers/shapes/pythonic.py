@@ -139,7 +139,7 @@ def _code_point(cp: int) -> str:
     return escape(chr(cp))
 
 
-def _escape_sequence(buf: str, i: int, eof: bool) -> tuple[str, int] | None:
+def _escape_sequence(buf: str, i: int, eof: bool) -> tuple[str, int] | None:  # noqa: C901 — Python's string escapes: one branch per escape kind
     """Decode the Python escape sequence at ``buf[i]`` (a backslash) into JSON string text.
     Returns ``(json_text, length)``, or ``None`` when the buffer ends before it is decidable.
     A sequence Python would not accept is kept as written (backslash included)."""
@@ -225,7 +225,7 @@ def _next_call(cur: Cursor, at: int) -> Generator[None, None, bool]:
     return (yield from _matches_at(cur, at, _NEXT_CALL, _NEXT_CALL_PREFIX))
 
 
-def py_string(cur: Cursor, write: Write, raw: bool = False, kwarg: Follow | None = None) -> Generator[None, None, bool]:
+def py_string(cur: Cursor, write: Write, raw: bool = False, kwarg: Follow | None = None) -> Generator[None, None, bool]:  # noqa: C901 — Python's string literals: prefixes, quotes and escapes, read in one pass
     """Stream the Python string literal at the cursor (at its opening quote, after any prefix) to
     ``write`` as one JSON string. Returns ``True`` once the string has closed (see the module
     docstring for when a quote closes it; ``kwarg``: the string is a keyword argument's whole
@@ -484,8 +484,9 @@ def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None,
     """``call, call, … ]`` after the list's ``[`` (consumed). The caller has begun the first call
     (so the list's opening markup is recorded with it). A call ends once the separator after it
     (``,`` or ``close``) is seen — so ``[f(a=1) for a in xs]`` in prose is not a call — and the
-    next one is begun at its separator. An empty list is markup, not a call. Returns ``True`` if
-    the list closed properly."""
+    next one is begun at its separator. The list is one expression: a call followed by ``,`` ends
+    with ``more`` (it counts once the list closes; ``CallEnd.more``). An empty list is markup, not
+    a call. Returns ``True`` if the list closed properly."""
     yield from cur.skip_ws()
     if (yield from cur.expect(close)):
         out.calls.cancel()
@@ -496,14 +497,15 @@ def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None,
         if ok:
             yield from cur.skip_ws()
             sep = yield from cur.match((",", close))
-        out.calls.end(sep is not None)
+        if sep == "," and (yield from peek_past_ws(cur))[0] == close:  # a trailing comma closes the list
+            out.calls.end(True)
+            yield from cur.skip_ws()
+            return (yield from cur.expect(close))
         if sep != ",":
+            out.calls.end(sep is not None)
             return sep is not None
+        out.calls.end(True, more=True)
         out.calls.begin(sep)
-        yield from cur.skip_ws()
-        if (yield from cur.expect(close)):
-            out.calls.cancel()
-            return True
 
 
 def python_call_lines(cur: Cursor, out: Out, end: str) -> Generator[None, None, bool]:

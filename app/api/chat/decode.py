@@ -76,6 +76,18 @@ def shown_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": tool.type, "function": function, **_present(tool.model_extra)}
 
 
+def continuing(request: ChatCompletionRequest) -> bool:
+    """``continue_final_message`` (vLLM's): the answer continues the final assistant message, which
+    must be there and hold text, not calls."""
+    if not request.continue_final_message:
+        return False
+    last = request.messages[-1]
+    if last.role != "assistant" or last.tool_calls:
+        raise bad_request("continue_final_message needs a final assistant message with text (no tool_calls) to "
+                          "continue", "continue_final_message")
+    return True
+
+
 def chat_ask(request: ChatCompletionRequest) -> Ask:
     """The request as the shared ``Ask``."""
     choice = request.tool_choice
@@ -113,6 +125,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         template_kwargs=kwargs,
         thinking=thinking,
         hold_tool_calls=request.hold_tool_calls,
+        continue_final=continuing(request),
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
     )

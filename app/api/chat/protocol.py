@@ -159,6 +159,8 @@ class ChatCompletionRequest(Lenient):
     reasoning_effort: str | None = None
     # toolwire extension: deliver each tool call whole, once complete (never a partial call)
     hold_tool_calls: bool | None = None
+    #: vLLM's extension: the answer continues the final assistant message instead of a new turn
+    continue_final_message: bool = False
 
     @field_validator("tool_choice", mode="before")
     @classmethod

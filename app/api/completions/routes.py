@@ -2,8 +2,9 @@
 
 The body goes upstream as the client sent it (the backend's model name set), but only after the
 same checks every face gets: a JSON object of the right shape, ``max_tokens`` within
-``--max-tokens-cap``, at most 8 choices; the concurrency slot is held for the whole answer, and a
-client that leaves — before the first byte or during the stream — closes the upstream request at once.
+``--max-tokens-cap`` (``app.pipeline.budget``), at most 8 choices; the concurrency slot is held for
+the whole answer, and a client that leaves — before the first byte or during the stream — closes
+the upstream request at once.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from app.api.completions.protocol import CompletionRequest
 from app.api.protocol import validation_message
 from app.backends.streamhttp import StreamError
 from app.errors import BackendError, bad_request
+from app.pipeline.budget import Clamp, announce, cap_max_tokens
 from app.settings import Settings
 
 BROKE = b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
 
 
-def check(body: Any, settings: Settings) -> CompletionRequest:
+def check(body: Any, settings: Settings) -> tuple[CompletionRequest, Clamp | None]:
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     try:
@@ -32,16 +34,14 @@ def check(body: Any, settings: Settings) -> CompletionRequest:
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
-    cap = settings.max_tokens_cap
-    if cap and request.max_tokens and request.max_tokens > cap:
-        raise bad_request(f"max_tokens exceeds this server's cap of {cap}", "max_tokens")
-    if cap and request.max_tokens is None:
-        body["max_tokens"] = cap  # the backend's default may be unbounded
-    return request
+    granted, clamp = cap_max_tokens(request.max_tokens, settings)
+    if granted != request.max_tokens:
+        body["max_tokens"] = granted  # within the cap (the backend's default may be unbounded)
+    return request, clamp
 
 
 async def completions(body: Any, ex: Exchange) -> Response:
-    request = check(body, ex.settings)
+    request, clamp = check(body, ex.settings)
 
     async def open_upstream() -> Any:
         backend = (await ex.ready()).backend
@@ -62,7 +62,7 @@ async def completions(body: Any, ex: Exchange) -> Response:
             raw = await until_gone(ex, read())
         finally:
             await upstream.aclose()
-        return Response(raw, media_type="application/json")
+        return Response(raw, media_type="application/json", headers=announce(clamp))
 
     release = ex.lease.hand_over() if ex.lease is not None else None
 
@@ -77,4 +77,4 @@ async def completions(body: Any, ex: Exchange) -> Response:
             if release is not None:
                 release()
 
-    return StreamingResponse(relay(), media_type="text/event-stream")
+    return StreamingResponse(relay(), media_type="text/event-stream", headers=announce(clamp))

@@ -20,7 +20,9 @@ Decoding, block by block:
   ``output_config.effort`` is the template's ``reasoning_effort``; ``output_config.format`` (a JSON
   schema) constrains the answer exactly as Chat Completions' ``response_format: json_schema`` does.
 
-Image and document blocks, server tools and a trailing assistant message (prefill) are 400s.
+A final assistant message is a prefill: the answer continues its text (the parsers start where it
+leaves them; the answer holds only what comes after it). Image and document blocks, server tools and
+a final assistant message with calls are 400s.
 """
 
 from __future__ import annotations
@@ -89,12 +91,8 @@ class Decoder:
         system = system_text(request.system)
         if system:
             self.turns.append(Turn("system", system))
-        last = len(request.messages) - 1
         for i, message in enumerate(request.messages):
             where = f"messages[{i}]"
-            if message.role == "assistant" and i == last:
-                raise invalid(f"{where}: a final assistant message (prefill) is not supported; end the "
-                              "conversation with a user message")
             content = message.content
             if message.role == "system":
                 text = content if isinstance(content, str) else system_text(content, f"{where}.content")
@@ -105,6 +103,9 @@ class Decoder:
                 self._user(content, f"{where}.content")
             else:
                 self._assistant(content, f"{where}.content")
+        if self.turns and self.turns[-1].role == "assistant" and self.turns[-1].calls:
+            raise invalid(f"messages[{len(request.messages) - 1}]: a final assistant message with tool_use blocks "
+                          "needs their tool_result blocks in a user message after it")
         return self.turns
 
     def _user(self, blocks: list[dict[str, Any]], where: str) -> None:
@@ -194,6 +195,7 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
                             top_k=request.top_k, stop=list(request.stop_sequences or []))
     return Ask(
         turns=turns,
+        continue_final=bool(turns) and turns[-1].role == "assistant",
         tools=tools_offered(request, decoder.loaded_tools),
         tool_choice={"auto": "auto", "any": "required", "none": "none"}.get(choice.type) if choice else None,  # type: ignore[arg-type]
         named_tool=choice.name if choice and choice.type == "tool" else None,

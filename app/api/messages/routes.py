@@ -47,6 +47,6 @@ async def count_tokens(body: Any, ex: Exchange) -> Response:
 
     async def count() -> int:
         planned, model = await plan(ask, ex, "input_schema")
-        return await model.backend.count_tokens(planned.prompt)
+        return await model.backend.count_tokens(planned.prompt + planned.prefill)
 
     return JSONResponse({"input_tokens": await until_gone(ex, count())})

@@ -1,12 +1,19 @@
 """The OpenAI Responses API face: ``/v1/responses`` and its stored responses (``protocol``,
-``decode``, ``history``, ``encode``, ``routes``)."""
+``decode``, ``history``, ``encode``, ``routes``; background responses: ``background``)."""
 
 from app.api.face import Face, Route, openai_error
-from app.api.responses.routes import create_response, delete_response, input_items, retrieve_response
+from app.api.responses.routes import (
+    cancel_response,
+    create_response,
+    delete_response,
+    input_items,
+    retrieve_response,
+)
 
 FACE = Face("responses", "/v1/responses", (
     Route("/v1/responses", ("POST",), create_response, generate=True),
     Route("/v1/responses/{id}", ("GET",), retrieve_response),
     Route("/v1/responses/{id}", ("DELETE",), delete_response),
     Route("/v1/responses/{id}/input_items", ("GET",), input_items),
+    Route("/v1/responses/{id}/cancel", ("POST",), cancel_response),
 ), openai_error)

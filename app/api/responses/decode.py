@@ -9,15 +9,20 @@ Decoding the conversation:
   ``call_id``;
 * a reasoning item's text is its ``encrypted_content`` when that was sealed by this server for the
   same API key (clients that keep no state hand it back that way: ``include:
-  ["reasoning.encrypted_content"]``); reasoning read back from the tenant's store is its stored text;
-  any other reasoning item — a seal that does not verify, or text the client wrote in ``content`` /
-  ``summary`` — is dropped: only reasoning toolwire wrote reaches the prompt as the model's thinking;
+  ["reasoning.encrypted_content"]``); reasoning read back from the tenant's store is its stored text,
+  and so is a reasoning item handed back by the id toolwire stored it under (the stored copy's
+  text, whatever the item says); any other reasoning item — a seal that does not verify, or text
+  the client wrote in ``content`` / ``summary`` — is dropped: only reasoning toolwire wrote reaches
+  the prompt as the model's thinking;
 * with ``previous_response_id`` the stored chain — each earlier response's input and output — comes
-  first (``history``; instructions are not carried over, as OpenAI does).
+  first, or with ``conversation`` the conversation's items (``context``; instructions are not
+  carried over, as OpenAI does); ``item_reference`` items are replaced by what they refer to
+  before decoding (``context``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from app.api.responses.encode import new_id
@@ -26,6 +31,7 @@ from app.backends.base import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask
+from app.state import StoredItem
 from app.thinking_signature import SEALED, ThinkingSigner
 
 EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
@@ -86,9 +92,10 @@ def _text(content: Any, where: str) -> str:
 class Decoder:
     """Input items → the shared conversation (see the module docstring)."""
 
-    def __init__(self, tools: ToolSet, signer: ThinkingSigner) -> None:
+    def __init__(self, tools: ToolSet, signer: ThinkingSigner, stored: Mapping[str, StoredItem] | None = None) -> None:
         self.tools = tools
         self.signer = signer
+        self.stored = stored or {}  # the tenant's stored items by id (app.api.responses.context)
         self.turns: list[Turn] = []
         self._text: list[str] = []
         self._calls: list[Call] = []
@@ -103,13 +110,17 @@ class Decoder:
 
     def _reasoning_text(self, item: dict[str, Any], trusted: bool) -> str | None:
         """The reasoning an item hands back: only what this server sealed (``encrypted_content``), or
-        — for items read from the tenant's own store (``trusted``) — the text it stored. Reasoning a
-        client wrote itself never reaches the prompt as the model's own thinking."""
+        — for items read from the tenant's own store (``trusted``), or handed back by the id of one
+        toolwire stored — the text it stored. Reasoning a client wrote itself never reaches the
+        prompt as the model's own thinking."""
         sealed = item.get("encrypted_content")
         if isinstance(sealed, str) and sealed.startswith(SEALED):
             text = self.signer.unseal(sealed)
             if text is not None:
                 return text
+        own = self.stored.get(item["id"]) if not trusted and isinstance(item.get("id"), str) else None
+        if own is not None and own.trusted and own.item.get("type") == "reasoning":
+            return self._reasoning_text(own.item, True)
         if trusted:
             for field_name in ("content", "summary"):
                 parts = item.get(field_name)
@@ -120,7 +131,7 @@ class Decoder:
             self.dropped_reasoning += 1
         return None
 
-    def decode(self, items: list[dict[str, Any]], where: str = "input", trusted: bool = False) -> None:
+    def decode(self, items: list[dict[str, Any]], where: str = "input", trusted: bool = False) -> None:  # noqa: C901 — one branch per input item type, the table the docstring lists
         for i, item in enumerate(items):
             at = f"{where}[{i}]"
             kind = item.get("type")
@@ -162,8 +173,8 @@ class Decoder:
             elif kind in _SKIPPED_ITEMS:
                 continue  # a hosted tool's call: toolwire ran none, and the model cannot see them
             elif kind == "item_reference":
-                raise bad_request(f"{at}: item_reference is not supported; send the item itself, or continue with "
-                                  "previous_response_id", at)
+                raise bad_request(f"{at}: an item_reference is resolved only in a request's input; send the item "
+                                  "itself", at)
             else:
                 raise bad_request(f"{at}.type: unknown input item type {kind!r}", f"{at}.type")
         self._flush()

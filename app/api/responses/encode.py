@@ -72,7 +72,7 @@ class InputString:
         self._held = ""  # an escape not complete yet
         self._state = 0  # 0: before the string, 1: inside it, 2: after it, -1: not the expected shape
 
-    def feed(self, text: str) -> str:
+    def feed(self, text: str) -> str:  # noqa: C901 — a JSON string decoder: one branch per escape kind, each character looked at once
         if self._state == 0:
             self._head += text
             match = _INPUT_OPENING.match(self._head)
@@ -149,6 +149,12 @@ def custom_input(arguments: str) -> str:
 _ITEM_KINDS = {TEXT: "message", REASONING: "reasoning", CALL: "call"}
 
 
+def sse_event(kind: str, seq: int, payload: dict[str, Any]) -> bytes:
+    """One event as its SSE frame: ``type`` and ``sequence_number`` first, then ``payload``."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, "sequence_number": seq,
+                                                                      **payload}) + b"\n\n"
+
+
 class ResponseItems:
     """The items of one response and, with events on, their SSE events (a ``BlockWriter``:
     ``app.api.blocks`` decides where items open and close)."""
@@ -178,8 +184,7 @@ class ResponseItems:
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         if self.emit:
-            payload = {"type": kind, "sequence_number": self.seq, **payload}
-            self.out.append(b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n")
+            self.out.append(sse_event(kind, self.seq, payload))
         self.seq += 1
 
     def _head(self, kind: str, fields: dict[str, Any]) -> bytes:
@@ -319,6 +324,12 @@ def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Fin
             "output": items.items, "usage": usage_object(finished.usage, finished.reasoning_tokens)}
 
 
+def failed_response(shell: dict[str, Any], output: list[dict[str, Any]], message: str) -> dict[str, Any]:
+    """The response object of a response that failed (``shell`` holds what the request echoes). Its
+    error code is one of the API's own (``server_error``); the ``error`` event before it names the cause."""
+    return {**shell, "status": "failed", "output": output, "error": {"code": "server_error", "message": message}}
+
+
 class ResponseEvents:
     """The SSE ``Encoder`` (``app.pipeline.stream``) of one streamed response. ``save``, when given,
     stores the finished response before its last event leaves; it answers ``None``, or the error
@@ -358,8 +369,5 @@ class ResponseEvents:
 
     def _failed(self, exc: APIError, output: list[dict[str, Any]]) -> bytes:
         self.items.event("error", {"code": exc.code or "server_error", "message": exc.message, "param": None})
-        # the response object's error code is one of the API's own ("server_error"); the event names the cause
-        failed = {**self.shell, "status": "failed", "output": output,
-                  "error": {"code": "server_error", "message": exc.message}}
-        self.items.event("response.failed", {"response": failed})
+        self.items.event("response.failed", {"response": failed_response(self.shell, output, exc.message)})
         return self.items.take()

@@ -51,6 +51,11 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
         raise bad_request(f"previous_response_id: the stored conversation is larger than {s.max_chain_bytes} bytes "
                           "(--max-chain-bytes); send the history as input instead", "previous_response_id",
                           code="previous_response_chain_too_large")
+    for record in chain.responses:
+        if record.response.get("status") in ("queued", "in_progress"):
+            raise bad_request(f"previous_response_id: the background response {record.id!r} has not ended "
+                              "yet; continue from it once it has", "previous_response_id",
+                              code="previous_response_in_progress")
     return [(record.input, record.response.get("output") or []) for record in chain.responses]
 
 

@@ -56,6 +56,7 @@ class ResponsesRequest(Lenient):
     text: TextConfig | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None
     stream: bool = False
@@ -74,10 +75,10 @@ def parse_request(body: Any) -> ResponsesRequest:
         loc = ".".join(str(p) for p in error.get("loc", ()))
         raise bad_request(f"{loc}: {error.get('msg', 'invalid value')}" if loc else error.get("msg", "invalid"),
                           loc or None) from None
-    if request.background:
-        raise bad_request("background responses are not supported by this server: send the request without "
-                          "background and keep the connection open (stream: true to see progress)", "background")
-    if request.input is None and request.previous_response_id is None:
+    if request.background and request.store is False:
+        raise bad_request("background responses must be stored: send store: true (the default) with background",
+                          "background")
+    if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
     return request
 
@@ -121,7 +122,7 @@ def _custom_description(tool: dict[str, Any]) -> str:
     return text.strip()
 
 
-def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,
+def _add(tools: ToolSet, tool: dict[str, Any], where: str, namespace: str | None, hosted: str,  # noqa: C901 — one branch per tool type (hosted, namespace, function, custom), each a 400 in words
          context: str = "") -> None:
     kind = tool.get("type")
     if kind in HOSTED or (isinstance(kind, str) and kind.startswith(("web_search", "computer_use"))):

@@ -1,13 +1,18 @@
 """``/v1/responses``: the OpenAI Responses API face's routes (Codex CLI, the Agents SDK's default model).
 
-``POST /v1/responses`` decodes the request into the shared ``Ask`` (``decode``, with the stored
-chain from ``history``) and encodes the parser events as Responses items (``encode``) — streamed as
-``response.*`` events, or one response object — and stores the response (``store`` not false).
+``POST /v1/responses`` decodes the request into the shared ``Ask`` (``decode``, after what it builds
+on: the stored chain or conversation and the stored items it refers to, from ``context``) and
+encodes the parser events as Responses items (``encode``) — streamed as ``response.*`` events, or
+one response object — and stores the response (``store`` not false) and adds its items to its
+conversation (``context.Keeper``).
 ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` read the store.
+A background response (``background: true``) is generated detached from the request, and polled,
+resumed (``GET …?stream=true``) and cancelled (``POST …/cancel``) on any replica: ``background``,
+``follow``.
 
 A store that fails after the answer was generated never costs the client the answer: a stream ends
 with ``error`` and ``response.failed`` (the output included); a whole answer is returned with an
-``X-Toolwire-Warning`` header and ``store: false``.
+``X-Toolwire-Warning`` header (and ``store: false`` when the response itself was not stored).
 """
 
 from __future__ import annotations
@@ -19,28 +24,28 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
-from app.api.responses.decode import Decoder, normalised_input, responses_ask
+from app.api.responses import background, follow
+from app.api.responses.context import Keeper, context
+from app.api.responses.decode import Decoder, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
-from app.api.responses.history import history, not_found, store_unavailable, stored
+from app.api.responses.history import not_found, store_unavailable, stored
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
 from app.conversation import Turn
-from app.errors import APIError, bad_request
+from app.errors import bad_request
 from app.pipeline.run import Finished
-from app.state import StoredResponse, StoreUnavailable
+from app.state import StoreUnavailable
 from parsers.events import Event
 from parsers.fold import CallHolder
 
 log = logging.getLogger("toolwire")
 
-NOT_STORED = "response not stored: the response store is unavailable"
 
-
-def shell(request: ResponsesRequest, response_id: str, model: str) -> dict[str, Any]:
+def shell(request: ResponsesRequest, response_id: str, model: str, conversation: str | None = None) -> dict[str, Any]:
     """The response object's fields that echo the request, before any output."""
     reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
     return {
         "id": response_id, "object": "response", "created_at": int(time.time()), "status": "in_progress",
-        "background": False, "error": None, "incomplete_details": None, "instructions": request.instructions,
+        "background": request.background is True, "error": None, "incomplete_details": None, "instructions": request.instructions,
         "max_output_tokens": request.max_output_tokens, "model": model, "output": [],
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "previous_response_id": request.previous_response_id,
@@ -50,6 +55,7 @@ def shell(request: ResponsesRequest, response_id: str, model: str) -> dict[str, 
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
         "tools": request.tools or [], "top_p": request.top_p, "truncation": request.truncation or "disabled",
         "usage": None, "user": request.user, "metadata": request.metadata or {},
+        "conversation": {"id": conversation} if conversation else None,
     }
 
 
@@ -60,15 +66,13 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     tenant = ex.tenant
     request = parse_request(body)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
-    decoder = Decoder(tools, signer)
+    ctx = await context(store, ex.settings, request, tenant)
+    decoder = Decoder(tools, signer, ctx.stored)
     if request.instructions:
         decoder.turns.append(Turn("system", request.instructions))
-    chain = await history(store, ex.settings, request.previous_response_id, tenant)
-    for n, (inputs, outputs) in enumerate(chain):
-        decoder.decode(inputs, f"previous response {n} input", trusted=True)
-        decoder.decode(outputs, f"previous response {n} output", trusted=True)
-    items = normalised_input(request.input)
-    decoder.decode(items)
+    for where, earlier, trusted in ctx.before:  # a client's items in them are never trusted
+        decoder.decode(earlier, where, trusted=trusted)
+    decoder.decode(ctx.input)
     if decoder.dropped_reasoning:
         log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
                  decoder.dropped_reasoning)
@@ -78,27 +82,22 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         skipped = ", ".join(sorted(set(tools.skipped)))
         log.warning("responses: hosted tools left out of the prompt (not run by toolwire): %s", skipped)
         headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
-    choices = await start(ask, ex)
     response_id = new_id("resp_")
-    head = shell(request, response_id, (await ex.ready()).name)
+    head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
-    keep = store if request.store is not False else None
-
-    async def save(final: dict[str, Any]) -> APIError | None:
-        """Store the finished response; the error that kept it from being stored, if any."""
-        if keep is None:
-            return None
-        try:
-            await keep.put(StoredResponse(response_id, "", final, items, request.previous_response_id), tenant)
-        except StoreUnavailable as exc:
-            return store_unavailable(exc)
-        return None
+    save = Keeper(store, request.store is not False, ctx, ex.settings, tenant, response_id,
+                  request.previous_response_id)
 
     def items_for(events: bool) -> ResponseItems:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
                              encrypted="reasoning.encrypted_content" in include, signer=signer)
 
+    if request.background:  # stored by its run; only its items still go to its conversation
+        keeper = Keeper(store, False, ctx, ex.settings, tenant, response_id, None) if ctx.conversation else None
+        return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
+                                      request.stream, keeper, headers)
+    choices = await start(ask, ex)
     if request.stream:
         return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
 
@@ -107,21 +106,30 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         built.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
         final = finished_response(head, built, total)
         if await save(final) is not None:
-            final["store"] = False
-            headers["X-Toolwire-Warning"] = NOT_STORED
+            final["store"] = save.stored
+            headers["X-Toolwire-Warning"] = save.warning
         return JSONResponse(final, headers=headers)
 
     return await whole(choices, build, ex)
 
 
 async def retrieve_response(ex: Exchange) -> Response:
+    """The stored response (a background one as its run has it), or with ``stream=true`` its events."""
     response_id = _path_id(ex)
-    return JSONResponse((await stored(ex.services.store, response_id, ex.tenant)).response)
+    assert ex.request is not None
+    if ex.request.query_params.get("stream", "false").lower() not in ("false", "0"):
+        return await follow.resume(ex, response_id)
+    return JSONResponse(await follow.current(ex, response_id))
+
+
+async def cancel_response(ex: Exchange) -> Response:
+    return JSONResponse(await follow.cancel(ex, _path_id(ex)))
 
 
 async def delete_response(ex: Exchange) -> Response:
     response_id = _path_id(ex)
     store = ex.services.store
+    await follow.before_delete(ex, response_id)
     try:
         deleted = store is not None and await store.delete(response_id, ex.tenant)
     except StoreUnavailable as exc:

@@ -468,7 +468,7 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _call_spans(block: str, calls: tuple[Call, ...], fmt: ToolFormat,
+def _call_spans(block: str, calls: tuple[Call, ...], fmt: ToolFormat,  # noqa: C901 — reads a rendered call back from the template's output: one branch per way templates write calls
                 learn: bool) -> list[list[tuple[int, int, str]]] | None:
     """Per call, its slot spans (start, end, placeholder) in ``block``."""
     result: list[list[tuple[int, int, str]]] = []

@@ -69,7 +69,7 @@ def common_suffix(a: str, b: str) -> str:
 
 def balanced(text: str) -> bool:
     """Whether every ``<`` / ``[`` in ``text`` is closed in it (and nothing closes unopened)."""
-    for opener, closer in zip(OPENERS, CLOSERS):
+    for opener, closer in zip(OPENERS, CLOSERS, strict=True):
         depth = 0
         for ch in text:
             if ch == opener:

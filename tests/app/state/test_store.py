@@ -1,6 +1,6 @@
 """The response store's contract (``app.state``), run against both implementations: SQLite and a
-real Redis. Ownership, chains in one read, bounds in rows and bytes on every write, expiry, and
-failures as ``StoreUnavailable``."""
+real Redis. Ownership, chains in one read, conversations and their items, the item index, bounds
+in rows and bytes on every write, expiry, and failures as ``StoreUnavailable``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from app.state import ChainLimits, ResponseStore, StoredResponse, StoreUnavailable
+from app.state import (
+    ChainLimits,
+    ConversationLimits,
+    ResponseStore,
+    StoredConversation,
+    StoredItem,
+    StoredResponse,
+    StoreUnavailable,
+)
 from app.state.redis import RedisStore
 from app.state.sqlite import WAL_LIMIT, SqliteStore
 from tests.redis_server import RedisServer
@@ -192,7 +200,7 @@ async def test_sqlite_failures_are_store_unavailable(tmp_path: Path) -> None:
     await store.put(record("f"), ALICE)
     store._db.close()  # the file handle gone: every use fails as the disk or file failing would
     for attempt in (store.get("f", ALICE), store.put(record("g"), ALICE), store.delete("f", ALICE),
-                    store.chain("f", ALICE, ChainLimits())):
+                    store.chain("f", ALICE, ChainLimits()), *_conversation_calls(store)):
         with pytest.raises(StoreUnavailable):
             await attempt
     assert not await store.ping()
@@ -212,7 +220,7 @@ async def test_redis_down_is_store_unavailable_and_recovers_by_itself(tmp_path: 
     port = server.port
     server.stop()
     for attempt in (store.get("before", ALICE), store.put(record("x"), ALICE), store.delete("before", ALICE),
-                    store.chain("before", ALICE, ChainLimits())):
+                    store.chain("before", ALICE, ChainLimits()), *_conversation_calls(store)):
         with pytest.raises(StoreUnavailable):
             await attempt
     assert not await store.ping()
@@ -223,3 +231,228 @@ async def test_redis_down_is_store_unavailable_and_recovers_by_itself(tmp_path: 
     finally:
         await store.close()
         restarted.stop()
+
+
+# ------------------------------------------------------------------------------- conversations
+
+
+def message(key: str, text: str = "x", role: str = "user", trusted: bool = False) -> StoredItem:
+    return StoredItem({"id": key, "type": "message", "role": role, "content": [{"type": "input_text", "text": text}]},
+                      trusted)
+
+
+def conversation(key: str, **metadata: str) -> StoredConversation:
+    return StoredConversation(key, 1_700_000_000, metadata)
+
+
+def _conversation_calls(store: Any) -> list[Any]:
+    """One call of every conversation operation (each must fail as ``StoreUnavailable``)."""
+    return [store.create_conversation(conversation("cf"), [message("m")], ALICE, ConversationLimits()),
+            store.get_conversation("cf", ALICE), store.update_conversation("cf", ALICE, {}, ConversationLimits()),
+            store.delete_conversation("cf", ALICE), store.add_items("cf", [message("n")], ALICE, ConversationLimits()),
+            store.list_items("cf", ALICE, None, 20, True), store.get_item("cf", "m", ALICE),
+            store.delete_item("cf", "m", ALICE), store.conversation_items("cf", ALICE),
+            store.items(["m"], ALICE, ChainLimits())]
+
+
+async def test_a_conversation_belongs_to_its_tenant(store: ResponseStore) -> None:
+    made = await store.create_conversation(conversation("conv_a", topic="plans"), [message("m1", "secret plans")],
+                                           ALICE, ConversationLimits())
+    assert made.added == ["m1"] and made.conversation is not None and made.conversation.items == 1
+    got = await store.get_conversation("conv_a", ALICE)
+    assert got is not None and got.metadata == {"topic": "plans"} and got.created_at == 1_700_000_000
+    limits = ConversationLimits()
+    # another tenant: every operation reads the conversation as absent, and changes nothing
+    assert await store.get_conversation("conv_a", BOB) is None
+    assert await store.list_items("conv_a", BOB, None, 20, False) is None
+    assert await store.get_item("conv_a", "m1", BOB) == (None, None)
+    assert await store.delete_item("conv_a", "m1", BOB) == (None, False)
+    assert (await store.add_items("conv_a", [message("m2")], BOB, limits)).conversation is None
+    assert (await store.update_conversation("conv_a", BOB, {"x": "y"}, limits)).conversation is None
+    assert await store.conversation_items("conv_a", BOB) is None
+    assert not await store.delete_conversation("conv_a", BOB)
+    assert (await store.items(["m1"], BOB, ChainLimits())).items == {}
+    items = await store.conversation_items("conv_a", ALICE)
+    assert items == [message("m1", "secret plans")]
+    assert (await store.get_conversation("conv_a", ALICE)) == got  # untouched
+    assert await store.delete_conversation("conv_a", ALICE)
+    assert await store.get_conversation("conv_a", ALICE) is None
+    assert await store.conversation_items("conv_a", ALICE) is None
+    assert not await store.delete_conversation("conv_a", ALICE)
+
+
+async def test_conversation_items_keep_their_order_and_page(store: ResponseStore) -> None:
+    limits = ConversationLimits()
+    await store.create_conversation(conversation("conv_p"), [message(f"m{i}") for i in range(3)], ALICE, limits)
+    added = await store.add_items("conv_p", [message(f"m{i}", trusted=i == 5) for i in range(3, 7)], ALICE, limits)
+    assert added.added == ["m3", "m4", "m5", "m6"] and added.conversation is not None
+    assert added.conversation.items == 7
+    everything = await store.conversation_items("conv_p", ALICE)
+    assert everything is not None and [i.id for i in everything] == [f"m{i}" for i in range(7)]
+    assert [i.trusted for i in everything] == [i == 5 for i in range(7)]  # who wrote each item is kept
+
+    async def ids(after: str | None, limit: int, descending: bool) -> tuple[list[str], bool]:
+        page = await store.list_items("conv_p", ALICE, after, limit, descending)
+        assert page is not None
+        return [i.id for i in page.items], page.has_more
+
+    assert await ids(None, 3, False) == (["m0", "m1", "m2"], True)
+    assert await ids("m2", 3, False) == (["m3", "m4", "m5"], True)
+    assert await ids("m5", 3, False) == (["m6"], False)
+    assert await ids(None, 3, True) == (["m6", "m5", "m4"], True)
+    assert await ids("m1", 3, True) == (["m0"], False)
+    assert await ids(None, 7, True) == ([f"m{i}" for i in range(6, -1, -1)], False)
+    assert await ids("not-there", 3, False) == ([], False)
+    found, item = await store.get_item("conv_p", "m4", ALICE)
+    assert found is not None and found.items == 7 and item == message("m4")
+    assert (await store.get_item("conv_p", "nope", ALICE))[1] is None
+    before = await store.get_conversation("conv_p", ALICE)
+    assert before is not None
+    after, deleted = await store.delete_item("conv_p", "m4", ALICE)
+    assert deleted and after is not None and after.items == 6
+    assert after.size == before.size - len(message("m4").encode())
+    assert await store.delete_item("conv_p", "m4", ALICE) == (after, False)
+    assert await ids("m3", 2, False) == (["m5", "m6"], False)
+    updated = await store.update_conversation("conv_p", ALICE, {"k": "v"}, limits)
+    assert updated.conversation is not None and updated.conversation.metadata == {"k": "v"}
+    assert updated.conversation.created_at == 1_700_000_000  # kept
+    assert updated.conversation.size == after.size + len(b'{"k":"v"}') - len(b"{}")
+
+
+async def test_conversation_writes_past_a_limit_are_refused_whole(store: ResponseStore) -> None:
+    one = len(message("m0", "y" * 100).encode())
+    meta = len(conversation("conv_l").encode_meta())
+    limits = ConversationLimits(items=4, bytes=meta + 3 * one)
+    refused = await store.create_conversation(conversation("conv_l"), [message(f"m{i}", "y" * 100) for i in range(5)],
+                                              ALICE, limits)
+    assert refused.over == "items" and refused.added == []
+    assert await store.get_conversation("conv_l", ALICE) is None  # nothing was made
+    made = await store.create_conversation(conversation("conv_l"), [message("m0", "y" * 100)], ALICE, limits)
+    assert made.conversation is not None and made.conversation.size == meta + one
+    over = await store.add_items("conv_l", [message(f"n{i}", "y" * 100) for i in range(3)], ALICE, limits)
+    assert over.over == "bytes" and over.added == [] and over.conversation == made.conversation
+    assert (await store.add_items("conv_l", [message("n0", "y" * 100)] * 2, ALICE, limits)).duplicate == "n0"
+    assert (await store.add_items("conv_l", [message("m0")], ALICE, limits)).duplicate == "m0"
+    current = await store.conversation_items("conv_l", ALICE)
+    assert current is not None and [i.id for i in current] == ["m0"]  # every refused write changed nothing
+    skipped = await store.add_items("conv_l", [message("m0"), message("n1", "y" * 100)], ALICE, limits,
+                                    skip_existing=True)
+    assert skipped.added == ["n1"]
+    tight = ConversationLimits(items=4, bytes=meta + 2 * one + 5)
+    assert (await store.update_conversation("conv_l", ALICE, {"long": "z" * 50}, tight)).over == "bytes"
+    got = await store.get_conversation("conv_l", ALICE)
+    assert got is not None and got.metadata == {} and got.items == 2 and got.size == meta + 2 * one
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_conversations_count_in_the_store_bounds(kind: str, tmp_path: Path,
+                                                       request: pytest.FixtureRequest) -> None:
+    server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    store = open_kind(kind, tmp_path, server, rows=3)
+    limits = ConversationLimits()
+    await store.create_conversation(conversation("conv_old"), [message("o1")], ALICE, limits)
+    await store.put(record("r1"), ALICE)
+    await store.put(record("r2"), ALICE)
+    await store.add_items("conv_old", [message("o2")], ALICE, limits)  # a write: now the newest
+    await store.put(record("r3"), ALICE)  # four rows: the oldest (r1) goes, not the conversation written since
+    assert await store.get("r1", ALICE) is None and await store.get_conversation("conv_old", ALICE) is not None
+    rows, size = await _totals(store)
+    meta = len(conversation("conv_old").encode_meta())
+    items = len(message("o1").encode()) + len(message("o2").encode())
+    assert rows == 3 and size == meta + items + len(record("r2").encode()) + len(record("r3").encode())
+    await store.create_conversation(conversation("conv_new"), [], ALICE, limits)
+    assert await store.get("r2", ALICE) is None  # the oldest went again
+    assert await store.delete_conversation("conv_old", ALICE)
+    assert await _totals(store) == (2, len(record("r3").encode()) + len(conversation("conv_new").encode_meta()))
+    await store.close()
+    by_bytes = open_kind(kind, tmp_path / "bytes", server, size=5000)
+    await by_bytes.create_conversation(conversation("conv_b"), [], ALICE, limits)
+    big = [message(f"b{i}", "z" * 1000) for i in range(6)]
+    assert (await by_bytes.add_items("conv_b", big, ALICE, limits)).over == "bytes"  # never more than the store holds
+    assert (await _totals(by_bytes))[1] <= 5000
+    await by_bytes.close()
+
+
+async def test_the_item_index_finds_a_tenants_items(store: ResponseStore) -> None:
+    thought = {"id": "rs_1", "type": "reasoning", "content": [{"type": "reasoning_text", "text": "mine"}]}
+    stored = StoredResponse("resp_1", "", {"id": "resp_1", "output": [thought]},
+                            [{"id": "msg_in", "type": "message", "role": "user", "content": "hi"}])
+    await store.put(stored, ALICE)
+    found = await store.items(["rs_1", "msg_in", "nope", "rs_1"], ALICE, ChainLimits())
+    assert not found.over
+    assert found.items == {"rs_1": StoredItem(thought, True), "msg_in": StoredItem(stored.input[0], False)}
+    assert (await store.items(["rs_1", "msg_in"], BOB, ChainLimits())).items == {}  # another tenant's
+    # a client-written copy under the same id never hides toolwire's own
+    forged = StoredItem({"id": "rs_1", "type": "reasoning", "content": [{"type": "reasoning_text", "text": "forged"}]})
+    await store.create_conversation(conversation("conv_i"), [forged, message("c1")], ALICE, ConversationLimits())
+    found = await store.items(["rs_1", "c1"], ALICE, ChainLimits())
+    assert found.items == {"rs_1": StoredItem(thought, True), "c1": message("c1")}
+    assert (await store.items(["rs_1"], ALICE, ChainLimits(bytes=10))).over  # reading resp_1 would pass the limit
+    assert await store.delete("resp_1", ALICE)
+    assert (await store.items(["rs_1", "msg_in"], ALICE, ChainLimits())).items == {"rs_1": forged}
+    await store.delete_item("conv_i", "rs_1", ALICE)
+    assert (await store.items(["rs_1", "c1"], ALICE, ChainLimits())).items == {"c1": message("c1")}
+    await store.delete_conversation("conv_i", ALICE)
+    assert (await store.items(["c1"], ALICE, ChainLimits())).items == {}
+    assert await _index_size(store) == 0  # every entry went with what it pointed to
+
+
+async def test_ids_the_index_cannot_keep_are_left_out(store: ResponseStore) -> None:
+    odd = [{"id": "a\nb", "type": "message"}, {"id": "l" * 257, "type": "message"}, {"id": "fine", "type": "message"}]
+    await store.put(StoredResponse("r_odd", "", {"output": odd}), ALICE)
+    found = await store.items(["a\nb", "l" * 257, "fine"], ALICE, ChainLimits())
+    assert list(found.items) == ["fine"]
+    assert (await store.get("r_odd", ALICE)) is not None  # the response itself is whole
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_evicted_records_leave_no_index_behind(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    store = open_kind(kind, tmp_path, server, rows=2)
+    for i in range(6):
+        await store.put(StoredResponse(f"r{i}", "", {"output": [{"id": f"o{i}", "type": "message"}]},
+                                       [{"id": f"i{i}", "type": "message"}]), ALICE)
+        await store.create_conversation(conversation(f"c{i}"), [message(f"ci{i}")], ALICE, ConversationLimits())
+    assert (await store.items(["o5", "ci5", "o0", "ci0"], ALICE, ChainLimits())).items.keys() == {"o5", "ci5"}
+    assert await _index_size(store) == 3  # o5, i5 (r5) and ci5 (c5): the rest went with their records
+    await store.close()
+
+
+async def _index_size(store: Any) -> int:
+    """Entries of the item index (for responses; a conversation's items are their own index in SQLite)."""
+    if isinstance(store, SqliteStore):
+        with store._lock:
+            return int(store._db.execute("SELECT (SELECT COUNT(*) FROM response_items) + "
+                                         "(SELECT COUNT(*) FROM conversation_items)").fetchone()[0])
+    total = 0
+    async for key in store._client.scan_iter(store.prefix + "i:*"):
+        total += await store._client.hlen(key)
+    return int(total)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_conversations_expire_after_their_last_write(kind: str, tmp_path: Path,
+                                                           request: pytest.FixtureRequest) -> None:
+    server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    store = open_kind(kind, tmp_path, server, ttl=2)
+    await store.create_conversation(conversation("conv_e"), [message("e1")], ALICE, ConversationLimits())
+    await asyncio.sleep(1.2)
+    await store.add_items("conv_e", [message("e2")], ALICE, ConversationLimits())  # renews it
+    await asyncio.sleep(1.2)
+    assert await store.get_conversation("conv_e", ALICE) is not None
+    await asyncio.sleep(1.3 if kind == "sqlite" else 2.2)
+    assert await store.get_conversation("conv_e", ALICE) is None
+    assert (await store.items(["e1"], ALICE, ChainLimits())).items == {}
+    await store.close()
+
+
+async def test_sqlite_stored_responses_from_before_the_index_are_indexed(tmp_path: Path) -> None:
+    path = tmp_path / "pre.sqlite3"
+    store = SqliteStore(path, 3600, 100, 1 << 30)
+    await store.put(StoredResponse("old", "", {"output": [{"id": "rs_old", "type": "reasoning"}]}), ALICE)
+    with store._lock:
+        store._db.execute("DROP TABLE response_items")
+    await store.close()
+    reopened = SqliteStore(path, 3600, 100, 1 << 30)
+    assert (await reopened.items(["rs_old"], ALICE, ChainLimits())).items["rs_old"].trusted
+    await reopened.close()

@@ -1,0 +1,157 @@
+"""What a backend kind is, without any I/O: a ``Dialect``.
+
+A dialect says everything that differs between raw-completion backends, as pure functions of data:
+
+* ``path`` and ``body(request, model)`` — where a generation request goes and the JSON it sends;
+* ``decoder(request)`` — a fresh ``Decoder`` that turns the stream's events into ``TextDelta`` and
+  ``Finish`` items (shape checks included);
+* ``constrain(request)`` — its dialect of constrained decoding (``app.constraints.tools``);
+* ``probes`` and ``facts(answers)`` — what the readiness probe asks the backend and what it learns
+  from the JSON answers (``BackendFacts``: model id, published chat template, whether it adds BOS,
+  context length);
+* ``tokenizes``, ``tokenize(prompt, model)`` and ``token_count(answer)`` — how it counts a prompt's tokens;
+* ``sniff`` and ``recognises(answer)`` — how ``detect_backend_type`` tells it from the others.
+
+``app.backends.base.Backend`` does the I/O for every dialect: one streaming loop, one probe, one
+error mapping. Dialects are frozen dataclasses; their options (``--vllm-legacy-guided``) come from
+``configured(settings)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
+
+if TYPE_CHECKING:
+    from app.backends.base import Finish, GenerationRequest, TextDelta
+    from app.settings import Settings
+
+#: one network read's events: each ``data:`` payload, ``None`` for ``[DONE]``
+Events = list[dict[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTemplate:
+    """A chat template the backend publishes (llama-server ``/props``)."""
+
+    source: str
+    bos_token: str = ""
+    eos_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendFacts:
+    """What the readiness probe learned about the backend (all optional: a backend may not say)."""
+
+    #: the first model id it serves (``/v1/models``)
+    model: str | None = None
+    template: PublishedTemplate | None = None
+    #: it adds a BOS token to a prompt itself (so the template's own BOS text must not be sent too)
+    adds_bos: bool = False
+    #: tokens one sequence may hold, prompt and output together (llama-server: the slot's ``n_ctx``;
+    #: vLLM: ``max_model_len``)
+    context_length: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One request of the readiness probe: ``GET path``, or ``POST path`` with ``body``. Its answer
+    reaches ``Dialect.facts`` under ``name`` (``None`` when it failed or was not JSON)."""
+
+    name: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+class Decoder(Protocol):
+    """The stream of one generation request, decoded (stateful; one per request).
+
+    ``decode(events)`` takes what one network read brought and returns the text it holds (one
+    ``TextDelta`` per answer that got text); ``stop`` says the stream's last event was seen (read no
+    further); ``complete`` says the backend finished the stream properly (its connection may be
+    reused). ``end()``, once the stream is over, returns one ``Finish`` per answer, or raises the
+    dialect's "ended without a finish" ``BackendError``."""
+
+    @property
+    def stop(self) -> bool: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    def decode(self, events: Events) -> list[TextDelta]: ...
+
+    def end(self) -> list[Finish]: ...
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A backend kind (see the module docstring). The base speaks no generation API; it reads the
+    model id from ``/v1/models`` and constrains nothing."""
+
+    kind: ClassVar[str] = "base"
+    #: the streaming generation endpoint
+    path: ClassVar[str] = ""
+    #: generates ``n`` answers in one request (else toolwire sends ``n`` requests)
+    native_n: ClassVar[bool] = False
+    probes: ClassVar[tuple[Probe, ...]] = (Probe("models", "/v1/models"),)
+    #: the backend has a tokenizer endpoint (``tokenize``)
+    tokenizes: ClassVar[bool] = False
+    #: what ``detect_backend_type`` GETs to recognise this kind (``None``: the fallback kind)
+    sniff: ClassVar[str | None] = None
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Dialect:
+        """The dialect with its options from the settings (the base has none)."""
+        return cls()
+
+    @staticmethod
+    def recognises(answer: Any) -> bool:
+        """Whether the JSON the backend answered on ``sniff`` is this kind's."""
+        return False
+
+    def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
+        """The upstream JSON of a generation request (``model``: the backend's model id, if known)."""
+        raise NotImplementedError(f"backend kind {self.kind!r} speaks no generation API")
+
+    def decoder(self, request: GenerationRequest) -> Decoder:
+        raise NotImplementedError(f"backend kind {self.kind!r} speaks no generation API")
+
+    def constrain(self, request: ConstraintRequest) -> Constraint:
+        """This backend's dialect of constrained decoding; the base speaks none (``required`` is
+        then best effort)."""
+        return unconstrained(request)
+
+    def facts(self, answers: Mapping[str, Any]) -> BackendFacts:
+        """What the probe's answers say (by ``Probe.name``); the base reads the model id."""
+        return BackendFacts(model=first_model_id(answers.get("models")))
+
+    def tokenize(self, prompt: str, model: str | None) -> Probe:
+        """The request that counts ``prompt``'s tokens as a generation request's prompt would be
+        counted (only asked of a dialect that ``tokenizes``)."""
+        raise NotImplementedError
+
+    def token_count(self, answer: Any) -> int:
+        """The token count in the tokenizer's JSON answer (``BackendError`` 502 when it has none)."""
+        raise NotImplementedError
+
+
+def first_model(answer: Any) -> dict[str, Any] | None:
+    """The first entry of an OpenAI ``/v1/models`` answer's ``data`` list, if it is an object."""
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return data[0]
+    return None
+
+
+def first_model_id(answer: Any) -> str | None:
+    """The first model id of an OpenAI ``/v1/models`` answer (``None`` if it does not say)."""
+    model = first_model(answer)
+    return str(model["id"]) if model is not None and model.get("id") is not None else None
+
+
+def positive_int(value: Any) -> int | None:
+    """``value`` if it is a positive integer (not a bool), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
