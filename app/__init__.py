@@ -2,7 +2,7 @@
 
 Rooms:
 
-* ``api/``          — the FastAPI app, its middleware, and one module per API face (decode a request,
+* ``api/``          — the ASGI app (Starlette), its middleware, and one module per API face (decode a request,
                       encode the parser events);
 * ``templates/``    — chat templates: rendering with Hugging Face semantics, and choosing parsers
                       from a template (``auto``);

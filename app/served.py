@@ -25,6 +25,10 @@ from app.templates.prompt import profile_of
 from app.templates.resume import RenderCache
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
 
+#: conversations shorter than this are rendered whole, not resumed: with a few messages the
+#: render cache's bookkeeping (digests, cut-out iterations) costs more than it saves
+RESUME_MIN_MESSAGES = 4
+
 log = logging.getLogger("toolwire")
 
 
@@ -159,7 +163,8 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
     if template is not None:
         profile_of(template)  # probe it now, not on the first request
         if s.render_cache_bytes and template.cache is None:
-            template.cache = RenderCache(s.render_cache_bytes)
+            template.cache = RenderCache(s.render_cache_bytes, min_messages=RESUME_MIN_MESSAGES)
+            template.loop_plan()  # proven now, not on the first request (a parse and a compile)
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
                            choose_parsers(s, template))
     log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind, model.name,

@@ -35,9 +35,11 @@ SECTIONS: list[str] = [
     "bench.sglang",  # the same chunk sequences through SGLang 0.5.23's parsers, side by side
     "bench.proxy",  # proxy overhead: added TTFT, tokens/s, CPU per 1 000 tokens
     "bench.agent",  # issue 26: agent-sized turns, CPU before the backend is asked, first vs next turn
+    "bench.whole",  # issue 26: a non-streaming answer's CPU vs the same answer streamed
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)
     "bench.offload",  # issue 28: a probe's worst wait while heavy requests are prepared, before and after
+    "bench.goals",  # issue 26's goals in one table (the figures above, and SMG's where its harness ran); last
 ]
 
 
@@ -86,7 +88,9 @@ def machine() -> dict[str, Any]:
 def main() -> int:
     ctx = Context(quick=os.environ.get("BENCH_QUICK", "") not in ("", "0"))
     ctx.out.mkdir(parents=True, exist_ok=True)
-    sections = [run_section(name, ctx) for name in selected(SECTIONS)]
+    sections: list[Section] = ctx.shared.setdefault("sections", [])  # the goals section reads the others'
+    for name in selected(SECTIONS):
+        sections.append(run_section(name, ctx))
     total = time.monotonic() - ctx.started
     info = machine()
     header = [

@@ -10,7 +10,6 @@ gives it back when the route is done. No face releases a slot itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,6 +36,7 @@ from app.settings import Settings
 from app.templates.chat_template import TemplateError
 from app.tenancy import SINGLE, request_tenant
 from app.thinking_signature import ThinkingSigner
+from parsers import ResponseParser
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -120,12 +120,25 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    parsers = [planned.parser() for _ in range(ask.n)]
+    # the backend is asked first; the parsers are built while it works on the first token (a
+    # callback the loop runs once this task waits for the backend's answer: no task of its own)
+    built = Built(planned, ask.n)
+    pending = asyncio.get_running_loop().call_soon(built)
     try:
         firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
                                                     settings.retries)
     except BackendError as exc:
         metrics.backend_errors.labels(exc.kind).inc()
+        raise
+    finally:
+        pending.cancel()
+    try:
+        parsers = built.parsers()
+    except BaseException:
+        for stream in streams:
+            await stream.aclose()
+        if demux is not None:
+            await demux.aclose()
         raise
     metrics.ttft.observe(time.monotonic() - ex.started)
     hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else settings.hold_tool_calls
@@ -135,6 +148,30 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
         for run in runs:
             run.text = []
     return Choices(runs, demux)
+
+
+class Built:
+    """The parsers of a request's answers, built by a loop callback (``__call__``) or on demand."""
+
+    def __init__(self, planned: Plan, n: int) -> None:
+        self.planned = planned
+        self.n = n
+        self.built: list[ResponseParser] | None = None
+        self.failure: BaseException | None = None
+
+    def __call__(self) -> None:
+        try:
+            self.built = [self.planned.parser() for _ in range(self.n)]
+        except Exception as exc:  # noqa: BLE001 - raised again in the request's task (parsers())
+            self.failure = exc
+
+    def parsers(self) -> list[ResponseParser]:
+        if self.built is None and self.failure is None:
+            self()
+        if self.failure is not None:
+            raise self.failure
+        assert self.built is not None
+        return self.built
 
 
 async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,
@@ -171,24 +208,32 @@ def _nothing() -> None:
 
 async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
     """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
-    upstream request it opened) and ``ClientGone`` is raised."""
+    upstream request it opened) and ``ClientGone`` is raised. ``work`` runs in the caller's task (a
+    watcher task cancels it when the client leaves): no task of its own to start and wait for."""
     if ex.request is None:
         return await work
-    task = asyncio.ensure_future(work)
+    current = asyncio.current_task()
+    assert current is not None
+    gone = False
+
+    def left(watcher: asyncio.Future[None]) -> None:
+        nonlocal gone
+        if not watcher.cancelled() and watcher.exception() is None:
+            gone = True
+            current.cancel()
+
     watcher = asyncio.ensure_future(_disconnected(ex.request))
+    watcher.add_done_callback(left)
     try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-        log.info("client disconnected before the answer was complete; upstream request closed")
-        raise ClientGone()
+        return await work
+    except asyncio.CancelledError:
+        if gone and current.uncancel() == 0:  # cancelled by the watcher alone, not by the server
+            log.info("client disconnected before the answer was complete; upstream request closed")
+            raise ClientGone() from None
+        raise
     finally:
+        watcher.remove_done_callback(left)
         watcher.cancel()
-        if not task.done():
-            task.cancel()
 
 
 class ClientGone(APIError):

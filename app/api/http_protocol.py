@@ -1,16 +1,25 @@
-"""uvicorn's HTTP/1.1 protocol (httptools), with a deadline for a request's headers.
+"""uvicorn's HTTP/1.1 protocol (httptools), with a deadline for a request's headers, and response
+heads that leave with the body's first bytes.
 
 uvicorn closes idle keep-alive connections, but not one that sends its request line and headers a
 byte at a time (slowloris): each such connection would stay open for good. Here a connection must
 complete a request's headers within ``header_timeout`` seconds of opening (or of the request's
 first byte, on a kept-alive connection), or it is closed. The body has its own deadline in
 ``app.api.server.read_json``.
+
+uvicorn writes a response's head as soon as the app starts the response, and its body in writes
+of its own: two packets, and a client that wakes up for the head only to wait for the body (a
+streamed answer's first token). ``HeadWithBody`` holds the head back until the next write, which
+it joins, or until the event loop's current pass ends (a head with no body ready leaves then).
 """
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+#: what every response head uvicorn writes begins with (its status lines)
+_HEAD = b"HTTP/1.1 "
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -30,6 +39,7 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = HeadWithBody(transport, self.loop)
         self._arm()
 
     def _arm(self) -> None:
@@ -58,3 +68,78 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+
+class HeadWithBody(asyncio.Transport):
+    """A transport whose response heads wait for the first bytes after them (see the module
+    docstring). Bytes leave in the order written; a held head leaves at the latest when the loop's
+    current pass ends, or before the connection is closed."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held = b""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif data[:len(_HEAD)] == _HEAD:
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def _flush(self) -> None:
+        if self._held:
+            held, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = b""
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + len(self._held)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()

@@ -1,4 +1,4 @@
-"""The FastAPI application: the faces' routes (``FACES``, each mounted the same way), the process's
+"""The ASGI application (Starlette): the faces' routes (``FACES``, each mounted the same way), the process's
 own routes (health, readiness, models, metrics), the edge middleware (request ids, auth, tenants,
 metrics, access log) and errors in each face's shape.
 
@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -73,18 +73,18 @@ async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: 
                 chunks.append(chunk)
     except TimeoutError:
         raise APIError(408, f"the request body did not arrive within {timeout:.0f} s", code="body_timeout") from None
-    raw = b"".join(chunks)
+    raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if turns is not None:
         await turns.take(size)
-    if not raw.strip():
-        raise bad_request("request body is empty; expected a JSON object")
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise bad_request("request body is not valid UTF-8") from None
-    try:
-        return orjson.loads(raw)
+        return orjson.loads(raw)  # it refuses invalid UTF-8 too: the checks below only pick the message
     except orjson.JSONDecodeError as exc:
+        if not raw.strip():
+            raise bad_request("request body is empty; expected a JSON object") from None
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise bad_request("request body is not valid UTF-8") from None
         raise bad_request(f"request body is not valid JSON: {exc}") from None
 
 
@@ -199,7 +199,7 @@ class EdgeMiddleware:
             request_id.reset(token)
 
 
-def mount(app: FastAPI, face: Face, route: Route, runtime: Runtime) -> None:
+def mount(app: Starlette, face: Face, route: Route, runtime: Runtime) -> None:
     """Serve ``route``: a JSON body read (``generate`` and ``body`` routes) and a concurrency slot
     leased (``generate`` routes), the exchange handed to the face, every error in the face's shape."""
     services = runtime.services
@@ -298,36 +298,38 @@ def process_face(runtime: Runtime) -> Face:
     ), openai_error)
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     runtime = runtime or Runtime(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await runtime.start()
         try:
             yield
         finally:
             await runtime.stop()
 
-    # no OpenAPI document or docs pages: the API is OpenAI's and Anthropic's, and an open schema
-    # endpoint would be served to anyone, keys or not
-    app = FastAPI(title="toolwire", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    # plain Starlette, not FastAPI: no OpenAPI document or docs pages (the API is OpenAI's and
+    # Anthropic's, and an open schema endpoint would be served to anyone, keys or not), and none of
+    # FastAPI's per-request middleware layers on the first token's path
+    app = Starlette(lifespan=lifespan)
     app.state.runtime = runtime
     process = process_face(runtime)
-    for face in (process, *FACES):
+    for face in (*FACES, process):  # the faces first: the router tries routes in order
         for route in face.routes:
             mount(app, face, route, runtime)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         """A path or method no route serves (404, 405), in the shape of the face the path belongs to."""
+        assert isinstance(exc, StarletteHTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         message = (f"{request.method} {request.url.path} is not served here" if exc.status_code in (404, 405)
                    else str(exc.detail))
         return face_for(request.url.path, FACES, process).error_response(
             APIError(exc.status_code, message, kind, code=code, headers=dict(exc.headers or {})))
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
     # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
     app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.services.metrics, faces=FACES,
@@ -338,7 +340,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     return app
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> Starlette:
     """uvicorn factory for worker processes: settings come from ``TOOLWIRE_*``."""
     from app.logs import configure
 

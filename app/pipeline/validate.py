@@ -49,7 +49,20 @@ class SchemaVerdicts:
 
     def problem(self, encoded: bytes) -> str | None:
         """Why a tool's JSON schema (canonical JSON text) is invalid, or ``None``."""
-        key = hashlib.blake2b(encoded, digest_size=16).digest()
+        return self.problem_of(self.key(encoded), encoded)
+
+    @staticmethod
+    def key(encoded: bytes) -> bytes:
+        return hashlib.blake2b(encoded, digest_size=16).digest()
+
+    def known(self, key: bytes) -> bool:
+        """Whether the schema with this key was checked before (it passed the checks made before
+        this one: its nesting and its size)."""
+        with self._lock:
+            return key in self._verdicts
+
+    def problem_of(self, key: bytes, encoded: bytes) -> str | None:
+        """``problem(encoded)``, its key already computed."""
         with self._lock:
             if key in self._verdicts:
                 self._verdicts.move_to_end(key)
@@ -120,16 +133,20 @@ def arguments_nesting(arguments: Any) -> int:
 def check_schema(schema: Any, where: str, param: str, settings: Settings) -> None:
     """A JSON schema the client sent (a tool's parameters, a response format): nesting, size,
     validity — a 400 naming ``where`` / ``param`` for the first problem."""
-    if nesting(schema) > MAX_SCHEMA_NESTING:
-        raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)", param)
     try:
-        encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        encoded: bytes | None = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
-        raise bad_request(f"{where} is nested too deeply", param) from None
+        encoded = None
+    key = VERDICTS.key(encoded) if encoded is not None else None
+    # a schema checked before passed the nesting check then: agents send the same tools every turn
+    if (key is None or not VERDICTS.known(key)) and nesting(schema) > MAX_SCHEMA_NESTING:
+        raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)", param)
+    if encoded is None or key is None:
+        raise bad_request(f"{where} is nested too deeply", param)
     if len(encoded) > settings.max_tool_schema_bytes:
         raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes (--max-tool-schema-bytes)",
                           param)
-    problem = schema_problem(encoded)
+    problem = VERDICTS.problem_of(key, encoded)
     if problem is not None:
         raise bad_request(f"{where} is not a valid JSON schema: {problem}", param)
 

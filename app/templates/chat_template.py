@@ -271,9 +271,10 @@ class ChatTemplate:
         owned = _CallerOwned(context)
         token = _caller_owned.set(owned)
         try:
-            plan = self.loop_plan() if self.cache is not None else None
-            if plan is not None and self.cache is not None:
-                prompt = render_resumable(plan, self.cache, messages, prepare_messages, context, owned.add)
+            cache = self.cache
+            plan = self.loop_plan() if cache is not None and len(messages) >= cache.min_messages else None
+            if plan is not None and cache is not None:
+                prompt = render_resumable(plan, cache, messages, prepare_messages, context, owned.add)
                 if prompt is not None:
                     return prompt
             context["messages"] = prepare_messages(messages)

@@ -461,10 +461,12 @@ class RenderCache:
     """Earlier renders by the chain digest of their whole sequence; at most ``max_bytes`` (texts,
     messages, digests and captured values: the texts counted by ``sys.getsizeof``, a message by the
     length of its serialisation, twice), least recently used dropped first. Thread-safe (renders
-    may run off the event loop)."""
+    may run off the event loop). Conversations of fewer than ``min_messages`` messages are
+    rendered whole and not kept: resuming them would save less than its bookkeeping costs."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, min_messages: int = 0) -> None:
         self.max_bytes = max_bytes
+        self.min_messages = min_messages
         self.bytes = 0
         self._entries: OrderedDict[bytes, Entry] = OrderedDict()
         self._lock = threading.Lock()

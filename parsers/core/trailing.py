@@ -15,10 +15,30 @@ text only, never on how it was split, so streaming and non-streaming agree; it i
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
 _WS = "[ \t\r\n]*"
+
+
+@functools.lru_cache(maxsize=256)
+def _patterns(tokens: frozenset[str]) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str], int]:
+    """A complete run, the beginning of a run, the first characters of the tokens, and the longest
+    token's length — built once per token set (a parser is built per answer; formats have few sets)."""
+    unique = sorted(tokens, key=lambda t: (-len(t), t))
+    if not unique:
+        raise ValueError("TrailingTokens needs at least one token")
+    alternatives = "|".join(re.escape(t) for t in unique)
+    prefixes = sorted({t[:k] for t in unique for k in range(1, len(t))}, key=lambda p: (-len(p), p))
+    partial = "|".join(re.escape(p) for p in prefixes)
+    #: a complete run: tokens, whitespace after each
+    run = re.compile(f"(?:(?:{alternatives}){_WS})+")
+    #: the beginning of a run: complete tokens, then perhaps the beginning of one more
+    beginning = re.compile(f"(?:(?:{alternatives}){_WS})*(?:{partial})?" if partial
+                           else f"(?:(?:{alternatives}){_WS})*")
+    first = re.compile("[" + re.escape("".join(sorted({t[0] for t in unique}))) + "]")
+    return run, beginning, first, len(unique[0])
 
 
 class TrailingTokens:
@@ -28,19 +48,8 @@ class TrailingTokens:
     __slots__ = ("_first", "_held", "_limit", "_partial", "_run")
 
     def __init__(self, tokens: Iterable[str], limit: int = 0) -> None:
-        unique = sorted({t for t in tokens if t}, key=lambda t: (-len(t), t))
-        if not unique:
-            raise ValueError("TrailingTokens needs at least one token")
-        alternatives = "|".join(re.escape(t) for t in unique)
-        prefixes = sorted({t[:k] for t in unique for k in range(1, len(t))}, key=lambda p: (-len(p), p))
-        partial = "|".join(re.escape(p) for p in prefixes)
-        #: a complete run: tokens, whitespace after each
-        self._run = re.compile(f"(?:(?:{alternatives}){_WS})+")
-        #: the beginning of a run: complete tokens, then perhaps the beginning of one more
-        self._partial = re.compile(f"(?:(?:{alternatives}){_WS})*(?:{partial})?" if partial
-                                   else f"(?:(?:{alternatives}){_WS})*")
-        self._first = re.compile("[" + re.escape("".join(sorted({t[0] for t in unique}))) + "]")
-        self._limit = max(limit, 64, 3 * len(unique[0]) + 8)
+        self._run, self._partial, self._first, longest = _patterns(frozenset(t for t in tokens if t))
+        self._limit = max(limit, 64, 3 * longest + 8)
         self._held = ""
 
     def feed(self, text: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice
+from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.base import Sampling
 from app.conversation import Call, Turn
@@ -64,6 +64,26 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
     return turns
 
 
+def _present(extra: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in extra.items() if v is not None} if extra else {}
+
+
+def shown_tool(tool: ToolDefinition) -> dict[str, Any]:
+    """The tool as the chat template is given it: ``tool.model_dump(exclude_none=True)`` — the
+    declared fields in their order, then the fields the client added, ``None`` left out at both
+    levels — without copying the schema (read-only from here on)."""
+    fn = tool.function
+    function: dict[str, Any] = {"name": fn.name}
+    if fn.description is not None:
+        function["description"] = fn.description
+    if fn.parameters is not None:
+        function["parameters"] = fn.parameters
+    if fn.strict is not None:
+        function["strict"] = fn.strict
+    function.update(_present(fn.model_extra))
+    return {"type": tool.type, "function": function, **_present(tool.model_extra)}
+
+
 def continuing(request: ChatCompletionRequest) -> bool:
     """``continue_final_message`` (vLLM's): the answer continues the final assistant message, which
     must be there and hold text, not calls."""
@@ -103,7 +123,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     return Ask(
         turns=chat_turns(request),
         tools=[Tool.function(t.function.name, t.function.parameters or {}, t.function.description,
-                             bool(t.function.strict), shown=t.model_dump(exclude_none=True))
+                             bool(t.function.strict), shown=shown_tool(t))
                for t in request.tools or ()],
         tool_choice=choice if isinstance(choice, str) else None,
         named_tool=named,

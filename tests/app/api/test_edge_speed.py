@@ -1,0 +1,104 @@
+"""What the first token's path relies on, each able to fail: a response head leaves with the first
+body bytes (``HeadWithBody``); a chat tool is shown to the template exactly as ``model_dump`` would
+show it; a short conversation is rendered whole, a longer one resumed, to the same prompt."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.api.chat.decode import shown_tool
+from app.api.chat.protocol import ToolDefinition
+from app.api.http_protocol import HeadWithBody
+from app.templates.chat_template import ChatTemplate
+from app.templates.resume import RenderCache
+
+
+class Recorder(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"
+
+
+def test_a_head_leaves_with_the_first_body_bytes() -> None:
+    async def go() -> list[bytes]:
+        raw = Recorder()
+        transport = HeadWithBody(raw, asyncio.get_running_loop())
+        transport.write(HEAD)
+        assert raw.writes == []  # held back
+        transport.write(b"5\r\nhello\r\n")
+        transport.write(b"0\r\n\r\n")
+        await asyncio.sleep(0)
+        return raw.writes
+
+    assert asyncio.run(go()) == [HEAD + b"5\r\nhello\r\n", b"0\r\n\r\n"]
+
+
+def test_a_head_without_a_body_leaves_when_the_loop_pass_ends() -> None:
+    async def go() -> tuple[list[bytes], list[bytes]]:
+        raw = Recorder()
+        transport = HeadWithBody(raw, asyncio.get_running_loop())
+        transport.write(HEAD)
+        before = list(raw.writes)
+        await asyncio.sleep(0)
+        return before, raw.writes
+
+    before, after = asyncio.run(go())
+    assert before == [] and after == [HEAD]
+
+
+def test_closing_sends_a_held_head_first() -> None:
+    async def go() -> Recorder:
+        raw = Recorder()
+        transport = HeadWithBody(raw, asyncio.get_running_loop())
+        transport.write(HEAD)
+        transport.close()
+        return raw
+
+    raw = asyncio.run(go())
+    assert raw.writes == [HEAD] and raw.closed
+
+
+@pytest.mark.parametrize("tool", [
+    {"type": "function", "function": {"name": "f"}},
+    {"function": {"name": "f", "description": None, "parameters": None, "strict": None}},
+    {"function": {"parameters": {"type": "object", "properties": {"a": {"default": None}}}, "name": "f",
+                  "x": None, "y": {"z": None}, "strict": "true"}, "type": "function", "extra": None, "e2": [None]},
+    {"function": {"name": "f", "strict": 1, "description": "d", "q": 1}, "zz": 2},
+])
+def test_a_tool_is_shown_as_model_dump_shows_it(tool: dict[str, Any]) -> None:
+    model = ToolDefinition.model_validate(tool)
+    expected, shown = model.model_dump(exclude_none=True), shown_tool(model)
+    assert shown == expected
+    assert list(shown) == list(expected) and list(shown["function"]) == list(expected["function"])
+
+
+LOOP_TEMPLATE = "{%- for m in messages %}[{{ m.role }}:{{ m.content }}]{%- endfor %}"
+
+
+def test_short_conversations_are_rendered_whole_longer_ones_resumed() -> None:
+    template = ChatTemplate(LOOP_TEMPLATE)
+    template.cache = cache = RenderCache(1 << 20, min_messages=4)
+    whole = ChatTemplate(LOOP_TEMPLATE)
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
+    for n in (1, 2, 3):
+        assert template.render(messages[:n]) == whole.render(messages[:n])
+    assert cache.bytes == 0  # nothing kept below the threshold
+    for n in (4, 5, 6):
+        assert template.render(messages[:n]) == whole.render(messages[:n])
+    assert cache.bytes > 0 and cache.hits > 0  # kept, and the later turns resumed
