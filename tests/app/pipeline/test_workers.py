@@ -94,7 +94,7 @@ def agent_ask(turns: int = 40, tool_choice: str | None = None) -> Ask:
     body: dict[str, Any] = {"model": "m", "messages": messages, "tools": tools}
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
-    return chat_ask(parse_request(body))
+    return chat_ask(parse_request(body, Settings()))
 
 
 def served(template_file: Path, settings: Settings) -> ServedModel:
