@@ -261,6 +261,27 @@ def test_previous_response_id_continues_and_store_endpoints(proxy) -> None:
         client.responses.create(model="m", previous_response_id="resp_missing", input="x")
 
 
+def test_a_broken_chain_is_a_400_naming_the_missing_link(proxy) -> None:
+    """A→B→C with B deleted: continuing from C is a 400 that names B, never an answer that silently
+    lost A's turns."""
+    backend, server = proxy
+    client = client_for(server)
+    backend.script(Script(pieces=["one"]))
+    a = client.responses.create(model="m", input="first")
+    backend.script(Script(pieces=["two"]))
+    b = client.responses.create(model="m", input="second", previous_response_id=a.id)
+    backend.script(Script(pieces=["three"]))
+    c = client.responses.create(model="m", input="third", previous_response_id=b.id)
+    asked = len(backend.bodies())
+    client.responses.delete(b.id)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="m", input="fourth", previous_response_id=c.id)
+    error = refused.value.body
+    assert isinstance(error, dict) and error["code"] == "previous_response_chain_broken"
+    assert b.id in error["message"] and error["param"] == "previous_response_id"
+    assert len(backend.bodies()) == asked  # the backend was never asked
+
+
 def test_max_output_tokens_cut_is_incomplete(proxy) -> None:
     backend, server = proxy
     backend.script(Script(pieces=["<tool_call>", '\n{"name": "get_weather", "arguments": {"ci'], finish="length"))
