@@ -145,6 +145,24 @@ def test_max_tokens_is_fitted_before_a_background_response_is_accepted(policy: s
     assert backend.bodies()[-1]["max_tokens"] == 50
 
 
+def test_a_background_response_too_large_to_store_ends_failed_without_its_output(backend_factory,
+                                                                                 proxy_factory) -> None:
+    """--max-stored-response-bytes bounds what a background run stores at its end too: an answer past
+    it is stored ``failed`` (its output not kept), never left ``in_progress`` or stored whole."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), max_stored_response_bytes=65536)
+    client = client_for(server)
+    backend.script(Script(pieces=["many words " * 100] * 80))  # ~88 KB of output
+    ended = poll(client, client.responses.create(model="m", input="x", background=True).id,
+                 lambda r: r.status not in UNFINISHED)
+    assert ended.status == "failed" and ended.output == []
+    assert "--max-stored-response-bytes" in ended.error.message  # type: ignore[union-attr]
+    backend.script(Script(pieces=["Short."]))
+    small = poll(client, client.responses.create(model="m", input="x", background=True).id,
+                 lambda r: r.status not in UNFINISHED)
+    assert small.status == "completed" and small.output_text == "Short."
+
+
 def test_a_background_response_survives_its_client_leaving(proxy) -> None:
     backend, server = proxy
     backend.script(Script(pieces=["tick "] * 30, delay=0.03))

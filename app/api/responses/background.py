@@ -330,10 +330,11 @@ class Generation:
             self._finish_listeners(error_event(seq, "store_unavailable", "the response store did not confirm how "
                                                f"the response ended; retrieve it (GET /v1/responses/{self.id})"))
 
-    async def _end_failed(self, code: str, message: str) -> None:
+    async def _end_failed(self, code: str, message: str, keep_output: bool = True) -> None:
+        """End the run ``failed``: its output so far is stored with it unless ``keep_output`` is false."""
         items = self.items
         items.close(ok=False)
-        failed = failed_response(self.shell, items.items, message)
+        failed = failed_response(self.shell, items.items if keep_output else [], message)
         items.event("error", {"code": code, "message": message, "param": None})
         items.event("response.failed", {"response": failed})
         data, count = self._take()
@@ -383,6 +384,14 @@ class Generation:
                 return
             await self._stop(ticker)
             final = finished_response(self.shell, items, choices.total())
+            limit = self.settings.max_stored_response_bytes
+            if len(with_status(self.record, final).encode()) > limit:  # a bound for stored bytes, whoever writes
+                log.warning("background response %s: larger than --max-stored-response-bytes (%d); stored failed",
+                            self.id, limit)
+                await self._end_failed("stored_response_too_large", "the response was larger than a stored response "
+                                       f"may be ({limit} bytes, --max-stored-response-bytes); its output is not kept",
+                                       keep_output=False)
+                return
             items.event("response.completed" if final["status"] == "completed" else "response.incomplete",
                         {"response": final})
             data, count = self._take()
