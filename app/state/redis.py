@@ -451,7 +451,9 @@ class RedisStore(RedisRuns):
             key, flag, kind, what = chosen[k:k + 4]
             best[key.decode()] = (flag == b"1", kind.decode(), what if kind == b"c" else what.decode())
         responses = rest[1 + 4 * count:]
-        return found_items(best, {key.decode(): body for key, body in zip(responses[::2], responses[1::2], strict=True)})
+        bodies = {key.decode(): body for key, body in zip(responses[::2], responses[1::2], strict=True)}
+        size = sum(map(len, bodies.values())) + sum(len(what) for _, kind, what in best.values() if kind == "c")
+        return await off_loop(size, found_items, best, bodies)
 
     # ------------------------------------------------------------------ conversations
 

@@ -305,7 +305,7 @@ class SqliteStore(SqliteRuns):
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         owner = self.owner(tenant)
 
-        def work() -> Found:
+        def work() -> tuple[dict[str, tuple[bool, str, Any]], dict[str, Any]] | None:
             now = time.time()
             best: dict[str, tuple[bool, str, Any]] = {}  # id -> (trusted, kind, response id or item body)
             sizes: dict[str, int] = {}
@@ -327,14 +327,19 @@ class SqliteStore(SqliteRuns):
                             sizes[response] = size
                 wanted = sorted({holder for _, kind, holder in best.values() if kind == "r"})
                 if sum(sizes[key] for key in wanted) > limits.bytes:
-                    return Found(over=True)
+                    return None
                 bodies: dict[str, Any] = {}
                 for chunk in _chunks(wanted):
                     bodies.update(self._db.execute(
                         f"SELECT id, body FROM stored_responses WHERE id IN ({_marks(chunk)})", chunk).fetchall())
-            return found_items(best, bodies)
+            return best, bodies
 
-        return await self._run(work)
+        chosen = await self._run(work)
+        if chosen is None:
+            return Found(over=True)
+        best, bodies = chosen  # decoded outside the lock, and off the loop when large
+        size = sum(map(len, bodies.values())) + sum(len(what) for _, kind, what in best.values() if kind == "c")
+        return await off_loop(size, found_items, best, bodies)
 
     # ------------------------------------------------------------------ conversations
 

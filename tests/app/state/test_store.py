@@ -471,3 +471,35 @@ async def test_sqlite_stored_responses_from_before_the_index_are_indexed(tmp_pat
     reopened = SqliteStore(path, 3600, 100, 1 << 30)
     assert (await reopened.items(["rs_old"], ALICE, ChainLimits())).items["rs_old"].trusted
     await reopened.close()
+
+
+async def test_large_bodies_are_decoded_off_the_event_loop(store: ResponseStore,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain and an item lookup that read more than ``DECODE_INLINE`` bytes decode them in a worker
+    thread (never on the loop); small ones stay inline."""
+    import threading
+
+    import app.state.records
+    import app.state.redis
+    import app.state.sqlite
+
+    loop_thread = threading.get_ident()
+    threads: list[tuple[str, bool]] = []
+
+    def watched(name: str, work: Any) -> Any:
+        def run(*args: Any) -> Any:
+            threads.append((name, threading.get_ident() == loop_thread))
+            return work(*args)
+        return run
+
+    for module in (app.state.sqlite, app.state.redis):
+        monkeypatch.setattr(module, "found_items", watched("items", module.found_items))
+        monkeypatch.setattr(module, "decode_chain", watched("chain", module.decode_chain))
+    big = "w" * (app.state.records.DECODE_INLINE + 1000)
+    thought = {"id": "rs_big", "type": "reasoning", "content": [{"type": "reasoning_text", "text": big}]}
+    await store.put(StoredResponse("resp_big", "", {"id": "resp_big", "output": [thought]}, []), ALICE)
+    await store.put(record("resp_small", text="small"), ALICE)
+    assert (await store.items(["rs_big"], ALICE, ChainLimits())).items["rs_big"].item == thought
+    assert [r.id for r in (await store.chain("resp_big", ALICE, ChainLimits())).responses] == ["resp_big"]
+    await store.chain("resp_small", ALICE, ChainLimits())
+    assert threads == [("items", False), ("chain", False), ("chain", True)]
