@@ -17,8 +17,8 @@ import httpx
 from app.backends import BACKEND_TYPES, Backend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
 from app.errors import APIError
+from app.formats import Formats, label_of
 from app.parser_choice import ParserChoice
-from app.pipeline.plan import Formats, label_of
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import profile_of

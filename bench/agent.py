@@ -142,8 +142,8 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     import orjson
 
     from app.backends import VllmBackend
+    from app.formats import Formats
     from app.parser_choice import ParserChoice
-    from app.pipeline.plan import Formats
     from app.settings import Settings
     from app.templates.chat_template import ChatTemplate
     from app.templates.prompt import profile_of

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.backends.base import TokenLogprob
+from app.backends.generation import TokenLogprob
 from app.pipeline.logprobs import ContentLogprobs, LoggedContent
 from parsers import build_response_parser
 from parsers.events import Content, Reasoning

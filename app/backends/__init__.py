@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 
-from app.backends.base import Backend, Finish, GenerationRequest, Sampling, TextDelta, Usage, probe_timeout
+from app.backends.base import Backend, probe_timeout
 from app.backends.dialect import BackendFacts, Dialect
+from app.backends.generation import Finish, GenerationRequest, Sampling, TextDelta, Usage
 from app.backends.llamacpp import LlamaCpp, LlamaCppBackend
 from app.backends.openai_completions import OpenAICompletions
 from app.backends.vllm import Vllm

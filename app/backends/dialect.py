@@ -26,8 +26,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
 
 if TYPE_CHECKING:
-    from app.backends.base import Finish, GenerationRequest, TextDelta
-    from app.settings import Settings
+    from app.backends.generation import Finish, GenerationRequest, TextDelta
+
+class DialectOptions(Protocol):
+    """The settings a dialect may be configured from (``app.settings.Settings`` has them)."""
+
+    vllm_legacy_guided: bool
+
 
 #: one network read's events: each ``data:`` payload, ``None`` for ``[DONE]``
 Events = list[dict[str, Any] | None]
@@ -103,7 +108,7 @@ class Dialect:
     sniff: ClassVar[str | None] = None
 
     @classmethod
-    def configured(cls, settings: Settings) -> Dialect:
+    def configured(cls, settings: DialectOptions) -> Dialect:
         """The dialect with its options from the settings (the base has none)."""
         return cls()
 

@@ -9,21 +9,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from app.backends.base import (
-    Backend,
-    Finish,
-    GenerationRequest,
-    PieceCarry,
-    TextDelta,
-    TokenLogprob,
-    TokenPiece,
-    Usage,
-    _drop_none,
-    count,
-    logprob_value,
-    unexpected_shape,
-    utf8,
-)
+from app.backends.base import Backend, PieceCarry, _drop_none, count, logprob_value, unexpected_shape, utf8
 from app.backends.dialect import (
     BackendFacts,
     Dialect,
@@ -34,6 +20,7 @@ from app.backends.dialect import (
     first_model_id,
     positive_int,
 )
+from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece, Usage
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
 

@@ -6,21 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.backends.base import (
-    Finish,
-    GenerationRequest,
-    PieceCarry,
-    TextDelta,
-    TokenLogprob,
-    TokenPiece,
-    Usage,
-    _drop_none,
-    count,
-    logprob_value,
-    unexpected_shape,
-    utf8,
-)
+from app.backends.base import PieceCarry, _drop_none, count, logprob_value, unexpected_shape, utf8
 from app.backends.dialect import BackendFacts, Dialect, Events, first_model, first_model_id, positive_int
+from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece, Usage
 from app.errors import BackendError
 
 

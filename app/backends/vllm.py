@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from app.backends.base import GenerationRequest, _drop_none
-from app.backends.dialect import Probe
+from app.backends.base import _drop_none
+from app.backends.dialect import DialectOptions, Probe
+from app.backends.generation import GenerationRequest
 from app.backends.openai_completions import OpenAICompletions
 from app.constraints.tools import Constraint, ConstraintRequest, vllm_constraint
 from app.errors import BackendError
-
-if TYPE_CHECKING:
-    from app.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class Vllm(OpenAICompletions):
     legacy_guided: bool = False
 
     @classmethod
-    def configured(cls, settings: Settings) -> Vllm:
+    def configured(cls, settings: DialectOptions) -> Vllm:
         return cls(legacy_guided=settings.vllm_legacy_guided)
 
     @staticmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.backends.base import Sampling
+from app.backends.generation import Sampling
 from app.conversation import Turn
 from parsers.tools import ToolSpec
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from app.backends.base import Backend, Sampling
+from app.backends.base import Backend
+from app.backends.generation import Sampling
 from app.errors import APIError, BackendError, bad_request
 from app.settings import Settings
 

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
-from app.backends.base import Backend, Finish, Generation, GenerationRequest, TextDelta, Usage
+from app.backends.base import Backend
+from app.backends.generation import Finish, Generation, GenerationRequest, TextDelta, Usage
 from app.errors import BackendError
 from app.pipeline.plan import Plan
 from app.pipeline.run import Finished, Run, start_generation

@@ -24,7 +24,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.backends.base import TokenLogprob
+from app.backends.generation import TokenLogprob
 from parsers.events import Content, Event, Reasoning
 
 

@@ -1,102 +1,33 @@
 """One plan per request: everything about the model's formats and the backend's constraint,
 resolved once and read by the constraint builder, the parsers and the backend alike.
 
-``Formats`` is the server's format resolution, made once when its parsers are chosen: the
-reasoning and tool-call detector classes, the tool format's wire, the marker strings the backend
-must keep as text, the label metrics use. ``Plan`` adds one request's prompt, whether the output
-starts inside a reasoning block (from the rendered prompt's tail, else the parser's default —
-decided here and nowhere else), and the constraint.
+``Plan`` adds to the server's ``Formats`` (``app.formats``) one request's prompt, whether the
+output starts inside a reasoning block (from the rendered prompt's tail, else the parser's default
+— decided in ``Formats`` and nowhere else), and the constraint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from app.backends.base import Backend, GenerationRequest
-from app.constraints.tools import Constraint, ConstraintRequest, ReasoningGate
-from app.conversation import Call, Turn
-from app.parser_choice import ParserChoice
+from app.backends.base import Backend
+from app.backends.generation import GenerationRequest
+from app.constraints.tools import Constraint, ConstraintRequest
+from app.conversation import Turn
+from app.formats import Formats
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
-from app.templates.prompt import CallText, json_call_text, render_conversation
+from app.templates.prompt import render_conversation
 from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser
 from parsers.fold import CallHolder, CallLimit
 from parsers.function_call import ToolCallDetector
-from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.registry import tool_detector_class
 from parsers.response import OpeningSwitch
 from parsers.tools import ToolSpec
-from parsers.wire import WireFormat
-
-
-@dataclass(frozen=True)
-class Formats:
-    """The model's output formats (see the module docstring)."""
-
-    reasoning: type | None = None
-    tools: type | None = None
-    wire: WireFormat | None = None
-    tool_markers: tuple[str, ...] = ()
-    reasoning_markers: tuple[str, ...] = ()
-    label: str = "none"
-
-    @classmethod
-    def of(cls, choice: ParserChoice) -> Formats:
-        reasoning = reasoning_detector_class(choice.reasoning) if choice.reasoning else None
-        tools = tool_detector_class(choice.tools) if choice.tools else None
-        return cls(reasoning, tools, tools.wire if tools else None, tuple(tools.markers) if tools else (),
-                   tuple(reasoning.markers()) if reasoning else (), label_of(choice.tools))
-
-    def starts_inside_reasoning(self, prompt: str) -> bool:
-        """Whether output after ``prompt`` starts inside a reasoning block: the prompt's tail
-        decides (a template that opened the block, or closed an empty one); else the parser's default."""
-        if self.reasoning is None:
-            return False
-        detector = self.reasoning()
-        start = detector.initial_state(prompt)
-        return bool(detector.force_reasoning if start is None else start)
-
-    def reasoning_gate(self, inside: bool) -> ReasoningGate | None:
-        """The reasoning block a grammar must leave free before forced calls."""
-        return ReasoningGate.of(self.reasoning(), inside) if self.reasoning is not None else None
-
-    def markers(self, tools_active: bool) -> tuple[str, ...]:
-        """Marker strings the backend must keep as text for the parsers that will run."""
-        found = (*self.reasoning_markers, *(self.tool_markers if tools_active else ()))
-        return tuple(dict.fromkeys(m for m in found if m))
-
-    def call_text(self) -> CallText:
-        """How earlier calls are written into a prompt whose template does not render them: in the
-        tool format's own wire format, else as JSON lines."""
-        wire = self.wire
-        if wire is None:
-            return json_call_text
-
-        def write(calls: Sequence[Call]) -> str:
-            rendered = []
-            for call in calls:
-                arguments: Any = call.arguments
-                if isinstance(arguments, str):
-                    try:
-                        arguments = orjson.loads(arguments)
-                    except orjson.JSONDecodeError:
-                        arguments = {}
-                rendered.append((call.name, arguments if isinstance(arguments, Mapping) else {}))
-            return wire.render(rendered)
-
-        return write
-
-
-def label_of(parser: str | type | None) -> str:
-    if parser is None:
-        return "none"
-    return parser if isinstance(parser, str) else str(getattr(parser, "label", parser.__name__))
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.backends import Backend, Finish, TextDelta
-from app.backends.base import Generation, GenerationRequest, TokenPiece, Usage
+from app.backends.generation import Generation, GenerationRequest, TokenPiece, Usage
 from app.errors import BackendError
 from app.metrics import Metrics
 from app.pipeline.logprobs import ContentLogprobs

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
-from app.backends.base import Sampling
+from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask, Tool

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from app.api.blocks import REASONING, TEXT, Blocks
-from app.backends.base import Usage
+from app.backends.generation import Usage
 from app.errors import APIError
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished

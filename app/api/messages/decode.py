@@ -42,7 +42,7 @@ from app.api.messages.protocol import (
     block,
     invalid,
 )
-from app.backends.base import Sampling
+from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.pipeline.ask import Ask, Tool
 from app.thinking_signature import ThinkingSigner

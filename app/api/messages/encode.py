@@ -24,7 +24,7 @@ import orjson
 
 from app.api.blocks import CALL, REASONING, TEXT, Blocks
 from app.api.messages.protocol import anthropic_error
-from app.backends.base import Usage
+from app.backends.generation import Usage
 from app.errors import APIError
 from app.pipeline.run import Finished
 from app.thinking_signature import ThinkingSigner

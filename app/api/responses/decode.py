@@ -33,7 +33,7 @@ from typing import Any
 
 from app.api.responses.encode import new_id
 from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, response_format, shown, tool_choice
-from app.backends.base import Sampling
+from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask

@@ -31,7 +31,7 @@ import orjson
 
 from app.api.blocks import CALL, REASONING, TEXT, Blocks
 from app.api.responses.protocol import CUSTOM_INPUT, Offered
-from app.backends.base import Usage
+from app.backends.generation import Usage
 from app.errors import APIError
 from app.pipeline.run import Finished
 from app.thinking_signature import ThinkingSigner

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import Finish, TextDelta
 from app.backends.dialect import Decoder
+from app.backends.generation import Finish, TextDelta
 
 Event = dict[str, Any] | None
 

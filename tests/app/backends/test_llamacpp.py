@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import GenerationRequest, Sampling
 from app.backends.dialect import PublishedTemplate
+from app.backends.generation import GenerationRequest, Sampling
 from app.backends.llamacpp import LlamaCpp, token_probabilities
 from app.constraints.tools import ReasoningGate
 from app.errors import BackendError

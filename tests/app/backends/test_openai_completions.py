@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import GenerationRequest, Sampling, TokenLogprob
+from app.backends.generation import GenerationRequest, Sampling, TokenLogprob
 from app.backends.openai_completions import CompletionsDecoder, OpenAICompletions, legacy_logprobs, split_piece
 from app.errors import BackendError
 from tests.app.backends.events import recorded, run

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.backends.base import GenerationRequest, Sampling
+from app.backends.generation import GenerationRequest, Sampling
 from app.backends.vllm import Vllm
 from app.constraints.tools import ConstraintRequest, ReasoningGate
 from app.errors import BackendError
