@@ -125,7 +125,7 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
     from app.pipeline.validate import check_ask
 
     start = time.process_time()
-    ask = chat_ask(parse_request(orjson.loads(raw)))
+    ask = chat_ask(parse_request(orjson.loads(raw), settings))
     check_ask(ask, settings)
     plan = plan_request(ask, formats, template, backend)
     plan.parser()
