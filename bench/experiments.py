@@ -5,15 +5,12 @@ toolwire with and without them, side by side.
 
 * ``trace`` — a diagnostic, not a change: records where each chat request's time to the response
   head goes.
-* ``first_chunk`` — the backend stream hands on its first chunk's data as soon as that chunk is
-  complete, before de-chunking the rest of the read it came in (``app.backends.streamhttp``
-  de-chunks a whole read first: after a burst, a read of up to 64 KB, hundreds of chunks, stands
-  between the backend's first token and the client's).
 * ``slice100`` — not a patch: toolwire run with its own ``--sched-slice-us 100`` setting (opt-in;
   see ``app.sched``), to show what the setting does on this machine.
 
 The first what-ifs measured here (a lean streaming HTTP client instead of httpx for the backend
-stream; a plain SSE response instead of sse-starlette's) were adopted into ``app/``.
+stream; a plain SSE response instead of sse-starlette's; the backend stream's first chunk handed on
+before the rest of its read is de-chunked) were adopted into ``app/``.
 
 An experiment that no longer fits the app's code raises ``ExperimentError`` (reported, not hidden).
 """
@@ -136,38 +133,6 @@ def _apply_trace() -> None:
 
 
 EXPERIMENTS["trace"] = _apply_trace
-
-
-def _apply_first_chunk() -> None:
-    from app.backends import streamhttp
-
-    original_read = streamhttp.StreamedResponse._read
-    if not hasattr(streamhttp.StreamedResponse, "_dechunk"):
-        raise ExperimentError("StreamedResponse has no _dechunk any more")
-
-    async def read(self: Any) -> bytes:
-        rest: bytes | None = getattr(self, "_bench_rest", None)
-        if rest is not None:  # what was cut off the first read: handed on without waiting
-            self._bench_rest = b""
-            if rest:
-                return rest
-        data: bytes = await original_read(self)
-        if rest is None and self._chunked and not self._buf:  # the response's first read: cut it after its first chunk
-            line_end = data.find(b"\r\n")
-            try:
-                end = line_end + 2 + int(data[:line_end].split(b";", 1)[0], 16) + 2 if line_end > 0 else -1
-            except ValueError:
-                end = -1
-            if 0 < end < len(data):
-                self._bench_rest = data[end:]
-                return data[:end]
-            self._bench_rest = b""
-        return data
-
-    streamhttp.StreamedResponse._read = read  # type: ignore[method-assign]
-
-
-EXPERIMENTS["first_chunk"] = _apply_first_chunk
 
 
 def _apply_slice100() -> None:

@@ -52,8 +52,11 @@ class Seen:
 
 class ScriptedBackend:
     def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
-                 bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None) -> None:
+                 bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None,
+                 tokenizer: bool = True) -> None:
         self.kind = kind
+        #: ``False``: ``/tokenize`` answers 404, as a backend (or a gateway in front of one) without it
+        self.tokenizer = tokenizer
         #: the context length it reports (llama-server ``/props`` ``n_ctx``, vLLM ``max_model_len``) and
         #: enforces as they do: vLLM refuses a prompt plus ``max_tokens`` beyond it, llama-server a
         #: prompt that fills it (prompt tokens are UTF-8 bytes, as ``/tokenize`` counts them)
@@ -167,6 +170,8 @@ class ScriptedBackend:
                 "bos_token": self.bos_token, "eos_token": self.eos_token})
         if method == "POST" and path == "/tokenize":  # one token per UTF-8 byte (and BOS where added)
             self.tokenized.append(body)
+            if not self.tokenizer:
+                return await self._send_json(writer, 404, {"detail": "Not Found"})
             if self.kind == "llamacpp":
                 bos = [1] if self.adds_bos and body.get("add_special") else []
                 return await self._send_json(writer, 200, {"tokens": bos + list(body.get("content", "").encode())})

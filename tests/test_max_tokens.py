@@ -131,6 +131,24 @@ def test_a_prompt_that_leaves_no_room_is_a_400_naming_the_context(served) -> Non
     assert len(backend.bodies()) == sent  # nothing was generated
 
 
+def test_a_backend_without_a_tokenizer_endpoint_is_not_asked_per_request(
+        backend_factory: Callable[..., ScriptedBackend], proxy_factory: Callable[..., ProxyServer]) -> None:
+    """A backend whose ``/tokenize`` is "not found" (a gateway in front of vLLM, a build without it)
+    is asked once: later requests near the edge go on as asked without a round trip each."""
+    backend = backend_factory("vllm", context=CONTEXT, tokenizer=False)
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE))
+    ask("chat", proxy, 64)  # obviously fits: no count; tells the prompt's size
+    exact = CONTEXT - len(backend.bodies()[-1]["prompt"].encode())
+    for face in ("chat", "chat_stream", "chat"):
+        headers = ask(face, proxy, exact)
+        assert backend.bodies()[-1]["max_tokens"] == exact and HEADER not in headers
+    assert len(counted(backend)) == 1
+    with pytest.raises(anthropic.BadRequestError, match="no tokenizer endpoint"):
+        anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0).messages.count_tokens(
+            model="m", messages=[{"role": "user", "content": "hi"}])
+    assert len(counted(backend)) == 1
+
+
 # ------------------------------------------------------------------------------------------ policies
 
 def test_policy_reject_leaves_the_context_to_the_backend(backend_factory: Callable[..., ScriptedBackend],

@@ -60,6 +60,113 @@ def test_chunked_body_split_at_every_byte() -> None:
     asyncio.run(run())
 
 
+EVENTS = [f"data: {{\"text\": \"token {i}\"}}\n\n".encode() for i in range(300)]
+
+
+def test_a_first_read_of_many_chunks_hands_on_the_first_chunk_alone() -> None:
+    """A backend that bursts: head and 300 chunks in one write, so one read holds them all. The
+    first chunk's data leaves before the rest of the read is de-chunked; then the rest follows in
+    larger pieces (batching kept), nothing lost or repeated; the connection is reused afterwards."""
+
+    async def run() -> None:
+        connections: list[asyncio.StreamWriter] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            connections.append(writer)
+            writer.write(HEAD + chunked(*EVENTS))
+            await writer.drain()
+            return True
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        for _ in range(2):
+            response = await client.post(url, b"{}", {})
+            pieces = [piece async for piece in response.aiter_bytes()]
+            assert pieces[0] == EVENTS[0]
+            assert b"".join(pieces) == b"".join(EVENTS)
+            assert len(pieces) < len(EVENTS) // 2, "the rest of the burst is still handed on in large pieces"
+            await response.aclose()
+        assert len({id(w) for w in connections}) == 1, "the framing ended cleanly: the connection was reused"
+        await client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+def test_a_stream_left_after_its_first_chunk_drains_from_where_it_stopped() -> None:
+    """The caller stops right after the first chunk, which left in the middle of a read: the
+    background drain goes on from there (the framing state kept on the response), so the connection
+    is reused and the next response is read whole and right."""
+
+    async def run() -> None:
+        connections: list[asyncio.StreamWriter] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            connections.append(writer)
+            writer.write(HEAD + chunked(*EVENTS))
+            await writer.drain()
+            return True
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        response = await client.post(url, b"{}", {})
+        async for piece in response.aiter_bytes():
+            assert piece == EVENTS[0]
+            break
+        await response.aclose(finished=True)
+        await asyncio.sleep(0.1)
+        response = await client.post(url, b"{}", {})
+        assert await response.aread() == b"".join(EVENTS)
+        await response.aclose()
+        assert len({id(w) for w in connections}) == 1
+        await client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_chunked_body_in_random_writes_loses_and_repeats_nothing(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    data = HEAD + chunked(*EVENTS[:rng.randint(1, 60)], b"x" * rng.randint(1, 5000))
+    cuts = sorted(rng.sample(range(1, len(data)), 12))
+
+    async def run() -> None:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+            for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True):
+                writer.write(data[start:end])
+                await writer.drain()
+                await asyncio.sleep(0.001 * rng.random())
+            return False
+
+        server, url = await serve(handler)
+        client = StreamingClient(2, 2)
+        response = await client.post(url, b"{}", {})
+        pieces = [piece async for piece in response.aiter_bytes()]
+        body = data[len(HEAD):]
+        assert b"".join(pieces) == await _dechunked(body)
+        assert EVENTS[0].startswith(pieces[0])
+        await response.aclose()
+        await client.close()
+        server.close()
+
+    asyncio.run(run())
+
+
+async def _dechunked(body: bytes) -> bytes:
+    """The data of a chunked body, de-framed independently of the client (a reference)."""
+    out, pos = [], 0
+    while True:
+        line_end = body.index(b"\r\n", pos)
+        size = int(body[pos:line_end], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[line_end + 2:line_end + 2 + size])
+        pos = line_end + 2 + size + 2
+
+
 def test_keep_alive_reuse_and_stale_connection_retry() -> None:
     async def run() -> None:
         connections = []

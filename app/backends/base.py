@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -90,6 +91,7 @@ class Backend:
         self.model = model
         self.dialect = dialect if dialect is not None else Dialect()
         self.facts = BackendFacts()
+        self._tokenizer_missing_until = -math.inf  # monotonic time: the tokenizer endpoint said "not found"
 
     @property
     def kind(self) -> str:
@@ -129,14 +131,28 @@ class Backend:
         for finish in decoder.end():
             yield finish
 
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether ``count_tokens`` asks the backend: its dialect has a tokenizer endpoint, and that
+        endpoint has not answered "not found" in the last ``TOKENIZER_RECHECK_SECONDS`` (a backend that
+        lacks it would otherwise cost every request that needs a count a round trip)."""
+        return self.dialect.tokenizes and time.monotonic() >= self._tokenizer_missing_until
+
     async def count_tokens(self, prompt: str) -> int:
         """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of
         a generation request); a clear 400 when the backend has no tokenizer endpoint."""
-        if not self.dialect.tokenizes:
+        if not self.counts_tokens:
             raise APIError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with",
                            code="count_tokens_unsupported")
         request = self.dialect.tokenize(prompt, self.model)
-        return self.dialect.token_count(await self._post_json(request.path, request.body or {}))
+        try:
+            answer = await self._post_json(request.path, request.body or {})
+        except _NotFound as exc:
+            self._tokenizer_missing_until = time.monotonic() + TOKENIZER_RECHECK_SECONDS
+            raise BackendError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with "
+                               f"({request.path}: HTTP {exc.upstream})", code="count_tokens_unsupported",
+                               kind="rejected") from exc
+        return self.dialect.token_count(answer)
 
     async def probe(self) -> BackendFacts:
         """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON
@@ -170,6 +186,8 @@ class Backend:
         except httpx.HTTPError as exc:
             raise BackendError(503, f"backend unreachable: {self.base_url}", retryable=True,
                                code="backend_unreachable", kind="unreachable") from exc
+        if response.status_code in NOT_FOUND:
+            raise _NotFound(response.status_code, _status_error(response.status_code, response.content))
         if response.status_code >= 400:
             raise _status_error(response.status_code, response.content)
         try:
@@ -274,6 +292,18 @@ def count(value: Any) -> int:
 
 
 _SKIP: Any = object()
+NOT_FOUND = frozenset((404, 405, 501))  # statuses that say an endpoint does not exist (not that a request was bad)
+TOKENIZER_RECHECK_SECONDS = 60.0  # how long a tokenizer endpoint that was not found is not asked again
+
+
+class _NotFound(BackendError):
+    """``_post_json``'s error for an endpoint the backend does not have (status ``upstream``)."""
+
+    def __init__(self, upstream: int, error: BackendError) -> None:
+        super().__init__(error.status, error.message, code=error.code, kind=error.kind)
+        self.upstream = upstream
+
+
 MAX_BATCH = 64  # events handed on together at most (bounds the latency a burst adds)
 MAX_LINE = 8 << 20  # longest SSE line accepted from a backend (one event; a token is a few bytes)
 

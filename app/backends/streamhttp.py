@@ -160,6 +160,7 @@ class StreamedResponse:
         self._closed = False
         self._timed_out = False
         self._buf = b""  # chunked framing: bytes read but not yet parsed
+        self._started = False  # chunked framing: the body's first chunk was handed on
         self._need = 0  # chunked framing: bytes of the current chunk's data still to come
 
     def _expire(self) -> None:
@@ -184,7 +185,8 @@ class StreamedResponse:
         return data
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body as it arrives: everything one read brought, chunk framing removed."""
+        """The body as it arrives: everything one read brought, chunk framing removed — except that
+        a chunked body's first chunk leaves alone, as soon as it is complete."""
         pieces = self._dechunk() if self._chunked else self._plain()
         async for piece in pieces:
             yield piece
@@ -206,11 +208,22 @@ class StreamedResponse:
     async def _dechunk(self) -> AsyncIterator[bytes]:
         # The framing state (unread bytes, bytes of the current chunk still to come) lives on the
         # response, so a later reader (the background drain) carries on where this one stopped.
+        # The body's first chunk is handed on as soon as it is complete, before the rest of its read
+        # is de-chunked: a backend that bursts writes hundreds of chunks (tokens) behind its first
+        # one, all in one read, and the first token should not wait for them.
+        # What an earlier reader left is parsed before anything more is read: after the first chunk
+        # it may hold whole chunks, even the body's end.
+        first = not self._started
+        self._started = True
+        left = self._buf
         while True:
-            data = await self._read()
-            if not data:
-                raise StreamBroken("backend closed the connection mid-stream")
-            buf = self._buf + data if self._buf else data
+            if left:
+                buf, left = left, b""
+            else:
+                data = await self._read()
+                if not data:
+                    raise StreamBroken("backend closed the connection mid-stream")
+                buf = self._buf + data if self._buf else data
             need = self._need
             out: list[bytes] = []
             pos, n = 0, len(buf)
@@ -222,6 +235,11 @@ class StreamedResponse:
                     pos = end
                     if need:
                         break
+                    if first:  # the body's first chunk is complete: on its way at once
+                        first = False
+                        self._buf, self._need = buf[pos:], 0
+                        yield b"".join(out)
+                        out = []
                 line_end = buf.find(b"\r\n", pos)
                 if line_end < 0:
                     break

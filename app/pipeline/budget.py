@@ -67,9 +67,11 @@ def obviously_fits(prompt: str, max_tokens: int, context: int) -> bool:
 
 async def fit_to_context(requested: int, prompt: str, backend: Backend) -> Clamp | None:
     """``requested`` lowered to what the backend's context holds after ``prompt`` (``None``: it fits,
-    or the backend's context or tokenizer is unknown — the backend then decides as it would have)."""
+    or the backend's context or tokenizer is unknown — the backend then decides as it would have). A
+    backend whose tokenizer endpoint answered "not found" is not asked again for a while
+    (``Backend.counts_tokens``): that request and the next ones go on as asked, logged once."""
     context = backend.facts.context_length
-    if context is None or obviously_fits(prompt, requested, context) or not backend.dialect.tokenizes:
+    if context is None or obviously_fits(prompt, requested, context) or not backend.counts_tokens:
         return None
     try:
         prompt_tokens = await backend.count_tokens(prompt)

@@ -105,3 +105,39 @@ def test_recognised_by_its_models_owner_and_its_context_from_max_model_len() -> 
     assert not Vllm.recognises({"data": [{"id": "x", "owned_by": "llamacpp"}]}) and not Vllm.recognises(None)
     facts = Vllm().facts({"models": models})
     assert (facts.model, facts.context_length) == ("Qwen/Qwen3-8B", 40960)
+
+
+def test_a_tokenizer_endpoint_not_found_is_not_asked_again_until_the_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import httpx
+
+    from app.backends import base
+    from app.errors import APIError
+    from tests.scripted_backend import ScriptedBackend
+
+    scripted = ScriptedBackend("vllm", tokenizer=False).start()
+
+    async def go() -> None:
+        async with httpx.AsyncClient() as client:
+            backend = base.Backend(scripted.url, client, model="m", dialect=Vllm())
+            assert backend.counts_tokens
+            with pytest.raises(BackendError, match="no tokenizer endpoint") as missing:
+                await backend.count_tokens("hello")
+            assert (missing.value.status, missing.value.code) == (400, "count_tokens_unsupported")
+            assert not backend.counts_tokens
+            with pytest.raises(APIError, match="no tokenizer endpoint"):
+                await backend.count_tokens("hello")
+            assert len(scripted.tokenized) == 1  # not asked again within the window
+            monkeypatch.setattr(base, "TOKENIZER_RECHECK_SECONDS", 0.0)  # a window that passes at once
+            backend = base.Backend(scripted.url, client, model="m", dialect=Vllm())
+            with pytest.raises(BackendError, match="no tokenizer endpoint"):
+                await backend.count_tokens("hello")
+            scripted.tokenizer = True  # the endpoint is back
+            assert backend.counts_tokens and await backend.count_tokens("hello") == 5
+            assert len(scripted.tokenized) == 3
+
+    try:
+        asyncio.run(go())
+    finally:
+        scripted.stop()
