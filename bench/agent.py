@@ -125,11 +125,11 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
     from app.pipeline.validate import check_ask
 
     start = time.process_time()
-    ask = chat_ask(parse_request(orjson.loads(raw)))
+    ask = chat_ask(parse_request(orjson.loads(raw), settings))
     check_ask(ask, settings)
-    plan = plan_request(ask, formats, template, backend)
+    plan = plan_request(ask, formats, template, backend, settings.max_calls_per_answer)
     plan.parser()
-    orjson.dumps(backend.body(plan.generation_request()))
+    orjson.dumps(backend.dialect.body(plan.generation_request(), backend.model))
     return time.process_time() - start, plan.prompt
 
 
@@ -141,7 +141,8 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     import httpx
     import orjson
 
-    from app.backends import VllmBackend
+    from app.backends import Backend
+    from app.backends.vllm import Vllm
     from app.parser_choice import ParserChoice
     from app.pipeline.plan import Formats
     from app.settings import Settings
@@ -153,7 +154,7 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     path = Path(__file__).resolve().parent.parent / TEMPLATE
     formats = Formats.of(ParserChoice(reasoning=canonical_reasoning_parser("qwen3"),
                                       tools=canonical_tool_parser("hermes")))
-    backend = VllmBackend("http://127.0.0.1:9", httpx.AsyncClient())
+    backend = Backend("http://127.0.0.1:9", httpx.AsyncClient(), dialect=Vllm())
     settings = Settings(backend="http://127.0.0.1:9")
     out: dict[int, dict[str, float]] = {}
     for turns in TURNS:
