@@ -179,3 +179,35 @@ def test_the_cache_stays_within_its_bytes() -> None:
     template.cache = big
     template.render([{"role": "user", "content": "y" * 5000}])  # larger than the whole bound: not kept
     assert len(big) == 0 and big.bytes == 0
+
+
+NUMBERS = "{%- for m in messages %}{{ m.n }}|{%- endfor %}"
+
+
+@pytest.mark.parametrize("earlier", [
+    [{"n": 1}, {"n": 2}, {"n": 9}],  # the same lengths, other bytes, past the items the key digests
+    [{"n": 1}, {"n": 2}, {"n": True}],  # equal in Python (True == 1), not in the prompt
+    [{"n": 1}, {"n": 2}, {"n": 1.0}],
+    [{"n": 7}, {"n": 2}, {"n": 1}],  # within the items the key digests
+])
+def test_a_changed_earlier_message_is_not_reused(earlier: list[dict]) -> None:
+    whole, resumed = ChatTemplate(NUMBERS), ChatTemplate(NUMBERS)
+    resumed.cache = RenderCache(1 << 20)
+    now = [{"n": 1}, {"n": 2}, {"n": 1}, {"n": 4}]
+    assert resumed.render(earlier) == whole.render(earlier)
+    assert resumed.render(now) == whole.render(now) == "1|2|1|4|"
+    assert resumed.cache.hits == 0
+    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.cache.hits == 1  # the prefix is
+
+
+def test_the_cache_index_holds_what_the_cache_holds() -> None:
+    """Entries dropped for the byte bound leave the lookup index too; a render seen again replaces
+    its old entry."""
+    template = ChatTemplate(TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"])
+    template.cache = cache = RenderCache(60_000)
+    for i in range(30):
+        for n in (2, 3, 4, 4):  # a conversation growing; its last turn sent twice
+            template.render([{"role": "user", "content": f"{i} {k} " + "x" * 1000} for k in range(n)])
+            assert cache.bytes <= cache.max_bytes
+            assert sum(len(bucket) for bucket in cache._buckets.values()) == len(cache)
+    assert 0 < len(cache) < 90

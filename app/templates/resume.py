@@ -28,10 +28,11 @@ from *i − k* to *i + ahead* (whether they exist included).
 **The check (at run time, per render).** The template is compiled a second time with three calls
 added: one just before the loop (it receives the sequence and the captured values), one at the
 start of each iteration (it says whether the iteration runs), and one after the loop. The first
-call digests each item of the sequence (a chain of BLAKE2b digests over their exact serialisation:
-an item that cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than
-tool arguments, a non-finite float — stops reuse), finds the longest earlier render whose sequence
-is a prefix of this one, and requires its captured values to be byte-identical (the same exact
+call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
+cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than tool arguments, a
+non-finite float — stops reuse), finds the longest earlier render whose items are, byte for byte
+and item for item, a prefix of these (among those whose first items digest alike: a BLAKE2b
+digest, salted per template), and requires its captured values to be byte-identical (the same exact
 serialisation). Then iterations ``0 … n_old − 1 − ahead`` (all of them if the sequence is
 unchanged) and any read ``seq[k]`` with ``k < n_old`` are known to write the same text; they are
 skipped and their old text is put back in place. Everything before and after the loop runs as
@@ -40,7 +41,7 @@ data itself holds the separator, the counts do not match and the template is ren
 
 A template that fails the proof (many do: loops that set namespace flags, Kimi K2's list building)
 is always rendered whole. What the cache holds (``RenderCache``): per earlier render, the text of
-each loop iteration, the digests of the sequence's items and the serialised captured values —
+each loop iteration, the sequence's items and the captured values serialised —
 bounded in bytes, least recently used dropped first, per process.
 """
 
@@ -55,6 +56,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import jinja2
@@ -445,94 +447,132 @@ def exact_bytes(value: Any) -> bytes:
 
 @dataclass
 class Entry:
-    """One earlier render: the text of each loop iteration, the chain digest after each item, the
-    captured values, and (when the loop ran over the messages themselves) each message as prepared
-    for the template and its serialised size. ``size`` is what it counts in the cache's byte bound."""
+    """One earlier render: the text of each loop iteration, its sequence's items serialised exactly
+    one after the other (``joined``; item ``i`` ends at ``ends[i]``) and the bucket they are filed
+    under (``key``: the digest of the first items), the captured values, and (when the loop ran
+    over the messages themselves) each message as prepared for the template. ``size`` is what it
+    counts in the cache's byte bound."""
 
     texts: list[str]
-    digests: list[bytes]
+    key: bytes
+    joined: bytes
+    ends: list[int]
     captured: bytes
     items: list[Any] | None
-    item_sizes: list[int]
     size: int
 
 
+#: prefix checks one lookup makes at most (longest first); a mismatch costs up to the bytes shared
+MAX_PROBES = 16
+#: items the bucket key digests: conversations that share them share a bucket
+KEY_ITEMS = 2
+
+
 class RenderCache:
-    """Earlier renders by the chain digest of their whole sequence; at most ``max_bytes`` (texts,
-    messages, digests and captured values: the texts counted by ``sys.getsizeof``, a message by the
-    length of its serialisation, twice), least recently used dropped first. Thread-safe (renders
-    may run off the event loop). Conversations of fewer than ``min_messages`` messages are
-    rendered whole and not kept: resuming them would save less than its bookkeeping costs."""
+    """Earlier renders, filed by the digest of their first items (``KEY_ITEMS``); a lookup finds the
+    longest one whose items are, byte for byte, a prefix of the sequence asked about. At most
+    ``max_bytes`` (texts, messages, serialised items and captured values: the texts counted by
+    ``sys.getsizeof``, a message by the length of its serialisation, three times), least recently
+    used dropped first, per process. Thread-safe (renders may run off the event loop).
+    Conversations of fewer than ``min_messages`` messages are rendered whole and not kept: resuming
+    them would save less than its bookkeeping costs."""
 
     def __init__(self, max_bytes: int, min_messages: int = 0) -> None:
         self.max_bytes = max_bytes
         self.min_messages = min_messages
         self.bytes = 0
-        self._entries: OrderedDict[bytes, Entry] = OrderedDict()
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # by id(entry), least recently used first
+        self._buckets: dict[bytes, list[Entry]] = {}  # by key, longest sequence first
         self._lock = threading.Lock()
         self.hits = 0  # renders that reused at least one iteration
         self.reused = 0  # iterations reused, over all renders
 
-    def longest(self, digests: Sequence[bytes]) -> Entry | None:
-        """The cached render whose sequence is the longest prefix of the one ``digests`` describes."""
+    def longest(self, key: bytes, joined: bytes, ends: Sequence[int]) -> Entry | None:
+        """The cached render whose items are the longest prefix of the sequence ``joined`` holds
+        (item ``i`` ending at ``ends[i]``), among those filed under ``key``."""
         with self._lock:
-            for digest in reversed(digests):
-                entry = self._entries.get(digest)
-                if entry is not None:
-                    self._entries.move_to_end(digest)
+            probes = 0
+            for entry in self._buckets.get(key, ()):
+                n = len(entry.ends)
+                if n > len(ends) or ends[n - 1] != entry.ends[-1]:
+                    continue
+                if joined.startswith(entry.joined) and entry.ends == ends[:n]:
+                    self._entries.move_to_end(id(entry))
                     return entry
+                probes += 1
+                if probes >= MAX_PROBES:
+                    break
         return None
 
     def put(self, entry: Entry) -> None:
-        if not entry.digests or entry.size > self.max_bytes:
+        if not entry.ends or entry.size > self.max_bytes:
             return
-        key = entry.digests[-1]
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old.size
-            self._entries[key] = entry
+            bucket = self._buckets.setdefault(entry.key, [])
+            for old in bucket:
+                if old.joined == entry.joined and old.ends == entry.ends:
+                    self._drop(old)
+                    break
+            at = 0
+            while at < len(bucket) and len(bucket[at].ends) >= len(entry.ends):
+                at += 1
+            bucket.insert(at, entry)
+            self._entries[id(entry)] = entry
             self.bytes += entry.size
             while self.bytes > self.max_bytes:
-                _key, dropped = self._entries.popitem(last=False)
-                self.bytes -= dropped.size
+                self._drop(next(iter(self._entries.values())))
+
+    def _drop(self, entry: Entry) -> None:
+        del self._entries[id(entry)]
+        self.bytes -= entry.size
+        bucket = self._buckets[entry.key]
+        bucket.remove(entry)
+        if not bucket:
+            del self._buckets[entry.key]
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-def _item_bytes(item: Any) -> bytes:
-    """An exact serialisation of one raw message: ``marshal`` (C speed, exact types, no shared
-    references at version 2) where it applies, else ``exact_bytes`` (tagged so the two never meet)."""
-    try:
-        return b"m" + marshal.dumps(item, 2)
-    except ValueError:
-        return b"j" + exact_bytes(item)
+def _marshalled(items: Sequence[Any]) -> list[bytes]:
+    """Each item serialised exactly by ``marshal`` (C speed, exact types, no shared references at
+    version 2); ``ValueError`` when one is not marshallable."""
+    dumps = marshal.dumps
+    return [dumps(item, 2) for item in items]
 
 
-def _chain(salt: bytes, items: Sequence[Any], encode: Callable[[Any], bytes]) -> tuple[list[bytes], list[int]]:
-    chain = hashlib.blake2b(salt, digest_size=16)
-    digests, sizes = [], []
-    for item in items:
-        data = encode(item)
-        chain.update(len(data).to_bytes(8, "little"))
-        chain.update(data)
-        digests.append(chain.digest())
-        sizes.append(len(data))
-    return digests, sizes
+def serialised(salt: bytes, items: Sequence[Any], exact: bool = False) -> tuple[bytes, bytes, list[int]]:
+    """The sequence's bucket key, its items serialised one after the other and where each ends —
+    by ``marshal`` where every item allows it, else by ``exact_bytes`` (``exact``: always), the two
+    kinds told apart in the key (``_Inexact`` where neither is exact)."""
+    datas: list[bytes] | None = None
+    if not exact:
+        try:
+            datas, tag = _marshalled(items), b"m"
+        except ValueError:
+            datas = None
+    if datas is None:
+        datas, tag = [exact_bytes(item) for item in items], b"j"
+    ends = list(accumulate(map(len, datas)))
+    joined = b"".join(datas)
+    first = ends[:KEY_ITEMS]
+    digest = hashlib.blake2b(salt, digest_size=16)
+    digest.update(tag + len(first).to_bytes(1, "little"))
+    digest.update(memoryview(joined)[:first[-1] if first else 0])
+    return digest.digest(), joined, ends
 
 
 class _Run:
     """One resumable render's state: what the calls the template makes do."""
 
-    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any], digests: list[bytes],
-                 sizes: list[int], found: Entry | None) -> None:
+    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any],
+                 sequence: tuple[bytes, bytes, list[int]] | None, found: Entry | None) -> None:
         self.plan, self.cache, self.messages = plan, cache, messages
         self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
         self.entered = self.left = False
         self.length = 0  # items the loop runs over
         self.reused: list[str] = []
-        self.digests, self.sizes, self.found = digests, sizes, found
+        self.sequence, self.found = sequence, found  # (key, joined, ends) of the loop's items
         self.captured = b""
         self.storable = False
 
@@ -546,15 +586,15 @@ class _Run:
         self.length = len(sequence)
         try:
             self.captured = exact_bytes(captured)
-            if sequence is not self.messages:  # a list the template made: its own items are digested
-                self.digests, self.sizes = _chain(self.plan.salt + b"seq", sequence, exact_bytes)
-                self.found = self.cache.longest(self.digests)
-            self.storable = True
+            if sequence is not self.messages:  # a list the template made: its own items are serialised
+                self.sequence = serialised(self.plan.salt + b"seq", sequence, exact=True)
+                self.found = self.cache.longest(*self.sequence)
+            self.storable = self.sequence is not None
         except _Inexact:
             return SEPARATOR
         entry = self.found
         if entry is not None and entry.captured == self.captured:
-            old, n = len(entry.digests), self.length
+            old, n = len(entry.ends), self.length
             start = old if old == n else max(0, old - self.plan.ahead)
             if old < n and self.plan.fixed > old:
                 start = 0
@@ -576,12 +616,13 @@ class _Run:
         if not self.left or len(parts) != self.length - start + 3:
             return None
         head, reused, *texts, tail = parts
-        if self.storable and len(self.digests) == self.length:
+        if self.storable and self.sequence is not None and len(self.sequence[2]) == self.length:
+            key, joined, ends = self.sequence
             texts_all = [*self.reused, *texts]
             items = self.messages if self.plan.sequence == "messages" else None
-            size = (sum(sys.getsizeof(t) for t in texts_all) + 2 * sum(self.sizes) + 48 * len(self.digests)
+            size = (sum(sys.getsizeof(t) for t in texts_all) + 3 * len(joined) + 40 * len(ends)
                     + len(self.captured))
-            self.cache.put(Entry(texts_all, self.digests, self.captured, items, self.sizes, size))
+            self.cache.put(Entry(texts_all, key, joined, ends, self.captured, items, size))
             if self.reused:
                 self.cache.hits += 1
                 self.cache.reused += len(self.reused)
@@ -595,22 +636,21 @@ def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapp
     ``context`` with ``plan``'s template, reusing what ``cache`` proves reusable — prepared
     messages included; ``None`` when the output could not be taken apart (render whole instead).
     ``owned`` is told of the prepared messages (the caller's: the template may not change them)."""
-    digests: list[bytes] = []
-    sizes: list[int] = []
+    sequence = None
     found = None
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
         try:
-            digests, sizes = _chain(plan.salt + b"raw", messages, _item_bytes)
+            sequence = serialised(plan.salt + b"raw", messages)
         except _Inexact:
-            digests, sizes = [], []
-        found = cache.longest(digests) if digests else None
+            sequence = None
+        found = cache.longest(*sequence) if sequence is not None else None
         if found is not None and found.items is not None:
             known = len(found.items)
             prepared = [*found.items, *prepare(messages[known:])]
     if prepared is None:
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
-    run = _Run(plan, cache, prepared, digests, sizes, found)
+    run = _Run(plan, cache, prepared, sequence, found)
     raw = plan.template.render(**context, messages=prepared, **run.functions())
     return run.finish(raw)
