@@ -116,6 +116,7 @@ END = "{%- endfor %}"
     ("{{ loop.length }}", "loop.length"),
     ("{{ loop.revindex }}", "loop.revindex"),
     ("{{ loop.changed(message.role) }}", "loop.changed"),
+    ("{%- for x in [] %}{% else %}{{ loop.length }}{% endfor %}", "loop.length"),  # else: the main loop's
     ("{{ messages|length }}", "the sequence other than"),
     ("{{ messages[-1].content }}", "by something other"),
     ("{{ messages[loop.index0 * 2] }}", "by something other"),

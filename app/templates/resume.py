@@ -238,8 +238,10 @@ class _Body:
                 raise NotProven("a nested loop's filter reads loop")
             if node.test is not None:
                 self.expression(node.test, True, in_macro)
-            for child in [*node.body, *node.else_]:
+            for child in node.body:
                 self.statement(child, True, in_macro)
+            for child in node.else_:  # a for's else runs where ``loop`` is the enclosing loop's
+                self.statement(child, inner_loop, in_macro)
             return
         if isinstance(node, nodes.If):
             self.expression(node.test, inner_loop, in_macro)
