@@ -212,3 +212,33 @@ def test_the_cache_index_holds_what_the_cache_holds() -> None:
             assert cache.bytes <= cache.max_bytes
             assert sum(len(bucket) for bucket in cache._buckets.values()) == len(cache)
     assert 0 < len(cache) < 90
+
+
+LOOP_READS = ("{%- for m in messages %}{{ loop.index0 }},{{ loop.index }},{{ loop.first }},{{ loop.last }},"
+              "{{ loop.previtem.content if loop.previtem is defined else '-' }},"
+              "{{ loop.nextitem.content if loop.nextitem is defined else '-' }},"
+              "{{ '^' if loop.first else messages[loop.index0 - 1].content }},"
+              "{{ messages[loop.index + 0].content if not loop.last else '$' }}:{{ m.content }}|{%- endfor %}")
+
+
+def test_the_loop_reads_the_same_wherever_the_render_resumes() -> None:
+    """The resumed loop runs over the items not reused; what its body reads of ``loop`` and of the
+    items around it is what a whole render reads."""
+    whole, resumed = ChatTemplate(LOOP_READS), ChatTemplate(LOOP_READS)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"content": f"m{i}"} for i in range(9)]
+    for n in (1, 2, 3, 5, 6, 9, 9, 4):
+        assert resumed.render(messages[:n]) == whole.render(messages[:n])
+    assert resumed.cache.hits >= 5
+
+
+def test_an_iteration_reading_from_the_end_is_not_kept() -> None:
+    """``messages[loop.index0 - 1]`` in the first iteration is the last message: that render
+    depends on the whole conversation and is not kept."""
+    source = "{%- for m in messages %}{{ messages[loop.index0 - 1].content }}:{{ m.content }}|{%- endfor %}"
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"content": c} for c in "abcd"]
+    for n in (2, 3, 4):
+        assert resumed.render(messages[:n]) == whole.render(messages[:n])
+    assert len(resumed.cache) == 0 and resumed.cache.hits == 0

@@ -25,10 +25,12 @@ other name it reads — top-level variables, namespaces, ``tools``, ``chat_templ
 state, the text of iteration *i* is then a function of the captured values, *i*, and the items
 from *i − k* to *i + ahead* (whether they exist included).
 
-**The check (at run time, per render).** The template is compiled a second time with three calls
-added: one just before the loop (it receives the sequence and the captured values), one at the
-start of each iteration (it says whether the iteration runs), and one after the loop. The first
-call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
+**The check (at run time, per render).** The template is compiled a second time with calls added
+just before the loop (it receives the sequence and the captured values) and after it, and with
+the loop running over the items from the first one not reused on (``seq[start:]``), its body
+rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
+(``_FromStart``; a read that counts from the end — ``seq[loop.index0 - 1]`` in the first
+iteration — makes the render one that is not kept). The first call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
 cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than tool arguments, a
 non-finite float — stops reuse), finds the longest earlier render whose items are, byte for byte
 and item for item, a prefix of these (among those whose first items digest alike: a BLAKE2b
@@ -63,12 +65,13 @@ import jinja2
 import orjson
 from jinja2 import nodes
 from jinja2.utils import Namespace
+from jinja2.visitor import NodeTransformer
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
 SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 
-_ENTER, _STATE, _LEAVE = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave"
+_ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far ahead each looks
 _LOOP_ATTRS = {"index0": 0, "index": 0, "first": 0, "previtem": 0, "last": 1, "nextitem": 1}
 #: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
@@ -125,9 +128,10 @@ def plan_of(env: jinja2.Environment, source: str) -> LoopPlan:
             failure = exc
             continue
         assert isinstance(main.iter, nodes.Name) and isinstance(main.target, nodes.Name)
-        captured = tuple(sorted(walk.reads - {main.target.name, "loop", main.iter.name} - walk.callables))
+        sequence = main.iter.name
+        captured = tuple(sorted(walk.reads - {main.target.name, "loop", sequence} - walk.callables))
         template = _resumable(env, ast, main, parent, captured)
-        return LoopPlan(template, main.iter.name, walk.ahead, walk.fixed, captured)
+        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured)
     raise failure
 
 
@@ -382,18 +386,67 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
         return node
 
     assert isinstance(main.iter, nodes.Name)
-    enter = call(_ENTER, nodes.Name(main.iter.name, "load"),
+    sequence = main.iter.name
+    enter = call(_ENTER, nodes.Name(sequence, "load"),
                  nodes.List([nodes.Name(name, "load") for name in captured]))
-    state = nodes.Name(_STATE, "load")  # a plain dict: {"start": first iteration that runs, "mark": SEPARATOR}
-    live = nodes.If(nodes.Compare(nodes.Getattr(nodes.Name("loop", "load"), "index0", "load"),
-                                  [nodes.Operand("gteq", nodes.Getattr(state, "start", "load"))]),
-                    [nodes.Output([nodes.Getattr(state, "mark", "load")]), *main.body], [], [])
-    live.set_lineno(line)
-    live.set_environment(env)
-    main.body = [live]
+    # the loop runs over the items from ``start`` on; the body reads ``loop`` as if from the first
+    main.iter = nodes.Getitem(nodes.Name(sequence, "load"), nodes.Slice(_start(), None, None), "load")
+    shift = _FromStart(sequence)
+    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]),
+                 *(shift.visit(node) for node in main.body)]
+    main.set_lineno(line)
+    main.set_environment(env)
     at = next(i for i, node in enumerate(parent) if node is main)
     parent[at:at + 1] = [enter, main, call(_LEAVE)]
     return env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
+
+
+def _start() -> nodes.Expr:
+    """``__tw_loop.start``: the first iteration that runs (a plain dict: ``{"start": …, "mark": SEPARATOR}``)."""
+    return nodes.Getattr(nodes.Name(_STATE, "load"), "start", "load")
+
+
+def _loop(attr: str) -> nodes.Expr:
+    return nodes.Getattr(nodes.Name("loop", "load"), attr, "load")
+
+
+class _FromStart(NodeTransformer):
+    """The main loop's body, rewritten for a loop over ``seq[start:]``: every read of the main
+    loop's ``loop`` (the proof allows ``index0``, ``index``, ``first``, ``last``, ``previtem`` and
+    ``nextitem`` only) says what it says in a loop over the whole sequence. Nested loops' bodies
+    and filters are left alone (there ``loop`` is theirs); their ``else`` is not."""
+
+    def __init__(self, sequence: str) -> None:
+        self.sequence = sequence
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        node.iter = self.visit(node.iter)
+        node.else_ = [self.visit(child) for child in node.else_]
+        return node
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
+        """``seq[i]`` → ``__tw_loop_at(seq, i)`` (the same item; a negative ``i`` — ``seq[loop.index0 - 1]``
+        in the first iteration — reads from the end, and such a render is not kept)."""
+        if not (isinstance(node.node, nodes.Name) and node.node.name == self.sequence):
+            return self.generic_visit(node)
+        if isinstance(node.arg, nodes.Const) and type(node.arg.value) is int and node.arg.value >= 0:
+            return node
+        return nodes.Call(nodes.Name(_AT, "load"), [node.node, self.visit(node.arg)], [], None, None)
+
+    def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
+        if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+            return self.generic_visit(node)
+        if node.attr in ("index0", "index"):
+            return nodes.Add(_loop(node.attr), _start())
+        if node.attr == "first":
+            return nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("eq", nodes.Const(0))]))
+        if node.attr == "previtem":
+            later = nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("gt", nodes.Const(0))]))
+            before = nodes.Getitem(nodes.Name(self.sequence, "load"), nodes.Sub(_start(), nodes.Const(1)), "load")
+            return nodes.CondExpr(later, before, _loop("previtem"))
+        if node.attr in ("last", "nextitem"):  # the loop still ends where the sequence does
+            return node
+        raise NotProven(f"the loop body reads loop.{node.attr}")  # the proof refused it already
 
 
 # --------------------------------------------------------------------------- the check
@@ -577,9 +630,18 @@ class _Run:
         self.sequence, self.found = sequence, found  # (key, joined, ends) of the loop's items
         self.captured = b""
         self.storable = False
+        self.wrapped = False  # an iteration read the sequence from its end
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
+
+    def at(self, sequence: Any, index: Any) -> Any:
+        """``sequence[index]`` as the template reads it; an index that counts from the end makes the
+        iteration depend on the last items, so the render is not kept."""
+        if isinstance(index, int) and index < 0:
+            self.storable = False
+            self.wrapped = True
+        return self.plan.template.environment.getitem(sequence, index)
 
     def enter(self, sequence: Any, captured: list[Any]) -> str:
         self.entered = True
@@ -591,7 +653,7 @@ class _Run:
             if sequence is not self.messages:  # a list the template made: its own items are serialised
                 self.sequence = serialised(self.plan.salt + b"seq", sequence, exact=True)
                 self.found = self.cache.longest(*self.sequence)
-            self.storable = self.sequence is not None
+            self.storable = self.sequence is not None and not self.wrapped
         except _Inexact:
             return SEPARATOR
         entry = self.found
