@@ -664,7 +664,7 @@ class _Run:
                 start = 0
             self.state["start"] = start
             self.reused = entry.texts[:start]
-        return SEPARATOR + "".join(self.reused)
+        return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
 
     def leave(self) -> str:
         self.left = True
@@ -679,7 +679,7 @@ class _Run:
         start = self.state["start"]
         if not self.left or len(parts) != self.length - start + 3:
             return None
-        head, reused, *texts, tail = parts
+        head, _, *texts, tail = parts
         if self.storable and self.sequence is not None and len(self.sequence[2]) == self.length:
             key, joined, ends = self.sequence
             texts_all = [*self.reused, *texts]
@@ -690,7 +690,7 @@ class _Run:
             if self.reused:
                 self.cache.hits += 1
                 self.cache.reused += len(self.reused)
-        return head + reused + "".join(texts) + tail
+        return "".join([head, *self.reused, *texts, tail])
 
 
 def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapping[str, Any]],
