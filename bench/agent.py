@@ -141,6 +141,7 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     import httpx
     import orjson
 
+    from app.api.chat.decode import KNOWN
     from app.backends import Backend
     from app.backends.vllm import Vllm
     from app.parser_choice import ParserChoice
@@ -164,10 +165,12 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
         for _ in range(reps):
             cold = ChatTemplate.load(path)
             profile_of(cold)  # probed at start-up in the server
+            KNOWN.clear()  # no message decoded before either
             cold_s, whole = _before_backend(raw, cold, formats, backend, settings)
             warm = ChatTemplate.load(path)
             profile_of(warm)
             warm.cache = RenderCache(64 << 20)
+            KNOWN.clear()
             _before_backend(before, warm, formats, backend, settings)
             warm_s, resumed = _before_backend(raw, warm, formats, backend, settings)
             if resumed != whole:
@@ -200,7 +203,8 @@ def run(ctx: Any) -> Any:
         f"In process, Qwen3 template, qwen3 + hermes parsers: a {SYSTEM_BYTES // 1024} KB system prompt, "
         f"{TOOL_COUNT} tools of ~{TOOL_SCHEMA_BYTES} B schemas, N finished turns (call + result). 'First "
         "request': no earlier render cached (the template probed, as at start-up). 'Next turn': the same "
-        "conversation's previous turn was served just before (`--render-cache-bytes`); the prompt is checked "
+        "conversation's previous turn was served just before (`--render-cache-bytes`: its renders and its "
+        "decoded messages are kept); the prompt is checked "
         "byte-identical to the first request's. Best of several runs (CPU time of this process).")
     section.data = {str(k): v for k, v in data.items()}
     return section

@@ -452,7 +452,7 @@ class _FromStart(NodeTransformer):
 # --------------------------------------------------------------------------- the check
 
 
-class _Inexact(Exception):
+class _Inexact(ValueError):
     pass
 
 
