@@ -596,12 +596,21 @@ def _marshalled(items: Sequence[Any]) -> list[bytes]:
     return [dumps(item, 2) for item in items]
 
 
-def serialised(salt: bytes, items: Sequence[Any], exact: bool = False) -> tuple[bytes, bytes, list[int]]:
+def serialised(salt: bytes, items: Sequence[Any], exact: bool = False,
+               parsed_json: bool = False) -> tuple[bytes, bytes, list[int]]:
     """The sequence's bucket key, its items serialised one after the other and where each ends —
-    by ``marshal`` where every item allows it, else by ``exact_bytes`` (``exact``: always), the two
-    kinds told apart in the key (``_Inexact`` where neither is exact)."""
+    by ``marshal`` where every item allows it, else by ``exact_bytes`` (``exact``: always), the
+    kinds told apart in the key (``_Inexact`` where neither is exact). ``parsed_json``: the items
+    are what a JSON parser made (exact ``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
+    ``None``; no NaN), for which ``orjson`` is exact, and faster still."""
     datas: list[bytes] | None = None
-    if not exact:
+    if parsed_json:
+        dumps = orjson.dumps
+        try:
+            datas, tag = [dumps(item) for item in items], b"o"
+        except orjson.JSONEncodeError:
+            datas = None
+    if datas is None and not exact:
         try:
             datas, tag = _marshalled(items), b"m"
         except ValueError:

@@ -23,7 +23,8 @@ KNOWN = KnownMessages()
 
 
 def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
-    """The request, typed; its lists are counted against the limits before they are decoded."""
+    """The request (its JSON body as parsed), typed; its lists are counted against the limits before
+    they are decoded, and messages known from an earlier request (``KNOWN``) are not decoded again."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     messages = raw_list(body, "messages")

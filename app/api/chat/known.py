@@ -3,8 +3,9 @@ they are validated and turned into the shared conversation once, not once per tu
 
 ``KnownMessages`` keeps, per process, the decoded form of recent requests' message lists — each
 message's validated model (``ChatMessage``) and its ``Turn`` — under the exact serialisation of
-the raw messages (``app.templates.resume.serialised``: ``marshal`` bytes, item bounds compared
-too; what the render cache uses). A request whose first messages are, byte for byte, an earlier
+the raw messages (``app.templates.resume.serialised``: the messages as parsed from the request's
+JSON, serialised again by ``orjson`` — exact for what a JSON parser makes — item bounds compared
+too; the render cache's index). A request whose first messages are, byte for byte, an earlier
 list takes their decodings from it and decodes only the rest. A message's decoding depends on
 that message and its index only (call ids default to ``call_{index}_{k}``), so a known prefix
 decodes as it did. Requests in the deprecated ``functions`` shape, whose decoding looks across
@@ -60,14 +61,14 @@ class KnownMessages:
         return len(self._cache)
 
     def find(self, messages: list[Any], max_bytes: int) -> Known:
-        """What is known of ``messages`` (raw, as the request holds them): the longest earlier list
+        """What is known of ``messages`` (as parsed from the request's JSON): the longest earlier list
         they start with, never all of them (the request model wants one message at least to
         validate). ``max_bytes`` is the bound from here on (the process's setting; 0: off)."""
         self._cache.max_bytes = max_bytes
         if len(messages) < self.min_messages or max_bytes <= 0:
             return Known(0, [], [], None)
         try:
-            sequence = serialised(_SALT, messages)
+            sequence = serialised(_SALT, messages, parsed_json=True)
         except ValueError:  # not exactly serialisable (``_Inexact``): decode it whole
             return Known(0, [], [], None)
         entry = self._cache.longest(*sequence)
