@@ -154,6 +154,10 @@ class _Sandbox(SandboxedEnvironment):
             return self.undefined(obj=obj, name=attribute) if value is _MISSING else value
         if kind is str and attribute in _STR_METHODS:
             return getattr(obj, attribute)
+        if kind is Namespace and not attribute.startswith("_"):  # its attributes, without its __getattribute__
+            value = object.__getattribute__(obj, "_Namespace__attrs").get(attribute, _MISSING)
+            if value is not _MISSING and not isinstance(value, _METHODS):
+                return value
         if (kind is LoopContext or kind is Namespace) and not attribute.startswith("_"):
             try:  # ``loop.last``, ``ns.flag``: safe (neither is a known mutable; no "__" name)
                 value = getattr(obj, attribute)
