@@ -22,9 +22,10 @@ MAX_TOP_LOGPROBS = 20
 KNOWN = KnownMessages()
 
 
-def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
+def parse_request(body: Any, settings: Settings, tenant: str = "") -> ChatCompletionRequest:
     """The request (its JSON body as parsed), typed; its lists are counted against the limits before
-    they are decoded, and messages known from an earlier request (``KNOWN``) are not decoded again."""
+    they are decoded, and messages known from an earlier request of ``tenant``'s (``KNOWN``) are not
+    decoded again."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     messages = raw_list(body, "messages")
@@ -33,7 +34,7 @@ def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
              "--max-tools", "tools")
     too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
-    known = KNOWN.find(messages, settings.render_cache_bytes)
+    known = KNOWN.find(messages, settings.render_cache_bytes, tenant)
     if is_legacy(body, messages[known.count:]):  # decoded across messages: never from, nor into, the cache
         known = Known(0, [], [], None)
     try:

@@ -6,7 +6,8 @@ message's validated model (``ChatMessage``) and its ``Turn`` — under the exact
 the raw messages (``app.templates.resume.serialised``: the messages as parsed from the request's
 JSON, serialised again by ``orjson`` — exact for what a JSON parser makes — item bounds compared
 too; the render cache's index). A request whose first messages are, byte for byte, an earlier
-list takes their decodings from it and decodes only the rest. A message's decoding depends on
+list of the same tenant's (the tenant is part of the key) takes their decodings from it and
+decodes only the rest. A message's decoding depends on
 that message and its index only (call ids default to ``call_{index}_{k}``), so a known prefix
 decodes as it did. Requests in the deprecated ``functions`` shape, whose decoding looks across
 messages, are never kept nor served from here. The shared ``Turn`` objects are read-only from
@@ -60,15 +61,16 @@ class KnownMessages:
     def __len__(self) -> int:
         return len(self._cache)
 
-    def find(self, messages: list[Any], max_bytes: int) -> Known:
-        """What is known of ``messages`` (as parsed from the request's JSON): the longest earlier list
-        they start with, never all of them (the request model wants one message at least to
-        validate). ``max_bytes`` is the bound from here on (the process's setting; 0: off)."""
+    def find(self, messages: list[Any], max_bytes: int, tenant: str = "") -> Known:
+        """What is known of ``messages`` (as parsed from the request's JSON) to ``tenant``: the
+        longest list of theirs decoded before that these start with, never all of them (the
+        request model wants one message at least to validate). ``max_bytes`` is the bound from here
+        on (the process's setting; 0: off)."""
         self._cache.max_bytes = max_bytes
         if len(messages) < self.min_messages or max_bytes <= 0:
             return Known(0, [], [], None)
         try:
-            sequence = serialised(_SALT, messages, parsed_json=True)
+            sequence = serialised(_SALT + tenant.encode(), messages, parsed_json=True)
         except ValueError:  # not exactly serialisable (``_Inexact``): decode it whole
             return Known(0, [], [], None)
         entry = self._cache.longest(*sequence)

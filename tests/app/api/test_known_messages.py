@@ -115,3 +115,9 @@ def test_tool_results_as_user_turns_leave_the_turns_given_alone() -> None:
     messages = template_messages(turns, TemplateProfile(renders_results=False))
     assert [m["content"] for m in messages] == ["go", "one\n\ntwo", "more", "three"]
     assert turns == before
+
+
+def test_what_one_tenant_decoded_is_not_known_to_another() -> None:
+    chat_ask(parse_request(body(6), SETTINGS, "alice"))
+    assert parse_request(body(7), SETTINGS, "bob")._known.count == 0
+    assert parse_request(body(7), SETTINGS, "alice")._known.count == 14
