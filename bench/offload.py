@@ -293,7 +293,7 @@ def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
         worker = await Worker.start(cpu_budget_s=600)
         try:
             for label, body, served in cases:
-                ask = chat_ask(parse_request(orjson.loads(body)))
+                ask = chat_ask(parse_request(orjson.loads(body), settings))
                 args = (ask, settings, served, "function.parameters")
                 prepare(*args)  # schema verdicts (and renders) remembered here …
                 await worker.call(prepare, args, CONSTANTS, reducers(settings))  # … and there
