@@ -127,9 +127,9 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
     start = time.process_time()
     ask = chat_ask(parse_request(orjson.loads(raw), settings))
     check_ask(ask, settings)
-    plan = plan_request(ask, formats, template, backend)
+    plan = plan_request(ask, formats, template, backend, settings.max_calls_per_answer)
     plan.parser()
-    orjson.dumps(backend.body(plan.generation_request()))
+    orjson.dumps(backend.dialect.body(plan.generation_request(), backend.model))
     return time.process_time() - start, plan.prompt
 
 
@@ -141,7 +141,9 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     import httpx
     import orjson
 
-    from app.backends import VllmBackend
+    from app.api.chat.decode import KNOWN
+    from app.backends import Backend
+    from app.backends.vllm import Vllm
     from app.formats import Formats
     from app.parser_choice import ParserChoice
     from app.settings import Settings
@@ -153,7 +155,7 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     path = Path(__file__).resolve().parent.parent / TEMPLATE
     formats = Formats.of(ParserChoice(reasoning=canonical_reasoning_parser("qwen3"),
                                       tools=canonical_tool_parser("hermes")))
-    backend = VllmBackend("http://127.0.0.1:9", httpx.AsyncClient())
+    backend = Backend("http://127.0.0.1:9", httpx.AsyncClient(), dialect=Vllm())
     settings = Settings(backend="http://127.0.0.1:9")
     out: dict[int, dict[str, float]] = {}
     for turns in TURNS:
@@ -163,10 +165,12 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
         for _ in range(reps):
             cold = ChatTemplate.load(path)
             profile_of(cold)  # probed at start-up in the server
+            KNOWN.clear()  # no message decoded before either
             cold_s, whole = _before_backend(raw, cold, formats, backend, settings)
             warm = ChatTemplate.load(path)
             profile_of(warm)
             warm.cache = RenderCache(64 << 20)
+            KNOWN.clear()
             _before_backend(before, warm, formats, backend, settings)
             warm_s, resumed = _before_backend(raw, warm, formats, backend, settings)
             if resumed != whole:
@@ -199,7 +203,8 @@ def run(ctx: Any) -> Any:
         f"In process, Qwen3 template, qwen3 + hermes parsers: a {SYSTEM_BYTES // 1024} KB system prompt, "
         f"{TOOL_COUNT} tools of ~{TOOL_SCHEMA_BYTES} B schemas, N finished turns (call + result). 'First "
         "request': no earlier render cached (the template probed, as at start-up). 'Next turn': the same "
-        "conversation's previous turn was served just before (`--render-cache-bytes`); the prompt is checked "
+        "conversation's previous turn was served just before (`--render-cache-bytes`: its renders and its "
+        "decoded messages are kept); the prompt is checked "
         "byte-identical to the first request's. Best of several runs (CPU time of this process).")
     section.data = {str(k): v for k, v in data.items()}
     return section

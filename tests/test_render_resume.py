@@ -116,6 +116,7 @@ END = "{%- endfor %}"
     ("{{ loop.length }}", "loop.length"),
     ("{{ loop.revindex }}", "loop.revindex"),
     ("{{ loop.changed(message.role) }}", "loop.changed"),
+    ("{%- for x in [] %}{% else %}{{ loop.length }}{% endfor %}", "loop.length"),  # else: the main loop's
     ("{{ messages|length }}", "the sequence other than"),
     ("{{ messages[-1].content }}", "by something other"),
     ("{{ messages[loop.index0 * 2] }}", "by something other"),
@@ -179,3 +180,65 @@ def test_the_cache_stays_within_its_bytes() -> None:
     template.cache = big
     template.render([{"role": "user", "content": "y" * 5000}])  # larger than the whole bound: not kept
     assert len(big) == 0 and big.bytes == 0
+
+
+NUMBERS = "{%- for m in messages %}{{ m.n }}|{%- endfor %}"
+
+
+@pytest.mark.parametrize("earlier", [
+    [{"n": 1}, {"n": 2}, {"n": 9}],  # the same lengths, other bytes, past the items the key digests
+    [{"n": 1}, {"n": 2}, {"n": True}],  # equal in Python (True == 1), not in the prompt
+    [{"n": 1}, {"n": 2}, {"n": 1.0}],
+    [{"n": 7}, {"n": 2}, {"n": 1}],  # within the items the key digests
+])
+def test_a_changed_earlier_message_is_not_reused(earlier: list[dict]) -> None:
+    whole, resumed = ChatTemplate(NUMBERS), ChatTemplate(NUMBERS)
+    resumed.cache = RenderCache(1 << 20)
+    now = [{"n": 1}, {"n": 2}, {"n": 1}, {"n": 4}]
+    assert resumed.render(earlier) == whole.render(earlier)
+    assert resumed.render(now) == whole.render(now) == "1|2|1|4|"
+    assert resumed.cache.hits == 0
+    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.cache.hits == 1  # the prefix is
+
+
+def test_the_cache_index_holds_what_the_cache_holds() -> None:
+    """Entries dropped for the byte bound leave the lookup index too; a render seen again replaces
+    its old entry."""
+    template = ChatTemplate(TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"])
+    template.cache = cache = RenderCache(60_000)
+    for i in range(30):
+        for n in (2, 3, 4, 4):  # a conversation growing; its last turn sent twice
+            template.render([{"role": "user", "content": f"{i} {k} " + "x" * 1000} for k in range(n)])
+            assert cache.bytes <= cache.max_bytes
+            assert sum(len(bucket) for bucket in cache._buckets.values()) == len(cache)
+    assert 0 < len(cache) < 90
+
+
+LOOP_READS = ("{%- for m in messages %}{{ loop.index0 }},{{ loop.index }},{{ loop.first }},{{ loop.last }},"
+              "{{ loop.previtem.content if loop.previtem is defined else '-' }},"
+              "{{ loop.nextitem.content if loop.nextitem is defined else '-' }},"
+              "{{ '^' if loop.first else messages[loop.index0 - 1].content }},"
+              "{{ messages[loop.index + 0].content if not loop.last else '$' }}:{{ m.content }}|{%- endfor %}")
+
+
+def test_the_loop_reads_the_same_wherever_the_render_resumes() -> None:
+    """The resumed loop runs over the items not reused; what its body reads of ``loop`` and of the
+    items around it is what a whole render reads."""
+    whole, resumed = ChatTemplate(LOOP_READS), ChatTemplate(LOOP_READS)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"content": f"m{i}"} for i in range(9)]
+    for n in (1, 2, 3, 5, 6, 9, 9, 4):
+        assert resumed.render(messages[:n]) == whole.render(messages[:n])
+    assert resumed.cache.hits >= 5
+
+
+def test_an_iteration_reading_from_the_end_is_not_kept() -> None:
+    """``messages[loop.index0 - 1]`` in the first iteration is the last message: that render
+    depends on the whole conversation and is not kept."""
+    source = "{%- for m in messages %}{{ messages[loop.index0 - 1].content }}:{{ m.content }}|{%- endfor %}"
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"content": c} for c in "abcd"]
+    for n in (2, 3, 4):
+        assert resumed.render(messages[:n]) == whole.render(messages[:n])
+    assert len(resumed.cache) == 0 and resumed.cache.hits == 0

@@ -15,7 +15,11 @@ string is expected, so every style renders the same arguments.
 from __future__ import annotations
 
 import json
+import marshal
+import sys
+import threading
 import types
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
@@ -76,8 +80,56 @@ def _json_default(value: Any) -> Any:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                      default=_json_default)
+    return JSON_MEMO.dumps(value, ensure_ascii, indent, separators, sort_keys)
+
+
+class JsonMemo:
+    """``tojson``'s answers for values met before — an agent sends the same tools every turn, and
+    encoding their schemas was half of what a template did before its main loop. A value is known
+    by its exact bytes (``marshal``: equal bytes are an equal value of the same types, so the
+    same JSON) with the options; values ``marshal`` refuses (tool-call arguments, undefined
+    values, iterables) and values under ``min_bytes`` or over ``max_item_bytes`` are encoded
+    every time. At most ``max_bytes`` (keys and answers), least recently used dropped first;
+    thread-safe."""
+
+    def __init__(self, max_bytes: int = 4 << 20, min_bytes: int = 256, max_item_bytes: int = 256 << 10) -> None:
+        self.max_bytes, self.min_bytes, self.max_item_bytes = max_bytes, min_bytes, max_item_bytes
+        self.bytes = 0
+        self._answers: OrderedDict[bytes, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def dumps(self, value: Any, ensure_ascii: bool = False, indent: int | None = None,
+              separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+        try:
+            key: bytes | None = marshal.dumps((value, ensure_ascii, indent, separators, sort_keys), 2)
+        except ValueError:
+            key = None
+        if key is None or not self.min_bytes <= len(key) <= self.max_item_bytes:
+            return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                              sort_keys=sort_keys, default=_json_default)
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is not None:
+                self._answers.move_to_end(key)
+                return answer
+        answer = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                            sort_keys=sort_keys, default=_json_default)
+        size = len(key) + sys.getsizeof(answer)
+        with self._lock:
+            if key not in self._answers and size <= self.max_bytes:
+                self._answers[key] = answer
+                self.bytes += size
+                while self.bytes > self.max_bytes:
+                    old_key, old = self._answers.popitem(last=False)
+                    self.bytes -= len(old_key) + sys.getsizeof(old)
+        return answer
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+
+#: the process's ``tojson`` answers (see ``JsonMemo``)
+JSON_MEMO = JsonMemo()
 
 
 def _now() -> datetime:
@@ -154,6 +206,10 @@ class _Sandbox(SandboxedEnvironment):
             return self.undefined(obj=obj, name=attribute) if value is _MISSING else value
         if kind is str and attribute in _STR_METHODS:
             return getattr(obj, attribute)
+        if kind is Namespace and not attribute.startswith("_"):  # its attributes, without its __getattribute__
+            value = object.__getattribute__(obj, "_Namespace__attrs").get(attribute, _MISSING)
+            if value is not _MISSING and not isinstance(value, _METHODS):
+                return value
         if (kind is LoopContext or kind is Namespace) and not attribute.startswith("_"):
             try:  # ``loop.last``, ``ns.flag``: safe (neither is a known mutable; no "__" name)
                 value = getattr(obj, attribute)

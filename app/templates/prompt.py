@@ -216,17 +216,18 @@ def _calls_as_text(turns: Sequence[Turn], call_text: CallText) -> list[Turn]:
 
 
 def _results_as_user_turns(turns: Sequence[Turn]) -> list[Turn]:
-    """Tool results as user turns; the results of one run of calls share one turn."""
+    """Tool results as user turns; the results of one run of calls share one turn. The turns given
+    are not changed (they may be shared: ``app.api.chat.known``)."""
     out: list[Turn] = []
+    made: Turn | None = None  # the user turn holding the latest run of results
     for turn in turns:
         if turn.role != "tool":
             out.append(turn)
-        elif out and out[-1].role == "user" and out[-1].extra.get("_tool_results"):
-            out[-1].text += "\n\n" + turn.text
+        elif made is not None and out[-1] is made:
+            made.text += "\n\n" + turn.text
         else:
-            out.append(Turn("user", turn.text, extra={"_tool_results": True}))
-    for turn in out:
-        turn.extra.pop("_tool_results", None)
+            made = Turn("user", turn.text)
+            out.append(made)
     return out
 
 

@@ -25,13 +25,16 @@ other name it reads — top-level variables, namespaces, ``tools``, ``chat_templ
 state, the text of iteration *i* is then a function of the captured values, *i*, and the items
 from *i − k* to *i + ahead* (whether they exist included).
 
-**The check (at run time, per render).** The template is compiled a second time with three calls
-added: one just before the loop (it receives the sequence and the captured values), one at the
-start of each iteration (it says whether the iteration runs), and one after the loop. The first
-call digests each item of the sequence (a chain of BLAKE2b digests over their exact serialisation:
-an item that cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than
-tool arguments, a non-finite float — stops reuse), finds the longest earlier render whose sequence
-is a prefix of this one, and requires its captured values to be byte-identical (the same exact
+**The check (at run time, per render).** The template is compiled a second time with calls added
+just before the loop (it receives the sequence and the captured values) and after it, and with
+the loop running over the items from the first one not reused on (``seq[start:]``), its body
+rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
+(``_FromStart``; a read that counts from the end — ``seq[loop.index0 - 1]`` in the first
+iteration — makes the render one that is not kept). The first call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
+cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than tool arguments, a
+non-finite float — stops reuse), finds the longest earlier render whose items are, byte for byte
+and item for item, a prefix of these (among those whose first items digest alike: a BLAKE2b
+digest, salted per template), and requires its captured values to be byte-identical (the same exact
 serialisation). Then iterations ``0 … n_old − 1 − ahead`` (all of them if the sequence is
 unchanged) and any read ``seq[k]`` with ``k < n_old`` are known to write the same text; they are
 skipped and their old text is put back in place. Everything before and after the loop runs as
@@ -40,7 +43,7 @@ data itself holds the separator, the counts do not match and the template is ren
 
 A template that fails the proof (many do: loops that set namespace flags, Kimi K2's list building)
 is always rendered whole. What the cache holds (``RenderCache``): per earlier render, the text of
-each loop iteration, the digests of the sequence's items and the serialised captured values —
+each loop iteration, the sequence's items and the captured values serialised —
 bounded in bytes, least recently used dropped first, per process.
 """
 
@@ -55,18 +58,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import jinja2
 import orjson
 from jinja2 import nodes
 from jinja2.utils import Namespace
+from jinja2.visitor import NodeTransformer
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
 SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 
-_ENTER, _STATE, _LEAVE = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave"
+_ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far ahead each looks
 _LOOP_ATTRS = {"index0": 0, "index": 0, "first": 0, "previtem": 0, "last": 1, "nextitem": 1}
 #: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
@@ -123,9 +128,10 @@ def plan_of(env: jinja2.Environment, source: str) -> LoopPlan:
             failure = exc
             continue
         assert isinstance(main.iter, nodes.Name) and isinstance(main.target, nodes.Name)
-        captured = tuple(sorted(walk.reads - {main.target.name, "loop", main.iter.name} - walk.callables))
+        sequence = main.iter.name
+        captured = tuple(sorted(walk.reads - {main.target.name, "loop", sequence} - walk.callables))
         template = _resumable(env, ast, main, parent, captured)
-        return LoopPlan(template, main.iter.name, walk.ahead, walk.fixed, captured)
+        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured)
     raise failure
 
 
@@ -236,8 +242,10 @@ class _Body:
                 raise NotProven("a nested loop's filter reads loop")
             if node.test is not None:
                 self.expression(node.test, True, in_macro)
-            for child in [*node.body, *node.else_]:
+            for child in node.body:
                 self.statement(child, True, in_macro)
+            for child in node.else_:  # a for's else runs where ``loop`` is the enclosing loop's
+                self.statement(child, inner_loop, in_macro)
             return
         if isinstance(node, nodes.If):
             self.expression(node.test, inner_loop, in_macro)
@@ -378,24 +386,73 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
         return node
 
     assert isinstance(main.iter, nodes.Name)
-    enter = call(_ENTER, nodes.Name(main.iter.name, "load"),
+    sequence = main.iter.name
+    enter = call(_ENTER, nodes.Name(sequence, "load"),
                  nodes.List([nodes.Name(name, "load") for name in captured]))
-    state = nodes.Name(_STATE, "load")  # a plain dict: {"start": first iteration that runs, "mark": SEPARATOR}
-    live = nodes.If(nodes.Compare(nodes.Getattr(nodes.Name("loop", "load"), "index0", "load"),
-                                  [nodes.Operand("gteq", nodes.Getattr(state, "start", "load"))]),
-                    [nodes.Output([nodes.Getattr(state, "mark", "load")]), *main.body], [], [])
-    live.set_lineno(line)
-    live.set_environment(env)
-    main.body = [live]
+    # the loop runs over the items from ``start`` on; the body reads ``loop`` as if from the first
+    main.iter = nodes.Getitem(nodes.Name(sequence, "load"), nodes.Slice(_start(), None, None), "load")
+    shift = _FromStart(sequence)
+    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]),
+                 *(shift.visit(node) for node in main.body)]
+    main.set_lineno(line)
+    main.set_environment(env)
     at = next(i for i, node in enumerate(parent) if node is main)
     parent[at:at + 1] = [enter, main, call(_LEAVE)]
     return env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
 
 
+def _start() -> nodes.Expr:
+    """``__tw_loop.start``: the first iteration that runs (a plain dict: ``{"start": …, "mark": SEPARATOR}``)."""
+    return nodes.Getattr(nodes.Name(_STATE, "load"), "start", "load")
+
+
+def _loop(attr: str) -> nodes.Expr:
+    return nodes.Getattr(nodes.Name("loop", "load"), attr, "load")
+
+
+class _FromStart(NodeTransformer):
+    """The main loop's body, rewritten for a loop over ``seq[start:]``: every read of the main
+    loop's ``loop`` (the proof allows ``index0``, ``index``, ``first``, ``last``, ``previtem`` and
+    ``nextitem`` only) says what it says in a loop over the whole sequence. Nested loops' bodies
+    and filters are left alone (there ``loop`` is theirs); their ``else`` is not."""
+
+    def __init__(self, sequence: str) -> None:
+        self.sequence = sequence
+
+    def visit_For(self, node: nodes.For) -> nodes.Node:
+        node.iter = self.visit(node.iter)
+        node.else_ = [self.visit(child) for child in node.else_]
+        return node
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
+        """``seq[i]`` → ``__tw_loop_at(seq, i)`` (the same item; a negative ``i`` — ``seq[loop.index0 - 1]``
+        in the first iteration — reads from the end, and such a render is not kept)."""
+        if not (isinstance(node.node, nodes.Name) and node.node.name == self.sequence):
+            return self.generic_visit(node)
+        if isinstance(node.arg, nodes.Const) and type(node.arg.value) is int and node.arg.value >= 0:
+            return node
+        return nodes.Call(nodes.Name(_AT, "load"), [node.node, self.visit(node.arg)], [], None, None)
+
+    def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
+        if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+            return self.generic_visit(node)
+        if node.attr in ("index0", "index"):
+            return nodes.Add(_loop(node.attr), _start())
+        if node.attr == "first":
+            return nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("eq", nodes.Const(0))]))
+        if node.attr == "previtem":
+            later = nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("gt", nodes.Const(0))]))
+            before = nodes.Getitem(nodes.Name(self.sequence, "load"), nodes.Sub(_start(), nodes.Const(1)), "load")
+            return nodes.CondExpr(later, before, _loop("previtem"))
+        if node.attr in ("last", "nextitem"):  # the loop still ends where the sequence does
+            return node
+        raise NotProven(f"the loop body reads loop.{node.attr}")  # the proof refused it already
+
+
 # --------------------------------------------------------------------------- the check
 
 
-class _Inexact(Exception):
+class _Inexact(ValueError):
     pass
 
 
@@ -445,99 +502,155 @@ def exact_bytes(value: Any) -> bytes:
 
 @dataclass
 class Entry:
-    """One earlier render: the text of each loop iteration, the chain digest after each item, the
-    captured values, and (when the loop ran over the messages themselves) each message as prepared
-    for the template and its serialised size. ``size`` is what it counts in the cache's byte bound."""
+    """One earlier render: the text of each loop iteration, its sequence's items serialised exactly
+    one after the other (``joined``; item ``i`` ends at ``ends[i]``) and the bucket they are filed
+    under (``key``: the digest of the first items), the captured values, and (when the loop ran
+    over the messages themselves) each message as prepared for the template. ``size`` is what it
+    counts in the cache's byte bound."""
 
     texts: list[str]
-    digests: list[bytes]
+    key: bytes
+    joined: bytes
+    ends: list[int]
     captured: bytes
     items: list[Any] | None
-    item_sizes: list[int]
     size: int
 
 
+#: prefix checks one lookup makes at most (longest first); a mismatch costs up to the bytes shared
+MAX_PROBES = 16
+#: items the bucket key digests: conversations that share them share a bucket
+KEY_ITEMS = 2
+
+
 class RenderCache:
-    """Earlier renders by the chain digest of their whole sequence; at most ``max_bytes`` (texts,
-    messages, digests and captured values: the texts counted by ``sys.getsizeof``, a message by the
-    length of its serialisation, twice), least recently used dropped first. Thread-safe (renders
-    may run off the event loop). Conversations of fewer than ``min_messages`` messages are
-    rendered whole and not kept: resuming them would save less than its bookkeeping costs."""
+    """Earlier renders, filed by the digest of their first items (``KEY_ITEMS``); a lookup finds the
+    longest one whose items are, byte for byte, a prefix of the sequence asked about. At most
+    ``max_bytes`` (texts, messages, serialised items and captured values: the texts counted by
+    ``sys.getsizeof``, a message by the length of its serialisation, three times), least recently
+    used dropped first, per process. Thread-safe (renders may run off the event loop).
+    Conversations of fewer than ``min_messages`` messages are rendered whole and not kept: resuming
+    them would save less than its bookkeeping costs."""
 
     def __init__(self, max_bytes: int, min_messages: int = 0) -> None:
         self.max_bytes = max_bytes
         self.min_messages = min_messages
         self.bytes = 0
-        self._entries: OrderedDict[bytes, Entry] = OrderedDict()
+        self._entries: OrderedDict[int, Entry] = OrderedDict()  # by id(entry), least recently used first
+        self._buckets: dict[bytes, list[Entry]] = {}  # by key, longest sequence first
         self._lock = threading.Lock()
         self.hits = 0  # renders that reused at least one iteration
         self.reused = 0  # iterations reused, over all renders
 
-    def longest(self, digests: Sequence[bytes]) -> Entry | None:
-        """The cached render whose sequence is the longest prefix of the one ``digests`` describes."""
+    def longest(self, key: bytes, joined: bytes, ends: Sequence[int]) -> Entry | None:
+        """The cached render whose items are the longest prefix of the sequence ``joined`` holds
+        (item ``i`` ending at ``ends[i]``), among those filed under ``key``."""
         with self._lock:
-            for digest in reversed(digests):
-                entry = self._entries.get(digest)
-                if entry is not None:
-                    self._entries.move_to_end(digest)
+            probes = 0
+            for entry in self._buckets.get(key, ()):
+                n = len(entry.ends)
+                if n > len(ends) or ends[n - 1] != entry.ends[-1]:
+                    continue
+                if joined.startswith(entry.joined) and entry.ends == ends[:n]:
+                    self._entries.move_to_end(id(entry))
                     return entry
+                probes += 1
+                if probes >= MAX_PROBES:
+                    break
         return None
 
     def put(self, entry: Entry) -> None:
-        if not entry.digests or entry.size > self.max_bytes:
+        if not entry.ends or entry.size > self.max_bytes:
             return
-        key = entry.digests[-1]
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.bytes -= old.size
-            self._entries[key] = entry
+            bucket = self._buckets.setdefault(entry.key, [])
+            for old in bucket:
+                if old.joined == entry.joined and old.ends == entry.ends:
+                    self._drop(old)
+                    break
+            at = 0
+            while at < len(bucket) and len(bucket[at].ends) >= len(entry.ends):
+                at += 1
+            bucket.insert(at, entry)
+            self._entries[id(entry)] = entry
             self.bytes += entry.size
             while self.bytes > self.max_bytes:
-                _key, dropped = self._entries.popitem(last=False)
-                self.bytes -= dropped.size
+                self._drop(next(iter(self._entries.values())))
+
+    def _drop(self, entry: Entry) -> None:
+        del self._entries[id(entry)]
+        self.bytes -= entry.size
+        bucket = self._buckets[entry.key]
+        bucket.remove(entry)
+        if not bucket:
+            del self._buckets[entry.key]
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-def _item_bytes(item: Any) -> bytes:
-    """An exact serialisation of one raw message: ``marshal`` (C speed, exact types, no shared
-    references at version 2) where it applies, else ``exact_bytes`` (tagged so the two never meet)."""
-    try:
-        return b"m" + marshal.dumps(item, 2)
-    except ValueError:
-        return b"j" + exact_bytes(item)
+def _marshalled(items: Sequence[Any]) -> list[bytes]:
+    """Each item serialised exactly by ``marshal`` (C speed, exact types, no shared references at
+    version 2); ``ValueError`` when one is not marshallable."""
+    dumps = marshal.dumps
+    return [dumps(item, 2) for item in items]
 
 
-def _chain(salt: bytes, items: Sequence[Any], encode: Callable[[Any], bytes]) -> tuple[list[bytes], list[int]]:
-    chain = hashlib.blake2b(salt, digest_size=16)
-    digests, sizes = [], []
-    for item in items:
-        data = encode(item)
-        chain.update(len(data).to_bytes(8, "little"))
-        chain.update(data)
-        digests.append(chain.digest())
-        sizes.append(len(data))
-    return digests, sizes
+def serialised(salt: bytes, items: Sequence[Any], exact: bool = False,
+               parsed_json: bool = False) -> tuple[bytes, bytes, list[int]]:
+    """The sequence's bucket key, its items serialised one after the other and where each ends —
+    by ``marshal`` where every item allows it, else by ``exact_bytes`` (``exact``: always), the
+    kinds told apart in the key (``_Inexact`` where neither is exact). ``parsed_json``: the items
+    are what a JSON parser made (exact ``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
+    ``None``; no NaN), for which ``orjson`` is exact, and faster still."""
+    datas: list[bytes] | None = None
+    if parsed_json:
+        dumps = orjson.dumps
+        try:
+            datas, tag = [dumps(item) for item in items], b"o"
+        except orjson.JSONEncodeError:
+            datas = None
+    if datas is None and not exact:
+        try:
+            datas, tag = _marshalled(items), b"m"
+        except ValueError:
+            datas = None
+    if datas is None:
+        datas, tag = [exact_bytes(item) for item in items], b"j"
+    ends = list(accumulate(map(len, datas)))
+    joined = b"".join(datas)
+    first = ends[:KEY_ITEMS]
+    digest = hashlib.blake2b(salt, digest_size=16)
+    digest.update(tag + len(first).to_bytes(1, "little"))
+    digest.update(memoryview(joined)[:first[-1] if first else 0])
+    return digest.digest(), joined, ends
 
 
 class _Run:
     """One resumable render's state: what the calls the template makes do."""
 
-    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any], digests: list[bytes],
-                 sizes: list[int], found: Entry | None) -> None:
+    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any],
+                 sequence: tuple[bytes, bytes, list[int]] | None, found: Entry | None) -> None:
         self.plan, self.cache, self.messages = plan, cache, messages
         self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
         self.entered = self.left = False
         self.length = 0  # items the loop runs over
         self.reused: list[str] = []
-        self.digests, self.sizes, self.found = digests, sizes, found
+        self.sequence, self.found = sequence, found  # (key, joined, ends) of the loop's items
         self.captured = b""
         self.storable = False
+        self.wrapped = False  # an iteration read the sequence from its end
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
+
+    def at(self, sequence: Any, index: Any) -> Any:
+        """``sequence[index]`` as the template reads it; an index that counts from the end makes the
+        iteration depend on the last items, so the render is not kept."""
+        if isinstance(index, int) and index < 0:
+            self.storable = False
+            self.wrapped = True
+        return self.plan.template.environment.getitem(sequence, index)
 
     def enter(self, sequence: Any, captured: list[Any]) -> str:
         self.entered = True
@@ -546,21 +659,21 @@ class _Run:
         self.length = len(sequence)
         try:
             self.captured = exact_bytes(captured)
-            if sequence is not self.messages:  # a list the template made: its own items are digested
-                self.digests, self.sizes = _chain(self.plan.salt + b"seq", sequence, exact_bytes)
-                self.found = self.cache.longest(self.digests)
-            self.storable = True
+            if sequence is not self.messages:  # a list the template made: its own items are serialised
+                self.sequence = serialised(self.plan.salt + b"seq", sequence, exact=True)
+                self.found = self.cache.longest(*self.sequence)
+            self.storable = self.sequence is not None and not self.wrapped
         except _Inexact:
             return SEPARATOR
         entry = self.found
         if entry is not None and entry.captured == self.captured:
-            old, n = len(entry.digests), self.length
+            old, n = len(entry.ends), self.length
             start = old if old == n else max(0, old - self.plan.ahead)
             if old < n and self.plan.fixed > old:
                 start = 0
             self.state["start"] = start
             self.reused = entry.texts[:start]
-        return SEPARATOR + "".join(self.reused)
+        return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
 
     def leave(self) -> str:
         self.left = True
@@ -575,17 +688,18 @@ class _Run:
         start = self.state["start"]
         if not self.left or len(parts) != self.length - start + 3:
             return None
-        head, reused, *texts, tail = parts
-        if self.storable and len(self.digests) == self.length:
+        head, _, *texts, tail = parts
+        if self.storable and self.sequence is not None and len(self.sequence[2]) == self.length:
+            key, joined, ends = self.sequence
             texts_all = [*self.reused, *texts]
             items = self.messages if self.plan.sequence == "messages" else None
-            size = (sum(sys.getsizeof(t) for t in texts_all) + 2 * sum(self.sizes) + 48 * len(self.digests)
+            size = (sum(sys.getsizeof(t) for t in texts_all) + 3 * len(joined) + 40 * len(ends)
                     + len(self.captured))
-            self.cache.put(Entry(texts_all, self.digests, self.captured, items, self.sizes, size))
+            self.cache.put(Entry(texts_all, key, joined, ends, self.captured, items, size))
             if self.reused:
                 self.cache.hits += 1
                 self.cache.reused += len(self.reused)
-        return head + reused + "".join(texts) + tail
+        return "".join([head, *self.reused, *texts, tail])
 
 
 def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapping[str, Any]],
@@ -595,22 +709,21 @@ def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapp
     ``context`` with ``plan``'s template, reusing what ``cache`` proves reusable — prepared
     messages included; ``None`` when the output could not be taken apart (render whole instead).
     ``owned`` is told of the prepared messages (the caller's: the template may not change them)."""
-    digests: list[bytes] = []
-    sizes: list[int] = []
+    sequence = None
     found = None
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
         try:
-            digests, sizes = _chain(plan.salt + b"raw", messages, _item_bytes)
+            sequence = serialised(plan.salt + b"raw", messages)
         except _Inexact:
-            digests, sizes = [], []
-        found = cache.longest(digests) if digests else None
+            sequence = None
+        found = cache.longest(*sequence) if sequence is not None else None
         if found is not None and found.items is not None:
             known = len(found.items)
             prepared = [*found.items, *prepare(messages[known:])]
     if prepared is None:
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
-    run = _Run(plan, cache, prepared, digests, sizes, found)
+    run = _Run(plan, cache, prepared, sequence, found)
     raw = plan.template.render(**context, messages=prepared, **run.functions())
     return run.finish(raw)

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition
+from app.api.chat.known import Known, KnownMessages
+from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition, is_legacy
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.generation import Sampling
 from app.conversation import Call, Turn
@@ -17,10 +18,14 @@ from app.settings import Settings
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
 MAX_TOP_LOGPROBS = 20
+#: messages decoded before, per process (``app.api.chat.known``; bounded by ``--render-cache-bytes``)
+KNOWN = KnownMessages()
 
 
-def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
-    """The request, typed; its lists are counted against the limits before they are decoded."""
+def parse_request(body: Any, settings: Settings, tenant: str = "") -> ChatCompletionRequest:
+    """The request (its JSON body as parsed), typed; its lists are counted against the limits before
+    they are decoded, and messages known from an earlier request of ``tenant``'s (``KNOWN``) are not
+    decoded again."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     messages = raw_list(body, "messages")
@@ -29,6 +34,26 @@ def parse_request(body: Any, settings: Settings) -> ChatCompletionRequest:
              "--max-tools", "tools")
     too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
+    known = KNOWN.find(messages, settings.render_cache_bytes, tenant)
+    if is_legacy(body, messages[known.count:]):  # decoded across messages: never from, nor into, the cache
+        known = Known(0, [], [], None)
+    try:
+        if known.count:  # only the messages not known are validated
+            request = ChatCompletionRequest.model_validate({**body, "messages": messages[known.count:]})
+            request.messages = [*known.models, *request.messages]
+        else:
+            request = ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        if known.count:  # the same first error as the whole request gives (with its index)
+            return parse_request_whole(body)
+        message, param = validation_message(exc)
+        raise bad_request(message, param) from None
+    request._known = known
+    return request
+
+
+def parse_request_whole(body: dict[str, Any]) -> ChatCompletionRequest:
+    """The whole request validated, messages and all (no known messages taken)."""
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
@@ -42,9 +67,15 @@ _KNOWN_MESSAGE_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"}
 
 
 def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
-    """The request's messages as the shared conversation (``app.conversation``)."""
-    turns = []
-    for i, message in enumerate(request.messages):
+    """The request's messages as the shared conversation (``app.conversation``); the turns of
+    messages known from an earlier request are taken from it, and the whole list is kept for the
+    next (``app.api.chat.known``)."""
+    known: Known | None = request._known
+    start = known.count if known is not None else 0
+    turns = list(known.turns) if known is not None and start else []
+    messages = request.messages
+    for i in range(start, len(messages)):
+        message = messages[i]
         try:
             text = message.text_content() or ""
         except ValueError as exc:
@@ -61,6 +92,8 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
             turns.append(Turn("assistant", text, calls, reasoning, name=message.name, extra=extra))
         else:
             turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra))
+    if known is not None:
+        KNOWN.keep(known, messages, turns)
     return turns
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from app.api.protocol import Lenient
 
@@ -130,6 +130,13 @@ def _legacy_functions(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def is_legacy(body: dict[str, Any], messages: list[Any]) -> bool:
+    """The request uses OpenAI's deprecated function calling (``functions``, ``function_call``, an
+    assistant's ``function_call`` or a ``function`` message among ``messages``)."""
+    return "functions" in body or "function_call" in body or any(
+        isinstance(m, dict) and (m.get("role") == "function" or "function_call" in m) for m in messages)
+
+
 class ChatCompletionRequest(Lenient):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
@@ -161,6 +168,8 @@ class ChatCompletionRequest(Lenient):
     hold_tool_calls: bool | None = None
     #: vLLM's extension: the answer continues the final assistant message instead of a new turn
     continue_final_message: bool = False
+    #: what ``app.api.chat.known`` knew of the messages when they were decoded (``None``: nothing)
+    _known: Any = PrivateAttr(default=None)
 
     @field_validator("tool_choice", mode="before")
     @classmethod
@@ -214,9 +223,7 @@ class ChatCompletionRequest(Lenient):
         if not isinstance(data, dict):
             return data
         messages = data.get("messages")
-        legacy_messages = isinstance(messages, list) and any(
-            isinstance(m, dict) and (m.get("role") == "function" or "function_call" in m) for m in messages)
-        if "functions" in data or "function_call" in data or legacy_messages:
+        if is_legacy(data, messages if isinstance(messages, list) else []):
             return _legacy_functions(data)
         return data
 

@@ -21,7 +21,7 @@ from parsers.events import Event
 
 
 async def chat_completions(body: Any, ex: Exchange) -> Response:
-    request = parse_request(body, ex.settings)
+    request = parse_request(body, ex.settings, ex.tenant)
     ask = chat_ask(request)
     choices = await start(ask, ex)
     model = (await ex.ready()).name

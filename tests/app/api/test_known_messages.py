@@ -1,0 +1,123 @@
+"""Messages decoded before (``app.api.chat.known``): a next turn decodes as a fresh decode would —
+the same models, turns and errors — while only its new messages are validated."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+
+from app.api.chat import decode
+from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.known import KnownMessages
+from app.conversation import Turn
+from app.errors import APIError
+from app.settings import Settings
+from app.templates.prompt import TemplateProfile, template_messages
+from bench.agent import agent_request
+
+SETTINGS = Settings(backend="http://127.0.0.1:9")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> KnownMessages:
+    known = KnownMessages()
+    monkeypatch.setattr(decode, "KNOWN", known)
+    return known
+
+
+def body(turns: int) -> dict[str, Any]:
+    return orjson.loads(orjson.dumps(agent_request(turns)))  # fresh objects, as a request's JSON gives
+
+
+def fresh(request_body: dict[str, Any]) -> list[Turn]:
+    """The turns without the cache."""
+    return chat_ask(parse_request(request_body, Settings(backend="http://127.0.0.1:9", render_cache_bytes=0))).turns
+
+
+def test_a_next_turn_takes_the_known_messages_and_decodes_alike(fresh_cache: KnownMessages) -> None:
+    chat_ask(parse_request(body(6), SETTINGS))
+    request = parse_request(body(7), SETTINGS)
+    assert request._known.count == 14  # the 2 + 12 messages of the turn before
+    turns = chat_ask(request).turns
+    assert turns == fresh(body(7))
+    whole = parse_request(body(7), Settings(backend="http://127.0.0.1:9", render_cache_bytes=0))
+    assert request.model_dump() == whole.model_dump()
+
+
+@pytest.mark.parametrize("where", [1, 5, 13])
+def test_a_changed_earlier_message_is_decoded_again(where: int) -> None:
+    chat_ask(parse_request(body(6), SETTINGS))
+    changed = body(7)
+    changed["messages"][where]["content"] = "edited"
+    request = parse_request(changed, SETTINGS)
+    assert request._known.count <= where
+    turns = chat_ask(request).turns
+    assert turns[where].text == "edited" and turns == fresh(changed)
+
+
+def test_an_equal_value_of_another_type_is_decoded_again() -> None:
+    """``True == 1`` in Python; a message with ``"n": 1`` is not the one with ``"n": true``."""
+    first = body(3)
+    first["messages"][3]["n"] = True
+    chat_ask(parse_request(first, SETTINGS))
+    second = body(4)
+    second["messages"][3]["n"] = 1
+    request = parse_request(second, SETTINGS)
+    assert request._known.count <= 3
+    assert chat_ask(request).turns[3].extra == {"n": 1}
+
+
+def test_errors_in_new_messages_are_the_errors_of_a_whole_decode() -> None:
+    chat_ask(parse_request(body(6), SETTINGS))
+    bad = body(7)
+    bad["messages"][15]["content"] = None  # a tool message without content
+    bad["messages"][14]["role"] = "robot"
+
+    def error(request_body: dict[str, Any], settings: Settings) -> tuple[int, str, str | None]:
+        with pytest.raises(APIError) as caught:
+            chat_ask(parse_request(request_body, settings))
+        return caught.value.status, caught.value.message, caught.value.param
+
+    cold = error(copy.deepcopy(bad), Settings(backend="http://127.0.0.1:9", render_cache_bytes=0))
+    assert cold[0] == 400 and cold[2] is not None and cold[2].startswith("messages.14")
+    assert error(bad, SETTINGS) == cold
+
+
+def test_legacy_function_messages_are_decoded_whole() -> None:
+    """Deprecated ``function`` messages get ids by their position in the whole list."""
+    chat_ask(parse_request(body(6), SETTINGS))
+    legacy = body(7)
+    legacy["messages"].append({"role": "function", "name": "nothing_called", "content": "late"})
+    request = parse_request(legacy, SETTINGS)
+    assert request._known.count == 0
+    turns = chat_ask(request).turns
+    assert turns[-1].tool_call_id == f"call_fn{len(legacy['messages']) - 1}" and turns == fresh(legacy)
+
+
+def test_the_cache_stays_within_its_bytes(fresh_cache: KnownMessages) -> None:
+    settings = Settings(backend="http://127.0.0.1:9", render_cache_bytes=200_000)
+    for i in range(12):
+        request_body = body(20)
+        request_body["messages"][1]["content"] = f"task {i}"  # twelve conversations of ~30 KB
+        chat_ask(parse_request(request_body, settings))
+        assert fresh_cache.bytes <= 200_000
+    assert 0 < len(fresh_cache) < 12
+
+
+def test_tool_results_as_user_turns_leave_the_turns_given_alone() -> None:
+    """Known turns are shared by later requests: rendering never changes one."""
+    turns = [Turn("user", "go"), Turn("tool", "one", tool_call_id="a"), Turn("tool", "two", tool_call_id="b"),
+             Turn("user", "more", extra={"_tool_results": True}), Turn("tool", "three", tool_call_id="c")]
+    before = copy.deepcopy(turns)
+    messages = template_messages(turns, TemplateProfile(renders_results=False))
+    assert [m["content"] for m in messages] == ["go", "one\n\ntwo", "more", "three"]
+    assert turns == before
+
+
+def test_what_one_tenant_decoded_is_not_known_to_another() -> None:
+    chat_ask(parse_request(body(6), SETTINGS, "alice"))
+    assert parse_request(body(7), SETTINGS, "bob")._known.count == 0
+    assert parse_request(body(7), SETTINGS, "alice")._known.count == 14
