@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import time
-import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.responses import ResponseStreamEvent
 
 from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.proxy_server import ProxyServer, free_port
 from tests.redis_server import RedisServer
 from tests.scripted_backend import Script, ScriptedBackend
+from tests.test_responses import EVENT_CLASSES, raw_events
 from tests.test_store_faults import _serve, _wait_up
 
 PIECES = ["<think>", "\nA plan.\n", "</think>", "\n\n", "Once ", "upon ", "a ", "time."]
@@ -32,26 +31,12 @@ SLOW = Script(pieces=["word "] * 400, delay=0.05)  # 20 s unless stopped
 UNFINISHED = ("queued", "in_progress")
 
 
-def _event_classes() -> dict[str, type]:
-    union = typing.get_args(ResponseStreamEvent)[0]
-    return {typing.get_args(cls.model_fields["type"].annotation)[0]: cls for cls in typing.get_args(union)}
-
-
-EVENT_CLASSES = _event_classes()
-
-
 def events_of(response: httpx.Response) -> list[dict[str, Any]]:
     """The ``data:`` payloads of an SSE response, each checked against its ``event:`` line and the
     SDK's own type for it."""
-    events, name = [], None
-    for line in response.text.splitlines():
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            payload = json.loads(line[6:])
-            assert payload["type"] == name
-            EVENT_CLASSES[payload["type"]].model_validate(payload)  # type: ignore[attr-defined]
-            events.append(payload)
+    events = raw_events(response)
+    for payload in events:
+        EVENT_CLASSES[payload["type"]].model_validate(payload)  # type: ignore[attr-defined]
     return events
 
 
