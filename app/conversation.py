@@ -47,3 +47,10 @@ class Turn:
     tool_call_id: str | None = None
     name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: a form of this turn derived by whoever derives it (``app.templates.prompt``: its template
+    #: message), kept with what it was derived from; not part of the turn (never compared, copied or
+    #: pickled)
+    derived: Any = field(default=None, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Turn, (self.role, self.text, self.calls, self.reasoning, self.tool_call_id, self.name, self.extra)

@@ -121,6 +121,7 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
     import orjson
 
     from app.api.chat.decode import chat_ask, parse_request
+    from app.jsontext import dumps_body
     from app.pipeline.plan import plan_request
     from app.pipeline.validate import check_ask
 
@@ -129,7 +130,7 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
     check_ask(ask, settings)
     plan = plan_request(ask, formats, template, backend, settings.max_calls_per_answer)
     plan.parser()
-    orjson.dumps(backend.dialect.body(plan.generation_request(), backend.model))
+    dumps_body(backend.dialect.body(plan.generation_request(), backend.model))
     return time.process_time() - start, plan.prompt
 
 

@@ -8,15 +8,19 @@ before) and by one with a cache that has seen every earlier step of the same con
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
+import orjson
 import pytest
 
 from app.conversation import Call, Turn
-from app.templates import chat_template
+from app.jsontext import JsonText, dumps_body
+from app.templates import chat_template, resume
 from app.templates.chat_template import ChatTemplate, TemplateError
-from app.templates.prompt import render_conversation
+from app.templates.prompt import TemplateProfile, render_conversation, template_messages
 from app.templates.resume import SEPARATOR, NotProven, RenderCache, plan_of
+from app.templates.resume import serialised as resume_serialised
 from bench.agent import agent_tools
 from tests.data.render_cases import PINNED_NOW
 
@@ -66,11 +70,18 @@ def agent_steps(with_reasoning: bool) -> list[list[Turn]]:
     return steps
 
 
+ENCODED: list[int] = []  # prompts that came with their own JSON encoding (resumed renders)
+
+
 def _render(template: ChatTemplate, turns: list[Turn], tools: list[dict] | None, **kwargs: object) -> str:
     try:
-        return render_conversation(template, turns, tools, **kwargs)
+        prompt = render_conversation(template, turns, tools, **kwargs)
     except TemplateError as exc:
         return f"TemplateError: {exc}"
+    if isinstance(prompt, JsonText):  # the body takes this encoding as it is: it must be exactly the prompt's
+        assert prompt.json == orjson.dumps(str(prompt))
+        ENCODED.append(1)
+    return prompt
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -95,6 +106,7 @@ def test_resumed_renders_are_byte_identical(name: str) -> None:
     assert _render(resumed, edited, tools) == _render(whole, edited, tools)
     if name.split("/")[-1] in AGENT_TEMPLATES:
         assert resumed.cache.hits > 0, "a proven template must reuse earlier iterations"
+        assert ENCODED, "a resumed render carries its encoding"
 
 
 def test_the_templates_agents_run_are_proven() -> None:
@@ -242,3 +254,71 @@ def test_an_iteration_reading_from_the_end_is_not_kept() -> None:
     for n in (2, 3, 4):
         assert resumed.render(messages[:n]) == whole.render(messages[:n])
     assert len(resumed.cache) == 0 and resumed.cache.hits == 0
+
+
+def test_a_conversations_own_messages_are_known_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``render_conversation`` hands the template the same message objects for the same turns, and
+    the cache knows them again without serialising them; the prompt is the whole render's."""
+    source = TEMPLATES["data/Qwen-Qwen3-0.6B.jinja"]
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = cache = RenderCache(1 << 24)
+    steps = agent_steps(True)
+    for turns in steps:
+        assert render_conversation(resumed, turns, None) == render_conversation(whole, turns, None)
+    profile = TemplateProfile()
+    first, again = template_messages(steps[-1], profile), template_messages(steps[-1], profile)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    hits, serialisations = cache.hits, []
+    monkeypatch.setattr(resume, "serialised", lambda *args, **kwargs: serialisations.append(args) or
+                        resume_serialised(*args, **kwargs))
+    call = Call("call9z000", "bash", "{}")
+    more = [*steps[-1], Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
+    assert render_conversation(resumed, more, None) == render_conversation(whole, more, None)
+    assert cache.hits == hits + 1 and serialisations == []  # found by identity: nothing serialised again
+
+
+def test_messages_changed_in_place_are_rendered_anew() -> None:
+    """A caller that changes its message dicts between renders (and so does not say ``frozen``)
+    gets the prompt of what they hold now."""
+    source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
+    whole, resumed = ChatTemplate(source), ChatTemplate(source)
+    resumed.cache = RenderCache(1 << 20)
+    messages = [{"role": "user", "content": f"question {i}"} for i in range(6)]
+    assert resumed.render(messages) == whole.render(messages)
+    messages[2]["content"] = "changed"
+    messages.append({"role": "user", "content": "next"})
+    assert resumed.render(messages) == whole.render(messages)
+    assert "changed" in resumed.render(messages)
+
+
+def test_a_turn_changed_after_it_was_shown_gets_a_new_message() -> None:
+    turn, call = Turn("user", "first"), Turn("assistant", "", (Call("c1", "bash", "{}"),))
+    result = Turn("tool", "out", tool_call_id="c1")
+    profile = TemplateProfile()
+    shown = template_messages([turn, call, result], profile)
+    turn.text = "second"
+    again = template_messages([turn, call, result], profile)
+    assert again[0]["content"] == "second" and again[0] is not shown[0]
+    assert again[2] is shown[2] and again[2]["name"] == "bash"
+    renamed = template_messages([turn, Turn("assistant", "", (Call("c1", "grep", "{}"),)), result], profile)
+    assert renamed[2]["name"] == "grep"  # a tool result's name follows its call
+
+
+def test_a_turn_travels_without_what_was_derived_from_it() -> None:
+    turn = Turn("assistant", "hi", (Call("c1", "bash", "{}"),), "why", extra={"prefix": True})
+    template_messages([turn], TemplateProfile())
+    assert turn.derived is not None
+    copied = pickle.loads(pickle.dumps(turn))
+    assert copied == turn and copied.derived is None
+
+
+def test_a_prompt_with_its_encoding_is_written_as_that_encoding() -> None:
+    text = 'line "one"\n«é» 日本語 \x00'
+    prompt = JsonText(text, orjson.dumps(text))
+    body = {"model": "m", "prompt": prompt, "max_tokens": 5}
+    assert dumps_body(body) == orjson.dumps({"model": "m", "prompt": text, "max_tokens": 5})
+    wrong = JsonText(text, b'"something else"')  # the encoding is taken on trust: it is what is sent
+    assert orjson.loads(dumps_body({"prompt": wrong}))["prompt"] == "something else"
+    assert type(prompt[1:]) is str and type(prompt + "x") is str and type(str(prompt)) is str
+    copied = pickle.loads(pickle.dumps(prompt))
+    assert copied == text and copied.json == prompt.json

@@ -116,7 +116,8 @@ class Plan:
     def generation_request(self) -> GenerationRequest:
         budget = self.ask.thinking_budget if self.ask.thinking is not False else None
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
-        return GenerationRequest(self.prompt + self.prefill, self.ask.sampling, self.formats.markers(self.parse_tools),
+        prompt = self.prompt + self.prefill if self.prefill else self.prompt  # a JsonText stays one
+        return GenerationRequest(prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
                                  self.constraint.fields, budget, gate, self.ask.top_logprobs)
 
 

@@ -315,8 +315,10 @@ class ChatTemplate:
         return self._loop_plan
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
-               add_generation_prompt: bool = True, **kwargs: Any) -> str:
-        """Render a conversation; raises ``TemplateError`` with the template's own message."""
+               add_generation_prompt: bool = True, frozen: bool = False, **kwargs: Any) -> str:
+        """Render a conversation; raises ``TemplateError`` with the template's own message.
+        ``frozen``: ``messages``' items (and all they hold) are never changed from here on — the
+        render cache may then know them again by identity (``app.templates.resume``)."""
         context = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
@@ -330,7 +332,7 @@ class ChatTemplate:
             cache = self.cache
             plan = self.loop_plan() if cache is not None and len(messages) >= cache.min_messages else None
             if plan is not None and cache is not None:
-                prompt = render_resumable(plan, cache, messages, prepare_messages, context, owned.add)
+                prompt = render_resumable(plan, cache, messages, prepare_messages, context, owned.add, frozen)
                 if prompt is not None:
                     return prompt
             context["messages"] = prepare_messages(messages)

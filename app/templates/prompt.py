@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from operator import is_
 from typing import Any, Literal
 
 from jinja2 import meta
@@ -109,7 +110,7 @@ _PROBE_TOOL = {"type": "function", "function": {
 
 def _renders(template: ChatTemplate, messages: list[dict[str, Any]], tools: Any = None, *needles: str,
              stack: frozenset[str] = frozenset()) -> bool:
-    extra = {name: STACK_VARIABLES[name](tools) for name in stack}
+    extra: dict[str, Any] = {name: STACK_VARIABLES[name](tools) for name in stack}
     try:
         prompt = template.render(messages, tools, add_generation_prompt=True, **extra)
     except TemplateError:
@@ -233,7 +234,12 @@ def _results_as_user_turns(turns: Sequence[Turn]) -> list[Turn]:
 
 def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement: SystemPlacement | None = None,
                       call_text: CallText = json_call_text) -> list[dict[str, Any]]:
-    """The conversation as chat-template messages (OpenAI's shape, which templates are written for)."""
+    """The conversation as chat-template messages (OpenAI's shape, which templates are written for).
+    A turn that reaches the template as given is converted once: its message is kept on it
+    (``Turn.derived``, with the fields and the settings it was made from) and given again, the same
+    object, while those are the same — so an agent's next turn hands the render cache the very
+    messages it saw last time. The messages are never changed afterwards (nothing here does;
+    ``ChatTemplate.render`` renders copies)."""
     ids = short_call_id if profile.alnum9_ids else (lambda call_id: call_id)
     names = {call.id: call.name for turn in turns for call in turn.calls}
     turns = _arrange_system(turns, placement or profile.system)
@@ -241,26 +247,41 @@ def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement
         turns = _calls_as_text(turns, call_text)
     if not profile.renders_results:
         turns = _results_as_user_turns(turns)
+    flags = (profile.alnum9_ids, profile.call_content_none)
     messages: list[dict[str, Any]] = []
     for turn in turns:
-        message: dict[str, Any] = {**turn.extra, "role": turn.role, "content": turn.text}
-        if turn.name is not None:
-            message["name"] = turn.name
-        if turn.role == "assistant":
-            if turn.calls:
-                message["tool_calls"] = [
-                    {"id": ids(call.id), "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-                    for call in turn.calls]
-                if not turn.text and profile.call_content_none:
-                    message["content"] = None
-            if turn.reasoning is not None:
-                message["reasoning_content"] = turn.reasoning
-        elif turn.role == "tool" and turn.tool_call_id is not None:
-            message["tool_call_id"] = ids(turn.tool_call_id)
-            if turn.name is None and turn.tool_call_id in names:
-                message["name"] = names[turn.tool_call_id]
+        inputs = (turn.role, turn.text, turn.calls, turn.reasoning, turn.tool_call_id, turn.name, turn.extra)
+        named = names.get(turn.tool_call_id) if turn.role == "tool" and turn.tool_call_id is not None else None
+        derived = turn.derived
+        if derived is not None and derived[0] == (flags, named) and all(map(is_, derived[1], inputs)):
+            messages.append(derived[2])
+            continue
+        message = _template_message(turn, named, ids, profile)
+        turn.derived = ((flags, named), inputs, message)
         messages.append(message)
     return messages
+
+
+def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
+                      profile: TemplateProfile) -> dict[str, Any]:
+    """One turn as a chat-template message (``named``: a tool result's name, found from its call)."""
+    message: dict[str, Any] = {**turn.extra, "role": turn.role, "content": turn.text}
+    if turn.name is not None:
+        message["name"] = turn.name
+    if turn.role == "assistant":
+        if turn.calls:
+            message["tool_calls"] = [
+                {"id": ids(call.id), "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                for call in turn.calls]
+            if not turn.text and profile.call_content_none:
+                message["content"] = None
+        if turn.reasoning is not None:
+            message["reasoning_content"] = turn.reasoning
+    elif turn.role == "tool" and turn.tool_call_id is not None:
+        message["tool_call_id"] = ids(turn.tool_call_id)
+        if turn.name is None and named is not None:
+            message["name"] = named
+    return message
 
 
 def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
@@ -284,7 +305,7 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     for placement in placements:
         try:
             prompt = template.render(template_messages(turns, profile, placement, call_text), tools,
-                                     add_generation_prompt=True, **kwargs)
+                                     add_generation_prompt=True, frozen=True, **kwargs)
         except TemplateError as exc:
             failure = failure or exc
             continue

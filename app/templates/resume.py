@@ -59,6 +59,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import is_
 from typing import Any
 
 import jinja2
@@ -66,6 +67,8 @@ import orjson
 from jinja2 import nodes
 from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
+
+from app.jsontext import JsonText
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
@@ -515,6 +518,13 @@ class Entry:
     captured: bytes
     items: list[Any] | None
     size: int
+    #: the texts' JSON encodings one after the other (``orjson``, without the quotes), text ``i``'s
+    #: ending at ``texts_json_ends[i]``: a resumed prompt's encoding is made from them
+    texts_json: bytes = b""
+    texts_json_ends: list[int] = field(default_factory=list)
+    #: the items ``joined`` serialises, when the caller promised never to change them (``frozen``):
+    #: a later sequence holding these very objects first is known to start with ``joined``
+    source: list[Any] | None = None
 
 
 #: prefix checks one lookup makes at most (longest first); a mismatch costs up to the bytes shared
@@ -558,6 +568,32 @@ class RenderCache:
                 if probes >= MAX_PROBES:
                     break
         return None
+
+    def same_start(self, salt: bytes, items: Sequence[Any]) -> tuple[tuple[bytes, bytes, list[int]], Entry] | None:
+        """``serialised(salt, items)`` and the longest cached render whose ``source`` items are
+        ``items``' first ones, object for object — found without serialising those again (they
+        were promised never to change); ``None`` when there is none (or ``items`` are not all
+        marshallable: ask ``serialised``)."""
+        try:
+            first = _marshalled(items[:KEY_ITEMS])
+        except ValueError:
+            return None
+        key = _digest(salt, b"m", first)
+        with self._lock:
+            for entry in self._buckets.get(key, ()):
+                source = entry.source
+                if source is not None and len(source) <= len(items) and all(map(is_, source, items)):
+                    self._entries.move_to_end(id(entry))
+                    break
+            else:
+                return None
+        try:
+            rest = _marshalled(items[len(source):])
+        except ValueError:
+            return None
+        base = entry.ends[-1] if entry.ends else 0
+        ends = [*entry.ends, *(base + end for end in accumulate(map(len, rest)))]
+        return (key, b"".join((entry.joined, *rest)), ends), entry
 
     def put(self, entry: Entry) -> None:
         if not entry.ends or entry.size > self.max_bytes:
@@ -617,13 +653,17 @@ def serialised(salt: bytes, items: Sequence[Any], exact: bool = False,
             datas = None
     if datas is None:
         datas, tag = [exact_bytes(item) for item in items], b"j"
-    ends = list(accumulate(map(len, datas)))
-    joined = b"".join(datas)
-    first = ends[:KEY_ITEMS]
+    return _digest(salt, tag, datas[:KEY_ITEMS]), b"".join(datas), list(accumulate(map(len, datas)))
+
+
+def _digest(salt: bytes, tag: bytes, first: Sequence[bytes]) -> bytes:
+    """The bucket key of a sequence whose first items (up to ``KEY_ITEMS``) serialise to ``first``
+    by the kind ``tag`` names."""
     digest = hashlib.blake2b(salt, digest_size=16)
     digest.update(tag + len(first).to_bytes(1, "little"))
-    digest.update(memoryview(joined)[:first[-1] if first else 0])
-    return digest.digest(), joined, ends
+    for data in first:
+        digest.update(data)
+    return digest.digest()
 
 
 class _Run:
@@ -640,6 +680,8 @@ class _Run:
         self.captured = b""
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
+        self.reused_json: bytes | None = b""  # the reused texts' encoding (``None``: not known)
+        self.source: list[Any] | None = None  # the items ``sequence`` serialises, if frozen
 
     def functions(self) -> dict[str, Any]:
         return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
@@ -661,6 +703,7 @@ class _Run:
             self.captured = exact_bytes(captured)
             if sequence is not self.messages:  # a list the template made: its own items are serialised
                 self.sequence = serialised(self.plan.salt + b"seq", sequence, exact=True)
+                self.source = None  # not what this sequence serialises
                 self.found = self.cache.longest(*self.sequence)
             self.storable = self.sequence is not None and not self.wrapped
         except _Inexact:
@@ -673,6 +716,8 @@ class _Run:
                 start = 0
             self.state["start"] = start
             self.reused = entry.texts[:start]
+            self.reused_json = None if start and len(entry.texts_json_ends) != len(entry.texts) else \
+                entry.texts_json[:entry.texts_json_ends[start - 1]] if start else b""
         return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
 
     def leave(self) -> str:
@@ -689,35 +734,56 @@ class _Run:
         if not self.left or len(parts) != self.length - start + 3:
             return None
         head, _, *texts, tail = parts
+        texts_all = [*self.reused, *texts]
+        reused_json = self.reused_json
+        reused_ends = self.found.texts_json_ends[:len(self.reused)] if self.reused and self.found is not None else []
+        if reused_json is None:  # the earlier render kept no encoding: make it for them all
+            texts, reused_json, reused_ends = texts_all, b"", []
+        try:
+            encoded = [orjson.dumps(text)[1:-1] for text in texts]
+            around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
+        except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
+            encoded, around = None, None
+        texts_json = reused_json + b"".join(encoded) if encoded is not None else b""
         if self.storable and self.sequence is not None and len(self.sequence[2]) == self.length:
             key, joined, ends = self.sequence
-            texts_all = [*self.reused, *texts]
             items = self.messages if self.plan.sequence == "messages" else None
-            size = (sum(sys.getsizeof(t) for t in texts_all) + 3 * len(joined) + 40 * len(ends)
+            base = len(reused_json)
+            json_ends = [*reused_ends, *(base + end for end in accumulate(map(len, encoded)))] \
+                if encoded is not None else []
+            size = (sum(sys.getsizeof(t) for t in texts_all) + len(texts_json) + 3 * len(joined) + 48 * len(ends)
                     + len(self.captured))
-            self.cache.put(Entry(texts_all, key, joined, ends, self.captured, items, size))
+            self.cache.put(Entry(texts_all, key, joined, ends, self.captured, items, size, texts_json, json_ends,
+                                 self.source))
             if self.reused:
                 self.cache.hits += 1
                 self.cache.reused += len(self.reused)
-        return "".join([head, *self.reused, *texts, tail])
+        prompt = "".join([head, *texts_all, tail])
+        return prompt if around is None else JsonText(prompt, b"".join((around[0], texts_json, around[1])))
 
 
 def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapping[str, Any]],
                      prepare: Callable[[Sequence[Mapping[str, Any]]], list[Any]], context: dict[str, Any],
-                     owned: Callable[[Any], None]) -> str | None:
+                     owned: Callable[[Any], None], frozen: bool = False) -> str | None:
     """Render ``messages`` (prepared for the template by ``prepare``, message by message) and
     ``context`` with ``plan``'s template, reusing what ``cache`` proves reusable — prepared
     messages included; ``None`` when the output could not be taken apart (render whole instead).
-    ``owned`` is told of the prepared messages (the caller's: the template may not change them)."""
+    ``owned`` is told of the prepared messages (the caller's: the template may not change them).
+    ``frozen``: the caller never changes ``messages``' items (nor anything in them) from here on,
+    so a later render may recognise them by identity (``RenderCache.same_start``)."""
     sequence = None
     found = None
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
-        try:
-            sequence = serialised(plan.salt + b"raw", messages)
-        except _Inexact:
-            sequence = None
-        found = cache.longest(*sequence) if sequence is not None else None
+        same = cache.same_start(plan.salt + b"raw", messages) if frozen else None
+        if same is not None:
+            sequence, found = same
+        else:
+            try:
+                sequence = serialised(plan.salt + b"raw", messages)
+            except _Inexact:
+                sequence = None
+            found = cache.longest(*sequence) if sequence is not None else None
         if found is not None and found.items is not None:
             known = len(found.items)
             prepared = [*found.items, *prepare(messages[known:])]
@@ -725,5 +791,7 @@ def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapp
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
     run = _Run(plan, cache, prepared, sequence, found)
+    if frozen and plan.sequence == "messages":
+        run.source = list(messages)
     raw = plan.template.render(**context, messages=prepared, **run.functions())
     return run.finish(raw)

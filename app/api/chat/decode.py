@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.known import Known, KnownMessages
+from app.api.chat.known import NOTHING, Known, KnownMessages
 from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition, is_legacy
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.generation import Sampling
@@ -36,7 +36,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "") -> ChatComple
              "content parts and tool calls in messages", "--max-input-items", "messages")
     known = KNOWN.find(messages, settings.render_cache_bytes, tenant)
     if is_legacy(body, messages[known.count:]):  # decoded across messages: never from, nor into, the cache
-        known = Known(0, [], [], None)
+        known = NOTHING
     try:
         if known.count:  # only the messages not known are validated
             request = ChatCompletionRequest.model_validate({**body, "messages": messages[known.count:]})

@@ -121,3 +121,60 @@ def test_what_one_tenant_decoded_is_not_known_to_another() -> None:
     chat_ask(parse_request(body(6), SETTINGS, "alice"))
     assert parse_request(body(7), SETTINGS, "bob")._known.count == 0
     assert parse_request(body(7), SETTINGS, "alice")._known.count == 14
+
+
+def test_undeclared_fields_in_another_order_are_decoded_again() -> None:
+    """Fields the request model does not declare reach the template in their order: an equal
+    message with them in another order is another message."""
+    first = body(3)
+    first["messages"][3] = {**first["messages"][3], "prefix": "a", "tag": "b"}
+    chat_ask(parse_request(first, SETTINGS))
+    second = body(4)
+    second["messages"][3] = {"tag": "b", **second["messages"][3], "prefix": "a"}
+    request = parse_request(second, SETTINGS)
+    assert request._known.count == 3
+    assert list(chat_ask(request).turns[3].extra) == ["tag", "prefix"]
+    same_order = body(4)
+    same_order["messages"][3] = {**same_order["messages"][3], "prefix": "a", "tag": "b"}
+    assert parse_request(same_order, SETTINGS)._known.count == 8  # the 2 + 6 of the request before
+
+
+@pytest.mark.parametrize("change", ["number in a part", "object arguments", "number field"])
+def test_a_message_equal_values_could_hide_in_is_not_kept(change: str) -> None:
+    """Messages with a number, a boolean, or arguments as an object (whose key order the template
+    shows) are kept only up to before them: ``==`` cannot tell them apart from their look-alikes."""
+    first = body(3)
+    message = first["messages"][4]  # the second turn's assistant message
+    if change == "number in a part":
+        first["messages"][1]["content"] = [{"type": "text", "text": "go", "weight": 1}]
+        where = 1
+    elif change == "object arguments":
+        message["tool_calls"][0]["function"]["arguments"] = {"b": 1, "a": "x"}
+        where = 4
+    else:
+        message["priority"] = 1
+        where = 4
+    chat_ask(parse_request(first, SETTINGS))
+    second = copy.deepcopy(first)
+    second["messages"].extend(body(4)["messages"][8:])
+    request = parse_request(second, SETTINGS)
+    assert request._known.count == (where if where >= 4 else 0)  # fewer than 4 kept messages: none kept
+    assert chat_ask(request).turns == fresh(copy.deepcopy(second))
+
+
+def test_an_edited_message_keeps_what_comes_before_it() -> None:
+    chat_ask(parse_request(body(10), SETTINGS))
+    edited = body(10)
+    edited["messages"][13]["content"] = "edited"
+    request = parse_request(edited, SETTINGS)
+    assert request._known.count == 13
+    assert chat_ask(request).turns == fresh(edited)
+
+
+def test_a_growing_conversation_is_kept_once(fresh_cache: KnownMessages) -> None:
+    """A list the next turn extends is dropped: one conversation holds one list."""
+    for turns in range(2, 12):
+        chat_ask(parse_request(body(turns), SETTINGS))
+        assert len(fresh_cache) == 1
+    chat_ask(parse_request(body(12), SETTINGS, "bob"))
+    assert len(fresh_cache) == 2
