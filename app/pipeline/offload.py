@@ -50,19 +50,34 @@ T = TypeVar("T")
 LIGHT_TURNS = 64
 LIGHT_CHARS = 32_768  # message text, call arguments and tool definitions (their JSON)
 LIGHT_TOOLS = 32
+#: conversation text (known turns included) past which a request is heavy however much of it is
+#: known: a render cache that lost the conversation renders it whole, on the loop (~7 ms at this)
+KNOWN_LIGHT_CHARS = 256 * 1024
+#: the same, when the earlier request was prepared by a worker (a whole render here, ~2 ms at this)
+WARM_UP_CHARS = 64 * 1024
 
 
 def is_light(ask: Ask) -> bool:
     """Whether ``ask`` is small enough to check and render on the loop. Tool definitions count by
     their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB schema
-    takes ~80 ms to check)."""
-    if len(ask.turns) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+    takes ~80 ms to check). Turns decoded here before (``Ask.known_turns``: an agent's next turn)
+    do not count, up to ``KNOWN_LIGHT_CHARS`` of conversation in all when their request was
+    prepared here too (its render is cached here: shipping the turns to a worker would cost the loop
+    more than rendering what is new — pickling every turn, the prompt back), ``WARM_UP_CHARS`` when
+    it was not (the loop renders them whole once; from then on the conversation's turns are light)."""
+    if len(ask.turns) - ask.known_turns > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
-    chars = 0
-    for turn in ask.turns:
-        chars += len(turn.text)
+    chars = known_chars = 0
+    for i, turn in enumerate(ask.turns):
+        size = len(turn.text)
         for call in turn.calls:
-            chars += len(call.arguments) if isinstance(call.arguments, str) else 1024
+            size += len(call.arguments) if isinstance(call.arguments, str) else 1024
+        if i < ask.known_turns:
+            known_chars += size
+        else:
+            chars += size
+    if ask.known_turns and known_chars + chars > (KNOWN_LIGHT_CHARS if ask.known_rendered else WARM_UP_CHARS):
+        return False
     for tool in ask.tools:
         if chars > LIGHT_CHARS:
             return False

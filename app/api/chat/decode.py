@@ -14,6 +14,7 @@ from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask, Tool
+from app.pipeline.offload import is_light
 from app.settings import Settings
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
@@ -93,7 +94,7 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
         else:
             turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra))
     if known is not None:
-        KNOWN.keep(known, messages, turns)
+        request._kept = KNOWN.keep(known, messages, turns)
     return turns
 
 
@@ -153,7 +154,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
         logit_bias={int(k): v for k, v in r.logit_bias.items()} if r.logit_bias else None,
     )
-    return Ask(
+    ask = Ask(
         turns=chat_turns(request),
         tools=[Tool.function(t.function.name, t.function.parameters or {}, t.function.description,
                              bool(t.function.strict), shown=shown_tool(t))
@@ -170,3 +171,10 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
     )
+    known: Known | None = request._known
+    if known is not None and known.kept is not None:
+        ask.known_turns, ask.known_rendered = known.count, known.kept.warm
+    kept = request._kept
+    if kept is not None and is_light(ask):  # prepared here: the next turn will find its render here
+        kept.warm = True
+    return ask

@@ -55,6 +55,8 @@ class _Kept:
     sizes: list[int]  # each message's size (its strings' bytes, about)
     ordered: list[tuple[int, list[str]]]  # messages with undeclared fields: their index and field order
     size: int
+    #: the request was prepared in this process (not by a worker): its render is cached here
+    warm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,12 +180,13 @@ class KnownMessages:
         return Known(count, [model for model, _turn in pairs], [turn for _model, turn in pairs], tenant, key, messages,
                      best)
 
-    def keep(self, known: Known, models: list[ChatMessage], turns: list[Turn]) -> None:
+    def keep(self, known: Known, models: list[ChatMessage], turns: list[Turn]) -> _Kept | None:
         """Keep a request's whole decoding (``models`` and ``turns``: one per message of
-        ``known.raw``), up to its first message that is not plain; a list it extends is dropped."""
+        ``known.raw``), up to its first message that is not plain; a list it extends is dropped.
+        The list kept, if one is."""
         raw, kept, start = known.raw, known.kept, known.count
         if known.key is None or len(models) != len(raw) or len(turns) != len(raw):
-            return
+            return None
         sizes = kept.sizes[:start] if kept is not None else []
         ordered = [(i, order) for i, order in kept.ordered if i < start] if kept is not None else []
         for message in raw[start:]:
@@ -196,7 +199,7 @@ class KnownMessages:
         n = len(sizes)
         size = 3 * sum(sizes) + MESSAGE_OVERHEAD * n
         if n < self.min_messages or size > self.max_bytes or (kept is not None and n <= len(kept.raw)):
-            return
+            return None
         entry = _Kept(known.tenant, known.key, raw[:n], list(zip(models[:n], turns[:n], strict=True)), sizes,
                       ordered, size)
         with self._lock:
@@ -211,6 +214,7 @@ class KnownMessages:
             self.bytes += entry.size
             while self.bytes > self.max_bytes:
                 self._drop(next(iter(self._lists.values())))
+        return entry
 
     def _drop(self, entry: _Kept) -> None:
         del self._lists[id(entry)]

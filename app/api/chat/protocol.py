@@ -170,6 +170,7 @@ class ChatCompletionRequest(Lenient):
     continue_final_message: bool = False
     #: what ``app.api.chat.known`` knew of the messages when they were decoded (``None``: nothing)
     _known: Any = PrivateAttr(default=None)
+    _kept: Any = PrivateAttr(default=None)
 
     @field_validator("tool_choice", mode="before")
     @classmethod

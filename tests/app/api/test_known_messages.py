@@ -14,6 +14,7 @@ from app.api.chat.decode import chat_ask, parse_request
 from app.api.chat.known import KnownMessages
 from app.conversation import Turn
 from app.errors import APIError
+from app.pipeline.offload import is_light
 from app.settings import Settings
 from app.templates.prompt import TemplateProfile, template_messages
 from bench.agent import agent_request
@@ -178,3 +179,23 @@ def test_a_growing_conversation_is_kept_once(fresh_cache: KnownMessages) -> None
         assert len(fresh_cache) == 1
     chat_ask(parse_request(body(12), SETTINGS, "bob"))
     assert len(fresh_cache) == 2
+
+
+def test_a_conversation_prepared_here_is_weighed_by_what_is_new() -> None:
+    """An agent's request with a 12 KB system prompt, twelve 1.5 KB tools and a finished turn is
+    heavy when first seen; from its next turn on, the turns known from the request before do not
+    count: each turn is light however long the conversation grows (up to ``KNOWN_LIGHT_CHARS``). A
+    conversation first seen large (prepared by a worker: this process lacks its render) stays heavy."""
+    assert not is_light(chat_ask(parse_request(body(1), SETTINGS)))
+    for turns in range(2, 100):
+        ask = chat_ask(parse_request(body(turns), SETTINGS))
+        assert ask.known_turns == 2 + 2 * (turns - 1) and ask.known_rendered == (turns > 2)
+        assert is_light(ask)
+    assert len(ask.turns) > 64  # heavy by its length alone
+    first_seen_large = body(70)
+    first_seen_large["messages"][1]["content"] = "another task"
+    assert not is_light(chat_ask(parse_request(first_seen_large, SETTINGS)))
+    next_turn = body(71)
+    next_turn["messages"][1]["content"] = "another task"
+    ask = chat_ask(parse_request(next_turn, SETTINGS))
+    assert ask.known_turns == 142 and not ask.known_rendered and not is_light(ask)

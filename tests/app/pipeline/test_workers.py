@@ -20,7 +20,16 @@ from app.backends import Backend
 from app.backends.vllm import Vllm
 from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask, Tool
-from app.pipeline.offload import BIG_BODY, CONSTANTS, Offloader, Turns, is_light, reducers
+from app.pipeline.offload import (
+    BIG_BODY,
+    CONSTANTS,
+    KNOWN_LIGHT_CHARS,
+    WARM_UP_CHARS,
+    Offloader,
+    Turns,
+    is_light,
+    reducers,
+)
 from app.pipeline.workers import OverBudget, Worker, WorkerLost, handles, resolve
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
@@ -249,6 +258,27 @@ def test_tool_definitions_count_toward_heavy() -> None:
                                             for k in range(160)}}  # ~37 KB
     ask.tools.append(Tool.function("big", big))
     assert not is_light(ask)
+
+
+def test_known_turns_do_not_count_up_to_a_bound() -> None:
+    """An agent's next turn, whose earlier turns this process decoded and rendered before, is
+    weighed by what is new in it — up to ``KNOWN_LIGHT_CHARS`` of conversation in all."""
+    ask = agent_ask(turns=100)
+    assert not is_light(ask)
+    ask.known_turns, ask.known_rendered = len(ask.turns) - 2, True
+    assert is_light(ask)
+    ask.known_turns = 2  # most of it new
+    assert not is_light(ask)
+    big = agent_ask(turns=100)
+    big.turns[5].text = "x" * KNOWN_LIGHT_CHARS
+    big.known_turns, big.known_rendered = len(big.turns) - 2, True
+    assert not is_light(big)
+    warming = agent_ask(turns=100)  # the turn before was prepared by a worker: rendered whole here once
+    warming.known_turns = len(warming.turns) - 2
+    assert sum(len(t.text) for t in warming.turns) > WARM_UP_CHARS and not is_light(warming)
+    warming.turns[3:] = warming.turns[-4:]
+    warming.known_turns = len(warming.turns) - 2
+    assert is_light(warming)
 
 
 async def test_large_bodies_begin_one_per_loop_turn() -> None:
