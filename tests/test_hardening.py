@@ -125,11 +125,14 @@ def test_a_burst_of_heavy_requests_waits_its_turn_instead_of_503(slow_if_asked) 
 
 def test_past_max_queue_ms_a_heavy_request_is_a_503_to_retry(slow_if_asked) -> None:
     proxy = slow_if_asked(max_render_ms=30_000, prepare_workers=1, max_queue_ms=300)
+    deadline = time.monotonic() + 60  # the worker is forked after start-up: wait until it answers
+    while post(proxy, heavy("warm-up")).status_code == 503 and time.monotonic() < deadline:
+        time.sleep(0.2)
     first: dict[str, httpx.Response] = {}
     sender = threading.Thread(target=lambda: first.setdefault("response", post(proxy, heavy("slow"))))
     sender.start()
     time.sleep(0.5)  # the one worker renders the slow one (seconds)
-    busy = post(proxy, heavy())
+    busy = post(proxy, heavy("queued"))  # not seen before: heavy (a known conversation is light)
     assert busy.status_code == 503, busy.text
     assert busy.json()["error"]["code"] == "server_busy" and busy.headers["Retry-After"] == "1"
     assert post(proxy, {"model": "m", "messages": MESSAGES}).status_code == 200  # light: inline, not queued
