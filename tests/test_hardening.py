@@ -85,9 +85,11 @@ SLOW_IF_ASKED = ("{% if messages[0].content == 'slow' %}{% for i in range(300) %
                  "{{ messages[-1].content }}")
 
 
-def heavy(first: str = "fast", turns: int = 70) -> dict[str, Any]:
-    """More than 64 messages: prepared by a worker process."""
-    return {"model": "m", "messages": [{"role": "user", "content": first}] + MESSAGES * (turns - 1)}
+def heavy(first: str = "fast", turns: int = 70, tag: str = "hi") -> dict[str, Any]:
+    """More than 64 messages: prepared by a worker process. The in-process test servers share the
+    messages decoded before (``app.api.chat.known``): a test's own ``tag`` keeps its requests its own."""
+    return {"model": "m", "messages": [{"role": "user", "content": first}, {"role": "user", "content": tag}]
+            + MESSAGES * (turns - 2)}
 
 
 @pytest.fixture
@@ -104,10 +106,24 @@ def slow_if_asked(backend_factory, proxy_factory, tmp_path) -> Any:
 
 def test_past_max_render_ms_the_worker_is_replaced_and_serves_the_next(slow_if_asked) -> None:
     proxy = slow_if_asked(max_render_ms=300, prepare_workers=1)
-    refused = post(proxy, heavy("slow"))
+    refused = post(proxy, heavy("slow", tag="replaced"))
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "request_too_complex"
     for _ in range(3):  # the one worker was stopped; its replacement prepares the next ones
         assert post(proxy, heavy()).status_code == 200
+
+
+def test_a_refused_conversation_sent_again_is_still_bounded(slow_if_asked) -> None:
+    """The messages of a request refused as too complex are not "known" to the next one: sent again
+    with one more message, it is prepared by a worker and refused again, never rendered on the loop
+    for as long as it takes."""
+    proxy = slow_if_asked(max_render_ms=300, prepare_workers=1)
+    again = heavy("slow", tag="refused twice")
+    assert post(proxy, again).json()["error"]["code"] == "request_too_complex"
+    again["messages"].append({"role": "user", "content": "and again"})
+    started = time.monotonic()
+    refused = post(proxy, again)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "request_too_complex"
+    assert time.monotonic() - started < 10
 
 
 def test_a_burst_of_heavy_requests_waits_its_turn_instead_of_503(slow_if_asked) -> None:
@@ -129,7 +145,7 @@ def test_past_max_queue_ms_a_heavy_request_is_a_503_to_retry(slow_if_asked) -> N
     while post(proxy, heavy("warm-up")).status_code == 503 and time.monotonic() < deadline:
         time.sleep(0.2)
     first: dict[str, httpx.Response] = {}
-    sender = threading.Thread(target=lambda: first.setdefault("response", post(proxy, heavy("slow"))))
+    sender = threading.Thread(target=lambda: first.setdefault("response", post(proxy, heavy("slow", tag="queue"))))
     sender.start()
     time.sleep(0.5)  # the one worker renders the slow one (seconds)
     busy = post(proxy, heavy("queued"))  # not seen before: heavy (a known conversation is light)

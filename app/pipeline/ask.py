@@ -70,8 +70,8 @@ class Ask:
     continue_final: bool = False
     #: where the face's request holds the response format's schema (errors name it)
     format_param: str = "response_format.json_schema.schema"
-    #: the first turns decoded in this process from an earlier request (``app.api.chat.known``), and
-    #: whether that request was prepared here too (its render is then likely cached here): a next
-    #: turn's new work is the rest (``app.pipeline.offload.is_light``)
+    #: the first turns decoded in this process from an earlier request that was then checked and
+    #: planned (``app.api.chat.known``), and whether on this loop (its render is then likely cached
+    #: here) rather than by a worker: a next turn's new work is the rest (``offload.is_light``)
     known_turns: int = 0
     known_rendered: bool = False

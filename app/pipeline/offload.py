@@ -60,11 +60,13 @@ WARM_UP_CHARS = 64 * 1024
 def is_light(ask: Ask) -> bool:
     """Whether ``ask`` is small enough to check and render on the loop. Tool definitions count by
     their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB schema
-    takes ~80 ms to check). Turns decoded here before (``Ask.known_turns``: an agent's next turn)
-    do not count, up to ``KNOWN_LIGHT_CHARS`` of conversation in all when their request was
-    prepared here too (its render is cached here: shipping the turns to a worker would cost the loop
-    more than rendering what is new — pickling every turn, the prompt back), ``WARM_UP_CHARS`` when
-    it was not (the loop renders them whole once; from then on the conversation's turns are light)."""
+    takes ~80 ms to check). Turns of an earlier request that was checked and planned
+    (``Ask.known_turns``: an agent's next turn) do not count, up to ``KNOWN_LIGHT_CHARS`` of
+    conversation in all when it was planned on this loop (its render is cached here: shipping the
+    turns to a worker would cost the loop more than rendering what is new — pickling every turn,
+    the prompt back), ``WARM_UP_CHARS`` when a worker planned it, within ``--max-render-ms`` (the
+    loop renders them whole once; from then on the conversation's turns are light). A request
+    refused (too complex, a template error) lightens nothing."""
     if len(ask.turns) - ask.known_turns > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
     chars = known_chars = 0

@@ -172,9 +172,16 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         n=r.n,
     )
     known: Known | None = request._known
-    if known is not None and known.kept is not None:
-        ask.known_turns, ask.known_rendered = known.count, known.kept.warm
+    if known is not None and known.kept is not None and known.kept.prepared:  # (a refused one is not)
+        ask.known_turns, ask.known_rendered = known.count, known.kept.here
     kept = request._kept
-    if kept is not None and is_light(ask):  # prepared here: the next turn will find its render here
-        kept.warm = True
+    if kept is not None:
+        kept.here = is_light(ask)  # prepared on the loop: the next turn will find its render here
     return ask
+
+
+def prepared(request: ChatCompletionRequest) -> None:
+    """The request was checked and planned: its messages may lighten the next turn's
+    (``app.pipeline.offload.is_light``)."""
+    if request._kept is not None:
+        request._kept.prepared = True

@@ -55,8 +55,10 @@ class _Kept:
     sizes: list[int]  # each message's size (its strings' bytes, about)
     ordered: list[tuple[int, list[str]]]  # messages with undeclared fields: their index and field order
     size: int
-    #: the request was prepared in this process (not by a worker): its render is cached here
-    warm: bool = False
+    #: its request was checked and planned (``prepared``: set once it was), on this process's loop
+    #: (``here``: its render is cached here) or by a worker
+    prepared: bool = False
+    here: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask, parse_request, prepared
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
@@ -24,6 +24,7 @@ async def chat_completions(body: Any, ex: Exchange) -> Response:
     request = parse_request(body, ex.settings, ex.tenant)
     ask = chat_ask(request)
     choices = await start(ask, ex)
+    prepared(request)
     model = (await ex.ready()).name
     settings = ex.settings
     if request.stream:

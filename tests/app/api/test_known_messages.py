@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from app.api.chat import decode
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask, parse_request, prepared
 from app.api.chat.known import KnownMessages
 from app.conversation import Turn
 from app.errors import APIError
@@ -186,16 +186,34 @@ def test_a_conversation_prepared_here_is_weighed_by_what_is_new() -> None:
     heavy when first seen; from its next turn on, the turns known from the request before do not
     count: each turn is light however long the conversation grows (up to ``KNOWN_LIGHT_CHARS``). A
     conversation first seen large (prepared by a worker: this process lacks its render) stays heavy."""
-    assert not is_light(chat_ask(parse_request(body(1), SETTINGS)))
+    first = parse_request(body(1), SETTINGS)
+    assert not is_light(chat_ask(first))
+    prepared(first)  # by a worker
     for turns in range(2, 100):
-        ask = chat_ask(parse_request(body(turns), SETTINGS))
+        request = parse_request(body(turns), SETTINGS)
+        ask = chat_ask(request)
         assert ask.known_turns == 2 + 2 * (turns - 1) and ask.known_rendered == (turns > 2)
         assert is_light(ask)
+        prepared(request)
+    refused = parse_request(body(100), SETTINGS)
+    chat_ask(refused)  # never prepared (say it was refused): the next turn is weighed whole
+    ask = chat_ask(parse_request(body(101), SETTINGS))
+    assert ask.known_turns == 0 and not is_light(ask)
     assert len(ask.turns) > 64  # heavy by its length alone
     first_seen_large = body(70)
     first_seen_large["messages"][1]["content"] = "another task"
-    assert not is_light(chat_ask(parse_request(first_seen_large, SETTINGS)))
+    large = parse_request(first_seen_large, SETTINGS)
+    assert not is_light(chat_ask(large))
+    prepared(large)
     next_turn = body(71)
     next_turn["messages"][1]["content"] = "another task"
     ask = chat_ask(parse_request(next_turn, SETTINGS))
     assert ask.known_turns == 142 and not ask.known_rendered and not is_light(ask)
+
+
+def test_the_declared_fields_are_the_request_models() -> None:
+    """A field taken for declared skips the order check: the list must be the model's own."""
+    from app.api.chat.known import DECLARED
+    from app.api.chat.protocol import ChatMessage
+
+    assert set(ChatMessage.model_fields) == DECLARED
