@@ -186,7 +186,7 @@ def run(ctx: Any) -> Any:
     from bench.report import Section, at_most, fmt, table
 
     section = Section(__name__, TITLE)
-    data = measure(3 if ctx.quick else 9)
+    data = measure(3 if ctx.quick else 15)
     last = data[TURNS[-1]]
     section.figure("agent.next_turn_ms.100", f"CPU before the backend is asked, next turn at {TURNS[-1]} turns",
                    last["next_ms"], "ms", at_most(NEXT_TURN_TARGET_MS),
