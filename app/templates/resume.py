@@ -503,7 +503,7 @@ def exact_bytes(value: Any) -> bytes:
         raise _Inexact(str(exc)) from None
 
 
-@dataclass
+@dataclass(eq=False)
 class Entry:
     """One earlier render: the text of each loop iteration, its sequence's items serialised exactly
     one after the other (``joined``; item ``i`` ends at ``ends[i]``) and the bucket they are filed

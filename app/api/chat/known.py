@@ -44,7 +44,7 @@ KEY_MESSAGES = 2
 MESSAGE_OVERHEAD = 200
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Kept:
     """One request's plain messages, as parsed, and their decodings."""
 
