@@ -186,12 +186,12 @@ def test_the_cache_stays_within_its_bytes() -> None:
     template.cache = cache = RenderCache(20_000)
     for i in range(40):  # forty different conversations of ~2 KB each
         template.render([{"role": "user", "content": f"{i} " + "x" * 2000}])
-        assert cache.bytes <= cache.max_bytes
+        assert cache.bytes_held <= cache.max_bytes
     assert 0 < len(cache) < 40
     big = RenderCache(100)
     template.cache = big
     template.render([{"role": "user", "content": "y" * 5000}])  # larger than the whole bound: not kept
-    assert len(big) == 0 and big.bytes == 0
+    assert len(big) == 0 and big.bytes_held == 0
 
 
 NUMBERS = "{%- for m in messages %}{{ m.n }}|{%- endfor %}"
@@ -221,8 +221,8 @@ def test_the_cache_index_holds_what_the_cache_holds() -> None:
     for i in range(30):
         for n in (2, 3, 4, 4):  # a conversation growing; its last turn sent twice
             template.render([{"role": "user", "content": f"{i} {k} " + "x" * 1000} for k in range(n)])
-            assert cache.bytes <= cache.max_bytes
-            assert sum(len(bucket) for bucket in cache._buckets.values()) == len(cache)
+            assert cache.bytes_held <= cache.max_bytes
+            assert cache.filed() == len(cache)
     assert 0 < len(cache) < 90
 
 

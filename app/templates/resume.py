@@ -54,8 +54,6 @@ import marshal
 import math
 import secrets
 import sys
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -68,6 +66,7 @@ from jinja2 import nodes
 from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 
+from app.bucketed import BucketedLRU
 from app.jsontext import JsonText
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
@@ -545,24 +544,25 @@ class RenderCache:
     def __init__(self, max_bytes: int, min_messages: int = 0) -> None:
         self.max_bytes = max_bytes
         self.min_messages = min_messages
-        self.bytes = 0
-        self._entries: OrderedDict[int, Entry] = OrderedDict()  # by id(entry), least recently used first
-        self._buckets: dict[bytes, list[Entry]] = {}  # by key, longest sequence first
-        self._lock = threading.Lock()
+        self._filed: BucketedLRU[Entry] = BucketedLRU(lambda entry: len(entry.ends))
         self.hits = 0  # renders that reused at least one iteration
         self.reused = 0  # iterations reused, over all renders
+
+    @property
+    def bytes_held(self) -> int:
+        return self._filed.bytes
 
     def longest(self, key: bytes, joined: bytes, ends: Sequence[int]) -> Entry | None:
         """The cached render whose items are the longest prefix of the sequence ``joined`` holds
         (item ``i`` ending at ``ends[i]``), among those filed under ``key``."""
-        with self._lock:
+        with self._filed.lock:
             probes = 0
-            for entry in self._buckets.get(key, ()):
+            for entry in self._filed.bucket(key):
                 n = len(entry.ends)
                 if n > len(ends) or ends[n - 1] != entry.ends[-1]:
                     continue
                 if joined.startswith(entry.joined) and entry.ends == ends[:n]:
-                    self._entries.move_to_end(id(entry))
+                    self._filed.touch(entry)
                     return entry
                 probes += 1
                 if probes >= MAX_PROBES:
@@ -579,11 +579,11 @@ class RenderCache:
         except ValueError:
             return None
         key = _digest(salt, b"m", first)
-        with self._lock:
-            for entry in self._buckets.get(key, ()):
+        with self._filed.lock:
+            for entry in self._filed.bucket(key):
                 source = entry.source
                 if source is not None and len(source) <= len(items) and all(map(is_, source, items)):
-                    self._entries.move_to_end(id(entry))
+                    self._filed.touch(entry)
                     break
             else:
                 return None
@@ -598,31 +598,19 @@ class RenderCache:
     def put(self, entry: Entry) -> None:
         if not entry.ends or entry.size > self.max_bytes:
             return
-        with self._lock:
-            bucket = self._buckets.setdefault(entry.key, [])
-            for old in bucket:
+        with self._filed.lock:
+            for old in self._filed.bucket(entry.key):
                 if old.joined == entry.joined and old.ends == entry.ends:
-                    self._drop(old)
+                    self._filed.drop(old)
                     break
-            at = 0
-            while at < len(bucket) and len(bucket[at].ends) >= len(entry.ends):
-                at += 1
-            bucket.insert(at, entry)
-            self._entries[id(entry)] = entry
-            self.bytes += entry.size
-            while self.bytes > self.max_bytes:
-                self._drop(next(iter(self._entries.values())))
+            self._filed.add(entry, self.max_bytes)
 
-    def _drop(self, entry: Entry) -> None:
-        del self._entries[id(entry)]
-        self.bytes -= entry.size
-        bucket = self._buckets[entry.key]
-        bucket.remove(entry)
-        if not bucket:
-            del self._buckets[entry.key]
+    def filed(self) -> int:
+        """Entries the lookup index holds (``len`` counts what the byte bound does: they agree)."""
+        return sum(1 for _ in self._filed.filed())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._filed)
 
 
 def _marshalled(items: Sequence[Any]) -> list[bytes]:

@@ -25,12 +25,12 @@ plus a fixed share per message), least recently used dropped first; lists shorte
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from app.bucketed import BucketedLRU
 
 if TYPE_CHECKING:
     from app.api.chat.protocol import ChatMessage
@@ -137,20 +137,19 @@ class KnownMessages:
     def __init__(self, max_bytes: int = 0, min_messages: int = 4) -> None:
         self.max_bytes = max_bytes
         self.min_messages = min_messages
-        self.bytes = 0
-        self._lists: OrderedDict[int, _Kept] = OrderedDict()  # by id, least recently used first
-        self._buckets: dict[bytes, list[_Kept]] = {}  # by key, longest first
-        self._lock = threading.Lock()
+        self._filed: BucketedLRU[_Kept] = BucketedLRU(lambda kept: len(kept.raw))
+
+    @property
+    def bytes_held(self) -> int:
+        return self._filed.bytes
 
     def clear(self) -> None:
         """Forget every list (benchmarks measure a first request this way)."""
-        with self._lock:
-            self._lists.clear()
-            self._buckets.clear()
-            self.bytes = 0
+        with self._filed.lock:
+            self._filed.clear()
 
     def __len__(self) -> int:
-        return len(self._lists)
+        return len(self._filed)
 
     def find(self, messages: list[Any], max_bytes: int, tenant: str = "") -> Known:
         """What is known of ``messages`` (as parsed from the request's JSON) to ``tenant``: the
@@ -164,8 +163,8 @@ class KnownMessages:
         if key is None:
             return NOTHING
         best, shared = None, 0
-        with self._lock:
-            for kept in self._buckets.get(key, ()):
+        with self._filed.lock:
+            for kept in self._filed.bucket(key):
                 if kept.tenant != tenant:
                     continue
                 n = _shared(kept, messages)
@@ -174,7 +173,7 @@ class KnownMessages:
                 if n == len(kept.raw):  # the longest list that is a whole start of these
                     break
             if best is not None:
-                self._lists.move_to_end(id(best))
+                self._filed.touch(best)
         if best is None:
             return Known(0, [], [], tenant, key, messages)
         count = min(shared, len(messages) - 1)
@@ -204,27 +203,11 @@ class KnownMessages:
             return None
         entry = _Kept(known.tenant, known.key, raw[:n], list(zip(models[:n], turns[:n], strict=True)), sizes,
                       ordered, size)
-        with self._lock:
-            if kept is not None and start == len(kept.raw) and id(kept) in self._lists:
-                self._drop(kept)  # every request it answers, this answers as well
-            bucket = self._buckets.setdefault(entry.key, [])
-            at = 0
-            while at < len(bucket) and len(bucket[at].raw) >= n:
-                at += 1
-            bucket.insert(at, entry)
-            self._lists[id(entry)] = entry
-            self.bytes += entry.size
-            while self.bytes > self.max_bytes:
-                self._drop(next(iter(self._lists.values())))
+        with self._filed.lock:
+            if kept is not None and start == len(kept.raw) and self._filed.holds(kept):
+                self._filed.drop(kept)  # every request it answers, this answers as well
+            self._filed.add(entry, self.max_bytes)
         return entry
-
-    def _drop(self, entry: _Kept) -> None:
-        del self._lists[id(entry)]
-        self.bytes -= entry.size
-        bucket = self._buckets[entry.key]
-        bucket.remove(entry)
-        if not bucket:
-            del self._buckets[entry.key]
 
 
 def _shared(kept: _Kept, messages: list[Any]) -> int:

@@ -98,7 +98,7 @@ def test_short_conversations_are_rendered_whole_longer_ones_resumed() -> None:
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
     for n in (1, 2, 3):
         assert template.render(messages[:n]) == whole.render(messages[:n])
-    assert cache.bytes == 0  # nothing kept below the threshold
+    assert cache.bytes_held == 0  # nothing kept below the threshold
     for n in (4, 5, 6):
         assert template.render(messages[:n]) == whole.render(messages[:n])
-    assert cache.bytes > 0 and cache.hits > 0  # kept, and the later turns resumed
+    assert cache.bytes_held > 0 and cache.hits > 0  # kept, and the later turns resumed

@@ -104,7 +104,7 @@ def test_the_cache_stays_within_its_bytes(fresh_cache: KnownMessages) -> None:
         request_body = body(20)
         request_body["messages"][1]["content"] = f"task {i}"  # twelve conversations of ~30 KB
         chat_ask(parse_request(request_body, settings))
-        assert fresh_cache.bytes <= 200_000
+        assert fresh_cache.bytes_held <= 200_000
     assert 0 < len(fresh_cache) < 12
 
 
