@@ -63,21 +63,28 @@ def test_chunked_body_split_at_every_byte() -> None:
 EVENTS = [f"data: {{\"text\": \"token {i}\"}}\n\n".encode() for i in range(300)]
 
 
+async def serve_burst() -> tuple[asyncio.AbstractServer, str, list[asyncio.StreamWriter]]:
+    """A backend that bursts: head and all of ``EVENTS`` in one write, per request; the connections
+    it served (to tell whether the client reused one)."""
+    connections: list[asyncio.StreamWriter] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        connections.append(writer)
+        writer.write(HEAD + chunked(*EVENTS))
+        await writer.drain()
+        return True
+
+    server, url = await serve(handler)
+    return server, url, connections
+
+
 def test_a_first_read_of_many_chunks_hands_on_the_first_chunk_alone() -> None:
     """A backend that bursts: head and 300 chunks in one write, so one read holds them all. The
     first chunk's data leaves before the rest of the read is de-chunked; then the rest follows in
     larger pieces (batching kept), nothing lost or repeated; the connection is reused afterwards."""
 
     async def run() -> None:
-        connections: list[asyncio.StreamWriter] = []
-
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-            connections.append(writer)
-            writer.write(HEAD + chunked(*EVENTS))
-            await writer.drain()
-            return True
-
-        server, url = await serve(handler)
+        server, url, connections = await serve_burst()
         client = StreamingClient(2, 2)
         for _ in range(2):
             response = await client.post(url, b"{}", {})
@@ -99,15 +106,7 @@ def test_a_stream_left_after_its_first_chunk_drains_from_where_it_stopped() -> N
     is reused and the next response is read whole and right."""
 
     async def run() -> None:
-        connections: list[asyncio.StreamWriter] = []
-
-        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-            connections.append(writer)
-            writer.write(HEAD + chunked(*EVENTS))
-            await writer.drain()
-            return True
-
-        server, url = await serve(handler)
+        server, url, connections = await serve_burst()
         client = StreamingClient(2, 2)
         response = await client.post(url, b"{}", {})
         async for piece in response.aiter_bytes():
