@@ -120,15 +120,20 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
 
     import orjson
 
-    from app.api.chat.decode import chat_ask, parse_request
+    from app.api.chat.decode import chat_ask, parse_request, prepared
     from app.jsontext import dumps_body
+    from app.pipeline.offload import is_light
     from app.pipeline.plan import plan_request
     from app.pipeline.validate import check_ask
 
     start = time.process_time()
-    ask = chat_ask(parse_request(orjson.loads(raw), settings))
+    request = parse_request(orjson.loads(raw), settings)
+    ask = chat_ask(request)
+    light = is_light(ask)  # (a heavy request is planned by a worker in the server: here, inline all the same)
     check_ask(ask, settings)
     plan = plan_request(ask, formats, template, backend, settings.max_calls_per_answer)
+    ask.planned_on_loop = light
+    prepared(request, ask)  # as the route says once the request is planned
     plan.parser()
     dumps_body(backend.dialect.body(plan.generation_request(), backend.model))
     return time.process_time() - start, plan.prompt

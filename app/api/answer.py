@@ -90,7 +90,9 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
     model = await ex.ready()
-    planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
+    light = is_light(ask)
+    planned = await ex.services.offloader.run(light, prepare, ask, ex.settings, model, schema_key)
+    ask.planned_on_loop = light
     return planned, model
 
 

@@ -72,6 +72,9 @@ class Ask:
     format_param: str = "response_format.json_schema.schema"
     #: the first turns decoded in this process from an earlier request that was then checked and
     #: planned (``app.api.chat.known``), and whether on this loop (its render is then likely cached
-    #: here) rather than by a worker: a next turn's new work is the rest (``offload.is_light``)
+    #: here) rather than by a worker: a next turn's new work is the rest (``offload.is_light``), and
+    #: their handed-back calls passed ``check_ask`` then
     known_turns: int = 0
     known_rendered: bool = False
+    #: set once the request is checked and planned: on this loop (its render cached here) or not
+    planned_on_loop: bool | None = None

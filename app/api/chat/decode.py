@@ -14,7 +14,6 @@ from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.pipeline.ask import Ask, Tool
-from app.pipeline.offload import is_light
 from app.settings import Settings
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
@@ -174,14 +173,12 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
     known: Known | None = request._known
     if known is not None and known.kept is not None and known.kept.prepared:  # (a refused one is not)
         ask.known_turns, ask.known_rendered = known.count, known.kept.here
-    kept = request._kept
-    if kept is not None:
-        kept.here = is_light(ask)  # prepared on the loop: the next turn will find its render here
     return ask
 
 
-def prepared(request: ChatCompletionRequest) -> None:
-    """The request was checked and planned: its messages may lighten the next turn's
-    (``app.pipeline.offload.is_light``)."""
-    if request._kept is not None:
-        request._kept.prepared = True
+def prepared(request: ChatCompletionRequest, ask: Ask) -> None:
+    """``ask`` (``request``'s) was checked and planned: its messages may lighten the next turn's
+    (``app.pipeline.offload.is_light``), the more so when it was planned on this loop."""
+    kept = request._kept
+    if kept is not None:
+        kept.prepared, kept.here = True, bool(ask.planned_on_loop)

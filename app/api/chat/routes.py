@@ -24,7 +24,7 @@ async def chat_completions(body: Any, ex: Exchange) -> Response:
     request = parse_request(body, ex.settings, ex.tenant)
     ask = chat_ask(request)
     choices = await start(ask, ex)
-    prepared(request)
+    prepared(request, ask)
     model = (await ex.ready()).name
     settings = ex.settings
     if request.stream:

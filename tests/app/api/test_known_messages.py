@@ -12,9 +12,13 @@ import pytest
 from app.api.chat import decode
 from app.api.chat.decode import chat_ask, parse_request, prepared
 from app.api.chat.known import KnownMessages
+from app.api.chat.protocol import ChatCompletionRequest
 from app.conversation import Turn
 from app.errors import APIError
+from app.pipeline import validate
+from app.pipeline.ask import Ask
 from app.pipeline.offload import is_light
+from app.pipeline.validate import check_ask
 from app.settings import Settings
 from app.templates.prompt import TemplateProfile, template_messages
 from bench.agent import agent_request
@@ -186,15 +190,18 @@ def test_a_conversation_prepared_here_is_weighed_by_what_is_new() -> None:
     heavy when first seen; from its next turn on, the turns known from the request before do not
     count: each turn is light however long the conversation grows (up to ``KNOWN_LIGHT_CHARS``). A
     conversation first seen large (prepared by a worker: this process lacks its render) stays heavy."""
-    first = parse_request(body(1), SETTINGS)
-    assert not is_light(chat_ask(first))
-    prepared(first)  # by a worker
-    for turns in range(2, 100):
-        request = parse_request(body(turns), SETTINGS)
+    def planned(request: ChatCompletionRequest) -> Ask:
+        """The request decoded and planned where ``is_light`` says (as ``app.api.answer.plan`` does)."""
         ask = chat_ask(request)
+        ask.planned_on_loop = is_light(ask)
+        prepared(request, ask)
+        return ask
+
+    assert not planned(parse_request(body(1), SETTINGS)).planned_on_loop  # by a worker
+    for turns in range(2, 100):
+        ask = planned(parse_request(body(turns), SETTINGS))
         assert ask.known_turns == 2 + 2 * (turns - 1) and ask.known_rendered == (turns > 2)
-        assert is_light(ask)
-        prepared(request)
+        assert ask.planned_on_loop
     refused = parse_request(body(100), SETTINGS)
     chat_ask(refused)  # never prepared (say it was refused): the next turn is weighed whole
     ask = chat_ask(parse_request(body(101), SETTINGS))
@@ -202,13 +209,38 @@ def test_a_conversation_prepared_here_is_weighed_by_what_is_new() -> None:
     assert len(ask.turns) > 64  # heavy by its length alone
     first_seen_large = body(70)
     first_seen_large["messages"][1]["content"] = "another task"
-    large = parse_request(first_seen_large, SETTINGS)
-    assert not is_light(chat_ask(large))
-    prepared(large)
+    assert not planned(parse_request(first_seen_large, SETTINGS)).planned_on_loop
     next_turn = body(71)
     next_turn["messages"][1]["content"] = "another task"
     ask = chat_ask(parse_request(next_turn, SETTINGS))
     assert ask.known_turns == 142 and not ask.known_rendered and not is_light(ask)
+
+
+def test_known_calls_are_not_checked_again() -> None:
+    """``check_ask`` walks the handed-back calls of the turns that are new: the known ones passed it
+    in the request that was planned. A call too deep in a new turn is still refused."""
+    def planned(request_body: dict[str, Any]) -> Ask:
+        request = parse_request(request_body, SETTINGS)
+        ask = chat_ask(request)
+        check_ask(ask, SETTINGS)
+        ask.planned_on_loop = True
+        prepared(request, ask)
+        return ask
+
+    planned(body(6))
+    seen: list[int] = []
+    real = validate.arguments_nesting
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validate, "arguments_nesting", lambda arguments: seen.append(1) or real(arguments))
+        assert planned(body(7)).known_turns == 14
+    assert len(seen) == 1  # the one new call
+    deep = body(8)
+    deep["messages"][-2]["tool_calls"][0]["function"]["arguments"] = "[" * 200 + "]" * 200
+    ask = chat_ask(parse_request(deep, SETTINGS))
+    assert ask.known_turns == 16
+    with pytest.raises(APIError) as caught:
+        check_ask(ask, SETTINGS)
+    assert caught.value.code == "arguments_too_deep"
 
 
 def test_the_declared_fields_are_the_request_models() -> None:
