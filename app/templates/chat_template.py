@@ -83,6 +83,12 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
     return JSON_MEMO.dumps(value, ensure_ascii, indent, separators, sort_keys)
 
 
+def _encoded(value: Any, ensure_ascii: bool, indent: int | None, separators: tuple[str, str] | None,
+             sort_keys: bool) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_json_default)
+
+
 class JsonMemo:
     """``tojson``'s answers for values met before — an agent sends the same tools every turn, and
     encoding their schemas was half of what a template did before its main loop. A value is known
@@ -105,15 +111,13 @@ class JsonMemo:
         except ValueError:
             key = None
         if key is None or not self.min_bytes <= len(key) <= self.max_item_bytes:
-            return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                              sort_keys=sort_keys, default=_json_default)
+            return _encoded(value, ensure_ascii, indent, separators, sort_keys)
         with self._lock:
             answer = self._answers.get(key)
             if answer is not None:
                 self._answers.move_to_end(key)
                 return answer
-        answer = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                            sort_keys=sort_keys, default=_json_default)
+        answer = _encoded(value, ensure_ascii, indent, separators, sort_keys)
         size = len(key) + sys.getsizeof(answer)
         with self._lock:
             if key not in self._answers and size <= self.max_bytes:
