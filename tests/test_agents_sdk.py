@@ -18,6 +18,7 @@ from openai import AsyncOpenAI
 from tests.agent_round_trip import CITY, INSTRUCTIONS, check_call_only_round_trip
 from tests.agent_round_trip import scripted_model as agent_scripted_model
 from tests.conftest import QWEN3_TEMPLATE
+from tests.scripted_backend import Script
 
 RESULT = "RESULT-overcast-4411"
 ANSWER = f"It is overcast in {CITY}."
@@ -204,3 +205,62 @@ def test_agents_sdk_server_managed_conversation(streamed: bool, backend_factory,
     kinds = [item.type for item in stored]
     assert kinds == ["message", "reasoning", "function_call", "function_call_output", "reasoning", "message"] * 2
     _history_checks(backend, "Weather in Reykjavik?", "And tomorrow?")
+
+
+def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_factory,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five model calls in one Agents SDK run on Chat Completions (four call-only turns handed back
+    with ``content: null``, their results, the answer): from the third request on, toolwire takes the
+    messages it decoded for the request before and resumes the template's render — and every prompt
+    that reaches the backend is byte for byte the one a server without those caches sends."""
+    from app.api.chat import decode
+    from app.api.chat.known import KnownMessages
+
+    known = KnownMessages()
+    counts: list[int] = []
+    find = known.find
+
+    def spy(messages: list[Any], max_bytes: int, tenant: str = "") -> Any:
+        found = find(messages, max_bytes, tenant)
+        counts.append(found.count)
+        return found
+
+    monkeypatch.setattr(known, "find", spy)
+    monkeypatch.setattr(decode, "KNOWN", known)
+
+    def respond(body: dict[str, Any]) -> Script:
+        prompt: str = body["prompt"]
+        done = prompt.count("<tool_response>")
+        if done >= 4:
+            return Script(pieces=["<think>\nEnough.\n</think>\n\n", ANSWER], delay=0.002)
+        call = json.dumps({"name": "get_weather", "arguments": {"city": f"{CITY} {done}"}})
+        return Script(pieces=["<think>\nOne more.\n</think>\n\n", "<tool_call>\n", call, "\n</tool_call>"], delay=0.002)
+
+    def run(render_cache_bytes: int) -> tuple[str, list[str], list[str]]:
+        backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+        backend.responder = respond
+        proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
+                              tool_call_parser="qwen25", render_cache_bytes=render_cache_bytes)
+        seen: list[str] = []
+
+        @function_tool
+        def get_weather(city: str) -> str:
+            """The weather in a city."""
+            seen.append(city)
+            return f"{RESULT} for {city}"
+
+        async def scenario() -> str:
+            client = AsyncOpenAI(base_url=proxy.url + "/v1", api_key="unused", max_retries=0)
+            model = OpenAIChatCompletionsModel(model="qwen3", openai_client=client)
+            agent = Agent(name="weather", instructions=INSTRUCTIONS, tools=[get_weather], model=model)
+            return str((await Runner.run(agent, "Weather in Reykjavik, four times?", max_turns=6)).final_output)
+
+        set_tracing_disabled(True)
+        answer = asyncio.run(scenario())
+        return answer, seen, [b["prompt"] for b in backend.bodies()]
+
+    cached = run(64 << 20)
+    assert cached[0] == ANSWER and cached[1] == [f"{CITY} {k}" for k in range(4)]
+    assert len(counts) == 5 and counts[:2] == [0, 0] and all(c > 0 for c in counts[2:]), counts
+    plain = run(0)
+    assert plain[0] == ANSWER and cached[2] == plain[2] and len(plain[2]) == 5
