@@ -61,22 +61,3 @@ def test_client_gone_before_the_first_byte_still_closes_the_body(fail_on: str) -
 
     asyncio.run(SSEResponse(body, lead=b"data: 1\n\n")(SCOPE, never_disconnects, send))
     assert body.closed == 1 and not body.iterated
-
-
-@pytest.mark.parametrize("lead", [b"data: 1\n\n", b""])
-def test_the_cpu_is_offered_once_right_after_the_first_body_bytes(lead: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The client the first token wakes gets a chance at the CPU before the rest of the body is
-    made (``give_way``): one ``sched_yield``, right after the first body bytes — the lead, or the
-    body's first piece when there is no lead — and none after."""
-    body = Body([b"data: 2\n\n", b"data: 3\n\n"])
-    log: list[Any] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        log.append(message.get("body", message["type"]))
-
-    monkeypatch.setattr("os.sched_yield", lambda: log.append("yield"))
-    asyncio.run(SSEResponse(body, lead=lead)(SCOPE, never_disconnects, send))
-    first = lead or b"data: 2\n\n"
-    assert log.count("yield") == 1
-    assert log[log.index("yield") - 1] == first
-    assert log[-1] == b"" and body.closed == 1

@@ -3,9 +3,6 @@
 * the body iterator yields ready-encoded SSE bytes; each is one ``send`` (no per-send wrapping);
 * ``lead`` (bytes already encoded when the response is made) is sent right after the head, before
   anything else runs, so the head and the first token reach the client together;
-* once the first body bytes are written, the thread offers its CPU once (``give_way``): the client
-  they woke may share toolwire's CPUs, and would otherwise wait out toolwire's scheduler slice while
-  it parses the tokens a fast backend sent behind the first one;
 * a watcher task reads ``receive()`` for ``http.disconnect`` and cancels the body at once, so the
   upstream request is closed even while the backend is silent (long prefill);
 * after ``ping_interval`` seconds without data a keep-alive (``ping``: a ``: ping`` comment by
@@ -21,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterable, Callable, Mapping
 
 from starlette.responses import StreamingResponse
@@ -32,19 +28,6 @@ log = logging.getLogger("toolwire")
 #: every SSE response's own headers, encoded once
 _HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
             (b"content-type", b"text/event-stream; charset=utf-8")]
-
-
-def give_way() -> None:
-    """Offer the calling thread's CPU to another runnable task, once (``sched_yield``; nothing where
-    there is none). A client woken by the first token is placed on the CPU of the thread that woke
-    it; without this, it runs only when that thread's slice ends (~1.5 ms on 2 CPUs) if every CPU
-    is busy — as when a backend streams a burst and toolwire parses it. One system call per
-    response; no effect when nothing else wants the CPU."""
-    if _SCHED_YIELD:
-        os.sched_yield()
-
-
-_SCHED_YIELD = hasattr(os, "sched_yield")
 
 
 class SSEResponse(StreamingResponse):
@@ -91,19 +74,13 @@ class SSEResponse(StreamingResponse):
         watcher: asyncio.Future[None] | None = None
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            first = True  # the first body bytes are yet to be sent
             if self.lead:
                 await send({"type": "http.response.body", "body": self.lead, "more_body": True})
                 last_sent = loop.time()
-                first = False
-                give_way()
             watcher = asyncio.ensure_future(watch())
             async for data in self.events:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 last_sent = loop.time()
-                if first:
-                    first = False
-                    give_way()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if gone:

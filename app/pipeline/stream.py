@@ -11,10 +11,20 @@ and ``error(exc)`` (a failure after the first byte).
 iteration yields the rest, and ``aclose()`` — run however the stream ends, iterated or not — closes
 the upstream requests, ends the stream in the metrics and gives back the request's concurrency
 slot (``release``, handed over by the request's lease).
+
+Once the first bytes that show the client something (text, reasoning, a tool call — not the
+opening alone) have left, the stream pauses ``BREATHER`` seconds before it reads on, once per
+stream. A client that shares toolwire's CPUs (an agent beside its proxy and model server) is woken
+by that write, but the kernel may queue it behind a backend writing a burst of tokens, and
+toolwire parsing that burst keeps the other CPU busy: the client then read its first token only
+when the burst was over (~1–2 ms on 2 CPUs). The pause lets the CPU go idle so the client runs
+first. It costs nothing when the backend has not sent more yet (a model pacing its tokens), and
+at most ``BREATHER`` for the rest of a burst; other streams go on meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -26,6 +36,10 @@ from app.pipeline.run import Finished
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
+
+#: seconds a stream pauses after the first bytes that show something (see the module docstring);
+#: uvloop's timers count whole milliseconds
+BREATHER = 0.001
 
 
 class Encoder(Protocol):
@@ -53,6 +67,8 @@ class AnswerStream:
         self.metrics = metrics
         self.release = release
         self.opening = encoder.head()  # sent with the first text (one write instead of two)
+        self.breathed = False  # the pause after the first bytes that show something was taken
+        self.pending_breath = False  # the lead showed something: pause before reading on
         self.closed = False
         metrics.active_streams.inc()
 
@@ -64,14 +80,19 @@ class AnswerStream:
     def lead(self) -> bytes:
         """What the first backend items give, opening included."""
         encoder = self.encoder
-        return self._opened(b"".join(encoder.events(k, events) for k, events in self.choices.lead()))
+        shown = b"".join(encoder.events(k, events) for k, events in self.choices.lead())
+        self.pending_breath = bool(shown)
+        return self._opened(shown)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         encoder = self.encoder
         running = len(self.choices.runs)
         try:
+            if self.pending_breath:
+                await self._breathe()
             async for index, events, finished in self.choices:
                 data = encoder.events(index, events)
+                shown = bool(data)
                 if finished is not None:
                     data += encoder.end_choice(index, finished)
                     running -= 1
@@ -79,11 +100,19 @@ class AnswerStream:
                         data += await encoder.end(self.choices.total())
                 if data:
                     yield self._opened(data)
+                    if shown and running and not self.breathed:
+                        await self._breathe()
         except BackendError as exc:
             log.warning("backend failed mid-stream: %s", exc.message)
             yield self._failed(exc)
         finally:
             await self.aclose()
+
+    async def _breathe(self) -> None:
+        """The pause after the first bytes that showed something (module docstring), once."""
+        self.breathed = True
+        self.pending_breath = False
+        await asyncio.sleep(BREATHER)
 
     def _failed(self, exc: APIError) -> bytes:
         data = self.opening + self.encoder.error(exc)
