@@ -102,3 +102,62 @@ def test_short_conversations_are_rendered_whole_longer_ones_resumed() -> None:
     for n in (4, 5, 6):
         assert template.render(messages[:n]) == whole.render(messages[:n])
     assert cache.bytes_held > 0 and cache.hits > 0  # kept, and the later turns resumed
+
+
+# ------------------------------------------------------------------ the body, read from ASGI messages
+
+
+def request_of(messages: list[dict[str, Any]], declared: int | None = None) -> Any:
+    from starlette.requests import Request
+
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return queue.pop(0)
+
+    headers = [(b"content-length", str(declared).encode())] if declared is not None else []
+    return Request({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}, receive)
+
+
+def read(messages: list[dict[str, Any]], limit: int = 1000, declared: int | None = None) -> Any:
+    from app.api.server import read_json
+
+    return asyncio.run(read_json(request_of(messages, declared), limit))
+
+
+def test_a_body_in_pieces_is_joined_before_it_is_parsed() -> None:
+    pieces = [b'{"a": ', b'[1, 2', b"]}"]
+    messages = [{"type": "http.request", "body": p, "more_body": k < 2} for k, p in enumerate(pieces)]
+    assert read(messages) == {"a": [1, 2]}
+
+
+def test_a_client_that_leaves_before_its_body_is_done_gets_no_500() -> None:
+    from app.api.answer import ClientGone
+
+    with pytest.raises(ClientGone):
+        read([{"type": "http.request", "body": b'{"a":', "more_body": True}, {"type": "http.disconnect"}])
+
+
+def test_too_large_bodies_are_refused_as_declared_and_as_they_arrive() -> None:
+    from app.errors import APIError
+
+    with pytest.raises(APIError) as declared:
+        read([{"type": "http.request", "body": b"{}", "more_body": False}], limit=10, declared=11)
+    with pytest.raises(APIError) as streamed:
+        read([{"type": "http.request", "body": b"[" + b"1," * 6, "more_body": True},
+              {"type": "http.request", "body": b"1]", "more_body": False}], limit=10)
+    assert declared.value.status == streamed.value.status == 413
+
+
+def test_the_answer_routes_are_served_past_the_router() -> None:
+    """``EdgeMiddleware`` calls the faces' fixed POST paths directly; a path with parameters, and any
+    other method, goes through Starlette's router as before."""
+    from app.api.server import EdgeMiddleware, create_app
+    from app.settings import Settings
+
+    app = create_app(Settings(backend="http://127.0.0.1:9"))
+    layer: Any = app.build_middleware_stack()
+    while not isinstance(layer, EdgeMiddleware):
+        layer = layer.app
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"} <= set(layer.direct)
+    assert not any("{" in path for path in layer.direct)
