@@ -322,3 +322,39 @@ def test_a_prompt_with_its_encoding_is_written_as_that_encoding() -> None:
     assert type(prompt[1:]) is str and type(prompt + "x") is str and type(str(prompt)) is str
     copied = pickle.loads(pickle.dumps(prompt))
     assert copied == text and copied.json == prompt.json
+
+
+def _plain_messages(with_reasoning: bool) -> list[dict[str, object]]:
+    messages: list[dict[str, object]] = [{"role": "system", "content": "You are a coding agent."},
+                                         {"role": "user", "content": "Fix the failing test."}]
+    for i in range(3):
+        call = {"id": f"call{i}", "type": "function", "function": {"name": "bash", "arguments": {"path": f"/r/{i}"}}}
+        turn: dict[str, object] = {"role": "assistant", "content": f"Checking {i}.", "tool_calls": [call]}
+        if with_reasoning:
+            turn["reasoning_content"] = f"step {i}"
+        messages += [turn, {"role": "tool", "content": f"out «{i}»", "tool_call_id": f"call{i}"}]
+    return messages
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+def test_the_fast_render_gives_what_jinja_gives(name: str) -> None:
+    """``fastrender.render`` (globals merged once per template) against jinja's own ``render`` on
+    every suite template: the same text, or the same error."""
+    from app.templates import fastrender
+
+    template = ChatTemplate(TEMPLATES[name], "<BOS>", "<EOS>")._template
+
+    def outcome(fast: bool, context: dict[str, object]) -> str:
+        try:
+            return fastrender.render(template, context) if fast else template.render(**context)
+        except Exception as exc:  # noqa: BLE001 - compared, not handled
+            return f"{type(exc).__name__}: {exc}"
+
+    for tools in (agent_tools(2, 200), None):
+        for with_reasoning in (True, False):
+            for extra in ({}, {"enable_thinking": False}):
+                context = {"bos_token": "<BOS>", "eos_token": "<EOS>", "tools": tools, "add_generation_prompt": True,
+                           "messages": _plain_messages(with_reasoning), **extra}
+                expected = outcome(False, context)
+                assert outcome(True, context) == expected
+                assert outcome(True, context) == expected  # the merged globals, reused

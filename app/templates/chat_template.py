@@ -33,6 +33,7 @@ from jinja2.runtime import LoopContext
 from jinja2.sandbox import SandboxedEnvironment, _mutable_spec, modifies_known_mutable
 from jinja2.utils import Namespace
 
+from app.templates.fastrender import render
 from app.templates.resume import LoopPlan, NotProven, RenderCache, plan_of, render_resumable
 
 
@@ -341,7 +342,7 @@ class ChatTemplate:
                     return prompt
             context["messages"] = prepare_messages(messages)
             owned.add(context["messages"])
-            return self._template.render(**context)
+            return render(self._template, context)
         except TemplateError:
             raise
         except jinja2.TemplateError as exc:

@@ -68,6 +68,7 @@ from jinja2.visitor import NodeTransformer
 
 from app.bucketed import BucketedLRU
 from app.jsontext import JsonText
+from app.templates.fastrender import render
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
@@ -781,5 +782,5 @@ def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapp
     run = _Run(plan, cache, prepared, sequence, found)
     if frozen and plan.sequence == "messages":
         run.source = list(messages)
-    raw = plan.template.render(**context, messages=prepared, **run.functions())
+    raw = render(plan.template, {**context, "messages": prepared, **run.functions()})
     return run.finish(raw)
