@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,7 +36,6 @@ from app.settings import Settings
 from app.templates.chat_template import TemplateError
 from app.tenancy import SINGLE, request_tenant
 from app.thinking_signature import ThinkingSigner
-from parsers import ResponseParser
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
@@ -122,20 +121,18 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    # the backend is asked first; the parsers are built while it works on the first token (a
-    # callback the loop runs once this task waits for the backend's answer: no task of its own)
-    built = Built(planned, ask.n)
-    pending = asyncio.get_running_loop().call_soon(built)
+    # the backend is asked first; the parsers are built while it works on the first token
+    built = Ahead(lambda: [planned.parser() for _ in range(ask.n)])
     try:
         firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
                                                     settings.retries)
-    except BackendError as exc:
-        metrics.backend_errors.labels(exc.kind).inc()
+    except BaseException as exc:
+        built.drop()
+        if isinstance(exc, BackendError):
+            metrics.backend_errors.labels(exc.kind).inc()
         raise
-    finally:
-        pending.cancel()
     try:
-        parsers = built.parsers()
+        parsers = built.get()
     except BaseException:
         for stream in streams:
             await stream.aclose()
@@ -152,28 +149,36 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
     return Choices(runs, demux)
 
 
-class Built:
-    """The parsers of a request's answers, built by a loop callback (``__call__``) or on demand."""
+class Ahead(Generic[T]):
+    """What an answer needs only once the backend's first token is in (its parsers, a face's
+    encoder), made by a loop callback: it runs when the request's task first waits — for the
+    backend, once the request is sent — so it is not on the way to asking the backend. ``get()``
+    gives it (made now if the callback has not run; an error it raised, raised here)."""
 
-    def __init__(self, planned: Plan, n: int) -> None:
-        self.planned = planned
-        self.n = n
-        self.built: list[ResponseParser] | None = None
+    def __init__(self, make: Callable[[], T]) -> None:
+        self.make = make
+        self.made: list[T] = []
         self.failure: BaseException | None = None
+        self.pending = asyncio.get_running_loop().call_soon(self._run)
 
-    def __call__(self) -> None:
+    def _run(self) -> None:
+        if self.made or self.failure is not None:
+            return
         try:
-            self.built = [self.planned.parser() for _ in range(self.n)]
-        except Exception as exc:  # noqa: BLE001 - raised again in the request's task (parsers())
+            self.made.append(self.make())
+        except Exception as exc:  # noqa: BLE001 - raised again in the request's task (get())
             self.failure = exc
 
-    def parsers(self) -> list[ResponseParser]:
-        if self.built is None and self.failure is None:
-            self()
+    def get(self) -> T:
+        self.pending.cancel()
+        self._run()
         if self.failure is not None:
             raise self.failure
-        assert self.built is not None
-        return self.built
+        return self.made[0]
+
+    def drop(self) -> None:
+        """Not needed after all (the request failed): the callback does not run."""
+        self.pending.cancel()
 
 
 async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,

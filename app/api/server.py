@@ -13,8 +13,8 @@ import hmac
 import logging
 import math
 import re
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -159,7 +159,7 @@ class EdgeMiddleware:
         path: str = scope["path"]
         headers = dict(scope["headers"])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
-        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        rid = given if _REQUEST_ID.fullmatch(given) else secrets.token_hex(16)
         token = request_id.set(rid)
         started = time.monotonic()
         status = 500

@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 import string
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -43,7 +42,7 @@ def new_call_id() -> str:
 
 
 def new_completion_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex
+    return "chatcmpl-" + secrets.token_hex(16)
 
 
 def sse(payload: dict[str, Any]) -> bytes:

@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Exchange, start, stream, whole
+from app.api.answer import Ahead, Exchange, start, stream, whole
 from app.api.chat.decode import chat_ask, parse_request, prepared
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
 from app.pipeline.logprobs import LoggedContent
@@ -23,15 +23,21 @@ from parsers.events import Event
 async def chat_completions(body: Any, ex: Exchange) -> Response:
     request = parse_request(body, ex.settings, ex.tenant)
     ask = chat_ask(request)
-    choices = await start(ask, ex)
-    prepared(request, ask)
     model = (await ex.ready()).name
     settings = ex.settings
     if request.stream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        writer = ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
-                              named_tool=ask.named_tool is not None)
-        return await stream(choices, writer, ex)
+        writer = Ahead(lambda: ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
+                                            named_tool=ask.named_tool is not None))
+        try:
+            choices = await start(ask, ex)
+        except BaseException:
+            writer.drop()
+            raise
+        prepared(request, ask)
+        return await stream(choices, writer.get(), ex)
+    choices = await start(ask, ex)
+    prepared(request, ask)
 
     async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
         bodies = []

@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 import secrets
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,7 +38,7 @@ from parsers.events import CallStart, Event
 
 
 def new_id(prefix: str) -> str:
-    return prefix + uuid.uuid4().hex
+    return prefix + secrets.token_hex(16)
 
 
 def new_call_id() -> str:
