@@ -3,7 +3,8 @@ per-render merge of the template's globals.
 
 jinja keeps a template's globals as a ``ChainMap`` over the environment's and, on every render,
 builds the context's parent by iterating that ``ChainMap`` (and once more for the context's
-``globals_keys``) — about a third of rendering a short conversation. Here the merged globals are
+``globals_keys``) — two thirds of rendering a one-message conversation with Qwen2.5's template
+(15.6 µs with jinja's ``render``, 5.6 µs here, warm). Here the merged globals are
 taken once per template (they are fixed when the environment is made) and every render starts
 from a copy of them: the same parent dict, the same globals keys, the same text.
 """
