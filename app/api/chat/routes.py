@@ -14,6 +14,8 @@ from starlette.responses import JSONResponse, Response
 from app.api.answer import Ahead, Exchange, start, stream, whole
 from app.api.chat.decode import chat_ask, parse_request, prepared
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
+from app.api.chat.plain import plain_ask
+from app.api.chat.protocol import ChatCompletionRequest
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
 from parsers import fold
@@ -21,12 +23,18 @@ from parsers.events import Event
 
 
 async def chat_completions(body: Any, ex: Exchange) -> Response:
-    request = parse_request(body, ex.settings, ex.tenant)
-    ask = chat_ask(request)
-    model = (await ex.ready()).name
     settings = ex.settings
-    if request.stream:
+    plain = plain_ask(body, settings)
+    request: ChatCompletionRequest | None = None
+    if plain is not None:
+        ask, streaming, include_usage = plain.ask, plain.stream, plain.include_usage
+    else:
+        request = parse_request(body, settings, ex.tenant)
+        ask = chat_ask(request)
+        streaming = request.stream
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    model = (await ex.ready()).name
+    if streaming:
         writer = Ahead(lambda: ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
                                             named_tool=ask.named_tool is not None))
         try:
@@ -34,10 +42,12 @@ async def chat_completions(body: Any, ex: Exchange) -> Response:
         except BaseException:
             writer.drop()
             raise
-        prepared(request, ask)
+        if request is not None:
+            prepared(request, ask)
         return await stream(choices, writer.get(), ex)
     choices = await start(ask, ex)
-    prepared(request, ask)
+    if request is not None:
+        prepared(request, ask)
 
     async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
         bodies = []
