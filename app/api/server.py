@@ -15,7 +15,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -320,6 +320,20 @@ def process_face(runtime: Runtime) -> Face:
     ), openai_error)
 
 
+class EdgedStarlette(Starlette):
+    """Starlette with toolwire's edge (``outermost``: CORS when configured, then ``EdgeMiddleware``)
+    outside Starlette's own error layer rather than inside it. The edge answers every error itself
+    (a request id on each, the face's shape), so Starlette's layer, which wraps each ``send`` of a
+    stream in a function of its own, is left out of the answer routes' path; every other path
+    still runs through it, behind the edge."""
+
+    outermost: Callable[[ASGIApp], ASGIApp] | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        inner = super().build_middleware_stack()
+        return self.outermost(inner) if self.outermost is not None else inner
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     runtime = runtime or Runtime(settings)
 
@@ -334,7 +348,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
     # plain Starlette, not FastAPI: no OpenAPI document or docs pages (the API is OpenAI's and
     # Anthropic's, and an open schema endpoint would be served to anyone, keys or not), and none of
     # FastAPI's per-request middleware layers on the first token's path
-    app = Starlette(lifespan=lifespan)
+    app = EdgedStarlette(lifespan=lifespan)
     app.state.runtime = runtime
     process = process_face(runtime)
     direct: dict[str, ASGIApp] = {}  # POST paths served without the router (see EdgeMiddleware)
@@ -356,12 +370,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
 
     app.add_exception_handler(StarletteHTTPException, http_error)
 
-    # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
-    app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.services.metrics, faces=FACES,
-                       default=process, direct=direct)
-    if settings.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["X-Request-ID"])
+    def outermost(inner: ASGIApp) -> ASGIApp:
+        # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
+        edge: ASGIApp = EdgeMiddleware(inner, settings=settings, metrics=runtime.services.metrics, faces=FACES,
+                                       default=process, direct=direct)
+        if not settings.cors_origins:
+            return edge
+        return CORSMiddleware(edge, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"],
+                              expose_headers=["X-Request-ID"])
+
+    app.outermost = outermost
     return app
 
 
