@@ -216,12 +216,17 @@ def _nothing() -> None:
 async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
     """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
     upstream request it opened) and ``ClientGone`` is raised. ``work`` runs in the caller's task (a
-    watcher task cancels it when the client leaves): no task of its own to start and wait for."""
-    if ex.request is None:
+    watcher task cancels it when the client leaves): no task of its own to start and wait for. The
+    watcher is started by a loop callback, once ``work`` first waits (for the backend): a client
+    cannot be seen leaving before then, and what ``work`` does up to its first wait (check, render,
+    ask the backend) does not wait for a task to be made."""
+    request = ex.request
+    if request is None:
         return await work
     current = asyncio.current_task()
     assert current is not None
     gone = False
+    watchers: list[asyncio.Future[None]] = []
 
     def left(watcher: asyncio.Future[None]) -> None:
         nonlocal gone
@@ -229,8 +234,12 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
             gone = True
             current.cancel()
 
-    watcher = asyncio.ensure_future(_disconnected(ex.request))
-    watcher.add_done_callback(left)
+    def watch() -> None:
+        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher.add_done_callback(left)
+        watchers.append(watcher)
+
+    pending = asyncio.get_running_loop().call_soon(watch)
     try:
         return await work
     except asyncio.CancelledError:
@@ -239,8 +248,10 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
             raise ClientGone() from None
         raise
     finally:
-        watcher.remove_done_callback(left)
-        watcher.cancel()
+        pending.cancel()
+        for watcher in watchers:
+            watcher.remove_done_callback(left)
+            watcher.cancel()
 
 
 class ClientGone(APIError):
