@@ -161,3 +161,71 @@ def test_the_answer_routes_are_served_past_the_router() -> None:
         layer = layer.app
     assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"} <= set(layer.direct)
     assert not any("{" in path for path in layer.direct)
+
+
+LISTENERS = ["tcp4", "tcp6", "unix"]
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_a_connection_is_set_up_as_uvicorn_sets_it_up(listener: str, loop_kind: str, tmp_path: Any) -> None:
+    """Our ``connection_made`` (the addresses read from the transport's extra info) leaves the
+    protocol as uvicorn's own would: the same attributes, the same ``server``, ``client`` and
+    ``scheme`` — over IPv4, IPv6 and a Unix socket, on uvloop and on asyncio's own loop."""
+    import socket
+
+    import uvicorn
+    import uvloop
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    from uvicorn.server import ServerState
+
+    from app.api.http_protocol import HeaderDeadlineProtocol
+
+    if listener == "tcp6" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    config = uvicorn.Config(lambda scope, receive, send: None, log_level="warning")
+    config.load()
+    seen: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    class Both(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            theirs = HeaderDeadlineProtocol(config=config, server_state=ServerState(), app_state={})
+            ours = HeaderDeadlineProtocol(config=config, server_state=ServerState(), app_state={})
+            HttpToolsProtocol.connection_made(theirs, transport)
+            ours.connection_made(transport)
+            ours._disarm()
+            seen.append((dict(vars(theirs)), dict(vars(ours))))
+            transport.close()
+
+    async def go() -> None:
+        loop = asyncio.get_running_loop()
+        if listener == "unix":
+            path = str(tmp_path / "s")
+            server = await loop.create_unix_server(Both, path)
+            _, writer = await asyncio.open_unix_connection(path)
+        else:
+            host = "127.0.0.1" if listener == "tcp4" else "::1"
+            try:
+                server = await loop.create_server(Both, host, 0)
+            except OSError:
+                pytest.skip(f"cannot listen on {host}")
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection(host, port)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        writer.close()
+        server.close()
+
+    runner = uvloop.run if loop_kind == "uvloop" else asyncio.run
+    runner(go())
+    assert len(seen) == 1
+    theirs, ours = seen[0]
+    assert set(ours) - set(theirs) == {"_header_deadline"} and set(theirs) <= set(ours)
+    for name in ("server", "client", "scheme"):
+        assert ours[name] == theirs[name], name
+    assert type(ours["flow"]) is type(theirs["flow"])
+    assert isinstance(ours["transport"], HeadWithBody)
+    if listener != "unix":
+        assert ours["client"] is not None and ours["server"] is not None
