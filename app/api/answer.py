@@ -217,7 +217,7 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
     """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
     upstream request it opened) and ``ClientGone`` is raised. ``work`` runs in the caller's task (a
     watcher task cancels it when the client leaves): no task of its own to start and wait for. The
-    watcher is started by a loop callback, once ``work`` first waits (for the backend): a client
+    watcher is started ``Ahead``, once ``work`` first waits (for the backend): a client
     cannot be seen leaving before then, and what ``work`` does up to its first wait (check, render,
     ask the backend) does not wait for a task to be made."""
     request = ex.request
@@ -226,7 +226,6 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
     current = asyncio.current_task()
     assert current is not None
     gone = False
-    watchers: list[asyncio.Future[None]] = []
 
     def left(watcher: asyncio.Future[None]) -> None:
         nonlocal gone
@@ -234,12 +233,12 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
             gone = True
             current.cancel()
 
-    def watch() -> None:
+    def watch() -> asyncio.Future[None]:
         watcher = asyncio.ensure_future(_disconnected(request))
         watcher.add_done_callback(left)
-        watchers.append(watcher)
+        return watcher
 
-    pending = asyncio.get_running_loop().call_soon(watch)
+    watching = Ahead(watch)  # started when ``work`` first waits; never, if it does not
     try:
         return await work
     except asyncio.CancelledError:
@@ -248,8 +247,8 @@ async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
             raise ClientGone() from None
         raise
     finally:
-        pending.cancel()
-        for watcher in watchers:
+        watching.drop()
+        for watcher in watching.made:
             watcher.remove_done_callback(left)
             watcher.cancel()
 
