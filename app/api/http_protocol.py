@@ -23,14 +23,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-#: what every response head uvicorn writes begins with (its status lines)
-_HEAD = b"HTTP/1.1 "
-
 from uvicorn.logging import TRACE_LOG_LEVEL
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import is_ssl
 
+#: what every response head uvicorn writes begins with (its status lines)
+_HEAD = b"HTTP/1.1 "
 HEADER_TIMEOUT = 10.0
 
 
