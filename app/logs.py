@@ -36,8 +36,13 @@ def configure(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+    for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
-    logging.getLogger("uvicorn.access").setLevel("WARNING")
+    # the edge logs each request itself; uvicorn's own access lines (INFO) go nowhere — and with no
+    # handler in sight uvicorn does not even format them
+    uvicorn_access = logging.getLogger("uvicorn.access")
+    uvicorn_access.handlers[:] = []
+    uvicorn_access.propagate = False
+    uvicorn_access.setLevel("WARNING")
     logging.getLogger("httpx").setLevel("WARNING")
