@@ -19,6 +19,7 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from urllib.parse import urlsplit
@@ -51,6 +52,20 @@ class StreamBroken(StreamError):
 
 
 Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+@functools.lru_cache(maxsize=64)
+def _destination(url: str) -> tuple[tuple[str, str, int], str]:
+    """Where a POST to ``url`` goes — ``(scheme, host, port)``, its pooled connections' key — and
+    the request head's lines up to its length (each ending ``\\r\\n``); worked out once per URL."""
+    parts = urlsplit(url)
+    scheme = parts.scheme or "http"
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", "Content-Type: application/json",
+             "Accept: text/event-stream", "Connection: keep-alive"]
+    return (scheme, host, port), "".join(line + "\r\n" for line in lines)
 
 
 class StreamingClient:
@@ -106,19 +121,14 @@ class StreamingClient:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> StreamedResponse:
         """Send the request and read the response head; the body is left to stream."""
-        parts = urlsplit(url)
-        scheme = parts.scheme or "http"
-        host = parts.hostname or "127.0.0.1"
-        port = parts.port or (443 if scheme == "https" else 80)
-        key = (scheme, host, port)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", "Content-Type: application/json",
-                "Accept: text/event-stream", f"Content-Length: {len(body)}", "Connection: keep-alive"]
-        head += [f"{name}: {value}" for name, value in headers.items()]
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        key, opening = _destination(url)
+        head = opening + f"Content-Length: {len(body)}\r\n"
+        for name, value in headers.items():
+            head += f"{name}: {value}\r\n"
+        request = (head + "\r\n").encode("latin-1") + body
         for attempt in (0, 1):
             pooled = self._take_idle(key) if attempt == 0 else None
-            reader, writer = pooled or await self._connect(scheme, host, port)
+            reader, writer = pooled or await self._connect(*key)
             try:
                 writer.write(request)
                 async with asyncio.timeout(self.read_timeout):
