@@ -4,6 +4,7 @@ must keep as text, and the label metrics use."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,8 +52,14 @@ class Formats:
 
     def markers(self, tools_active: bool) -> tuple[str, ...]:
         """Marker strings the backend must keep as text for the parsers that will run."""
-        found = (*self.reasoning_markers, *(self.tool_markers if tools_active else ()))
-        return tuple(dict.fromkeys(m for m in found if m))
+        return self._kept[tools_active]
+
+    @functools.cached_property
+    def _kept(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``markers(False)`` and ``markers(True)``, worked out once."""
+        def kept(found: Sequence[str]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(m for m in found if m))
+        return kept(self.reasoning_markers), kept((*self.reasoning_markers, *self.tool_markers))
 
     def call_text(self) -> CallText:
         """How earlier calls are written into a prompt whose template does not render them: in the

@@ -30,6 +30,6 @@ class JsonText(str):
 
 def dumps_body(body: dict[str, Any]) -> bytes:
     """``orjson.dumps(body)``, with each top-level ``JsonText`` value written as its own encoding."""
-    if any(type(value) is JsonText for value in body.values()):
+    if JsonText in set(map(type, body.values())):
         body = {key: orjson.Fragment(value.json) if type(value) is JsonText else value for key, value in body.items()}
     return orjson.dumps(body)

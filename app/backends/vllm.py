@@ -37,7 +37,9 @@ class Vllm(OpenAICompletions):
         return isinstance(data, list) and any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in data)
 
     def constrain(self, request: ConstraintRequest) -> Constraint:
-        return vllm_constraint(replace(request, legacy_vllm=self.legacy_guided))
+        if request.legacy_vllm != self.legacy_guided:
+            request = replace(request, legacy_vllm=self.legacy_guided)
+        return vllm_constraint(request)
 
     def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         body = super().body(request, model)
