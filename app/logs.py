@@ -39,8 +39,9 @@ def configure(level: str = "info") -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
-    # the edge logs each request itself; uvicorn's own access lines (INFO) go nowhere — and with no
-    # handler in sight uvicorn does not even format them
+    # the edge logs each request itself; uvicorn's own access lines go nowhere — and with no handler
+    # in sight uvicorn does not even format them. Here, not as uvicorn's ``access_log`` option: a
+    # worker process (``--workers``) starts with fresh loggers and runs only this.
     uvicorn_access = logging.getLogger("uvicorn.access")
     uvicorn_access.handlers[:] = []
     uvicorn_access.propagate = False

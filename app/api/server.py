@@ -50,12 +50,10 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """How uvicorn serves the app: a deadline for request headers (slowloris), a bound on open
-    connections, idle keep-alive connections closed after 5 s, the shutdown grace — and no access
-    log of its own (the edge writes one line per request; uvicorn's would only be formatted to be
-    dropped)."""
+    connections, idle keep-alive connections closed after 5 s, the shutdown grace. (uvicorn's own
+    access log is off through ``app.logs.configure``, which every process that serves runs.)"""
     return {"http": with_header_timeout(settings.header_timeout), "limit_concurrency": settings.max_connections,
-            "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace),
-            "access_log": False}
+            "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace)}
 
 
 async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: Turns | None = None) -> Any:
