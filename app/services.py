@@ -1,6 +1,7 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
-concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
-response store, the thinking signers and the detached tasks (background responses, ``app.detached``).
+concurrency slots, the worker processes heavy request work runs in, the prefix service (what a
+conversation's next turn reuses, ``app.prefix``), the pooled HTTP clients, the response store, the
+thinking signers and the detached tasks (background responses, ``app.detached``).
 ``start()`` opens what needs opening (clients, store, workers), ``stop()`` closes it.
 """
 
@@ -19,6 +20,7 @@ from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
 from app.pipeline.offload import Offloader, Turns
+from app.prefix import PrefixService
 from app.sched import set_slice
 from app.settings import Settings
 from app.state import ResponseStore, open_store
@@ -90,6 +92,8 @@ class Services:
         s = self.settings
         self.offloader = Offloader(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
         self.turns = Turns()
+        # one budget for the server: each uvicorn worker process holds its share (prepare workers keep nothing)
+        self.prefix = PrefixService(s.prefix_cache_bytes // max(1, s.workers))
         self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:

@@ -86,8 +86,7 @@ SLOW_IF_ASKED = ("{% if messages[0].content == 'slow' %}{% for i in range(300) %
 
 
 def heavy(first: str = "fast", turns: int = 70, tag: str = "hi") -> dict[str, Any]:
-    """More than 64 messages: prepared by a worker process. The in-process test servers share the
-    messages decoded before (``app.api.chat.known``): a test's own ``tag`` keeps its requests its own."""
+    """More than 64 messages: prepared by a worker process (``tag`` tells one conversation from another)."""
     return {"model": "m", "messages": [{"role": "user", "content": first}, {"role": "user", "content": tag}]
             + MESSAGES * (turns - 2)}
 
@@ -113,7 +112,7 @@ def test_past_max_render_ms_the_worker_is_replaced_and_serves_the_next(slow_if_a
 
 
 def test_a_refused_conversation_sent_again_is_still_bounded(slow_if_asked) -> None:
-    """The messages of a request refused as too complex are not "known" to the next one: sent again
+    """The messages of a request refused as too complex are not reused by the next one: sent again
     with one more message, it is prepared by a worker and refused again, never rendered on the loop
     for as long as it takes."""
     proxy = slow_if_asked(max_render_ms=300, prepare_workers=1)

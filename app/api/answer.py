@@ -29,6 +29,7 @@ from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
 from app.pipeline.stream import AnswerStream, Encoder
 from app.pipeline.validate import check_ask
+from app.prefix import keep_after
 from app.runtime import render_error
 from app.served import ServedModel
 from app.services import Lease, Services
@@ -89,9 +90,10 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
     model = await ex.ready()
-    light = is_light(ask)
-    planned = await ex.services.offloader.run(light, prepare, ask, ex.settings, model, schema_key)
-    ask.planned_on_loop = light
+    planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
+    note = ask.prefix
+    if note is not None and note.resume.state is None:  # rendered by a worker: its state came back
+        note.resume.state = planned.render
     return planned, model
 
 
@@ -121,8 +123,10 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
     settings, metrics = ex.settings, ex.services.metrics
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    # the backend is asked first; the parsers are built while it works on the first token
+    # the backend is asked first; the parsers are built while it works on the first token, and what
+    # the request leaves for the conversation's next turn is kept then
     built = Ahead(lambda: [planned.parser() for _ in range(ask.n)])
+    asyncio.get_running_loop().call_soon(keep_after, ask.prefix)
     try:
         firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
                                                     settings.retries)

@@ -41,7 +41,6 @@ from app.pipeline.workers import OverBudget, Worker, WorkerLost
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
-from app.templates.resume import RenderCache
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
@@ -50,35 +49,33 @@ T = TypeVar("T")
 LIGHT_TURNS = 64
 LIGHT_CHARS = 32_768  # message text, call arguments and tool definitions (their JSON)
 LIGHT_TOOLS = 32
-#: conversation text (known turns included) past which a request is heavy however much of it is
-#: known: a render cache that lost the conversation renders it whole, on the loop (~7 ms at this)
+#: conversation text (reused turns included) past which a request is heavy however much of it was
+#: decoded before: a render that cannot continue the last one (its captured values changed beyond
+#: what its guards allow) renders it whole, on the loop (~7 ms at this)
 KNOWN_LIGHT_CHARS = 256 * 1024
-#: the same, when the earlier request was prepared by a worker (a whole render here, ~2 ms at this)
-WARM_UP_CHARS = 64 * 1024
 
 
 def is_light(ask: Ask) -> bool:
     """Whether ``ask`` is small enough to check and render on the loop. Tool definitions count by
     their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB schema
-    takes ~80 ms to check). Turns of an earlier request that was checked and planned
-    (``Ask.known_turns``: an agent's next turn) do not count, up to ``KNOWN_LIGHT_CHARS`` of
-    conversation in all when it was planned on this loop (its render is cached here: shipping the
-    turns to a worker would cost the loop more than rendering what is new — pickling every turn,
-    the prompt back), ``WARM_UP_CHARS`` when a worker planned it, within ``--max-render-ms`` (the
-    loop renders them whole once; from then on the conversation's turns are light). A request
-    refused (too complex, a template error) lightens nothing."""
-    if len(ask.turns) - ask.known_turns > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+    takes ~80 ms to check). Turns decoded and checked for an earlier request of the conversation
+    (``Ask.reused``: an agent's next turn, ``app.prefix``) do not count when there is a render to
+    continue, up to ``KNOWN_LIGHT_CHARS`` of conversation in all: shipping the turns to a worker
+    would cost the loop more than rendering what is new — pickling every turn, the prompt back.
+    A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
+    reused = ask.reused if ask.prefix is not None and ask.prefix.resume.previous is not None else 0
+    if len(ask.turns) - reused > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
         size = len(turn.text)
         for call in turn.calls:
             size += len(call.arguments) if isinstance(call.arguments, str) else 1024
-        if i < ask.known_turns:
+        if i < reused:
             known_chars += size
         else:
             chars += size
-    if ask.known_turns and known_chars + chars > (KNOWN_LIGHT_CHARS if ask.known_rendered else WARM_UP_CHARS):
+    if reused and known_chars + chars > KNOWN_LIGHT_CHARS:
         return False
     for tool in ask.tools:
         if chars > LIGHT_CHARS:
@@ -97,29 +94,26 @@ def _nothing() -> None:
     return None
 
 
-def _chat_template(cls: type[ChatTemplate], source: str, bos: str, eos: str, name: str, cache_bytes: int,
+def _chat_template(cls: type[ChatTemplate], source: str, bos: str, eos: str, name: str,
                    extra: dict[str, Any]) -> ChatTemplate:
     template = cls(source, bos, eos, name)
     template.__dict__.update(extra)
-    if cache_bytes:
-        template.cache = RenderCache(cache_bytes)
     return template
 
 
 def _ship_template(template: ChatTemplate) -> tuple[Any, ...]:
     """A chat template as its source (compiled again in the worker), with what was learned about
-    it since (its profile) where that pickles, and a render cache of its own as large as the
-    server's (``--render-cache-bytes`` is per process)."""
+    it since (its profile) where that pickles. A worker keeps no renders: what it renders comes
+    back with the plan, to be kept by the server's prefix service."""
     extra: dict[str, Any] = {}
     for key, value in vars(template).items():
-        if key in ("source", "bos_token", "eos_token", "name", "_template", "cache"):
+        if key in ("source", "bos_token", "eos_token", "name", "_template", "_loop_plan"):
             continue
         with contextlib.suppress(Exception):
             pickle.dumps(value)
             extra[key] = value
-    cache_bytes = template.cache.max_bytes if template.cache is not None else 0
     return (_chat_template, (type(template), template.source, template.bos_token, template.eos_token,
-                             template.name, cache_bytes, extra))
+                             template.name, extra))
 
 
 def _served_model(name: str, backend: Any, template: ChatTemplate | None, parsers: ParserChoice | None,

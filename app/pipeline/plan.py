@@ -20,6 +20,7 @@ from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import render_conversation
+from app.templates.resume import RenderState
 from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser
@@ -44,6 +45,10 @@ class Plan:
     parse_tools: bool  # tool calls are parsed out of the output
     max_calls: int | None = None  # calls one answer may hold; the text of any beyond is content
     prefill: str = ""  # the assistant text the answer continues (``Ask.continue_final``), after ``prompt``
+    #: what the render leaves for the conversation's next turn (``app.templates.resume``; it travels
+    #: back from a worker with the plan), and how many loop iterations it took from the turn before
+    render: RenderState | None = None
+    reused_iterations: int = 0
 
     @property
     def named_tool(self) -> str | None:
@@ -124,13 +129,18 @@ class Plan:
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
                  max_calls: int | None = None) -> Plan:
     """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
-    template refuses the conversation)."""
+    template refuses the conversation). The render continues the one ``ask.prefix`` names (in a
+    worker, where the note is blank, it renders whole), leaving its state in the plan."""
     tools: list[Tool] = []
     if ask.tools and ask.tool_choice != "none":
         tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
     turns, prefill = continued(ask)
-    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
+    note = ask.prefix
+    resume = note.resume if note is not None else None
+    memo = note.service if note is not None else None
+    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), kwargs,
+                                 resume, memo)
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
@@ -139,7 +149,8 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill,
+                resume.state if resume is not None else None, resume.reused if resume is not None else 0)
 
 
 def continued(ask: Ask) -> tuple[list[Turn], str]:

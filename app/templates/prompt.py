@@ -37,7 +37,8 @@ from typing import Any, Literal
 from jinja2 import meta
 
 from app.conversation import Call, Turn
-from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.chat_template import ChatTemplate, JsonMemo, TemplateError
+from app.templates.resume import Resume
 
 SystemPlacement = Literal["anywhere", "leading", "fold"]
 
@@ -285,9 +286,11 @@ def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
 
 
 def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
-                        call_text: CallText = json_call_text, **kwargs: Any) -> str:
-    """The prompt for ``turns`` (generation prompt added). Raises ``TemplateError`` with the
-    template's own message, or when system text could not be placed anywhere in the prompt."""
+                        call_text: CallText = json_call_text, kwargs: Mapping[str, Any] | None = None,
+                        resume: Resume | None = None, memo: JsonMemo | None = None) -> str:
+    """The prompt for ``turns`` (generation prompt added) with the template variables ``kwargs``.
+    Raises ``TemplateError`` with the template's own message, or when system text could not be
+    placed anywhere in the prompt. ``resume`` and ``memo``: see ``ChatTemplate.render``."""
     profile = profile_of(template)
     if tools and profile.tool_descriptions:
         tools = fill_descriptions(tools)
@@ -295,8 +298,9 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
         tools = []
     elif not tools:
         tools = None
+    variables = dict(kwargs or {})
     for name in profile.stack_variables:
-        kwargs.setdefault(name, STACK_VARIABLES[name](tools))
+        variables.setdefault(name, STACK_VARIABLES[name](tools))
     system = [t.text.strip() for t in turns if t.role == "system" and t.text.strip()]
     placements: list[SystemPlacement] = [profile.system]
     if system and profile.system != "fold":
@@ -305,13 +309,16 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     for placement in placements:
         try:
             prompt = template.render(template_messages(turns, profile, placement, call_text), tools,
-                                     add_generation_prompt=True, frozen=True, **kwargs)
+                                     add_generation_prompt=True, frozen=True, resume=resume, memo=memo,
+                                     kwargs=variables)
         except TemplateError as exc:
             failure = failure or exc
             continue
         if all(text in prompt for text in system):
             return prompt
         failure = None  # it rendered, but without the system text: say that
+        if resume is not None:  # a state made from a placement not taken is not this prompt's
+            resume.state, resume.reused = None, 0
     if failure is not None:
         raise failure
     raise TemplateError("this chat template leaves the system/developer message out of the prompt, even folded "

@@ -12,10 +12,9 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Ahead, Exchange, start, stream, whole
-from app.api.chat.decode import chat_ask, parse_request, prepared
+from app.api.chat.decode import chat_ask, parse_request
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
 from app.api.chat.plain import plain_ask
-from app.api.chat.protocol import ChatCompletionRequest
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
 from parsers import fold
@@ -25,11 +24,10 @@ from parsers.events import Event
 async def chat_completions(body: Any, ex: Exchange) -> Response:
     settings = ex.settings
     plain = plain_ask(body, settings)
-    request: ChatCompletionRequest | None = None
     if plain is not None:
         ask, streaming, include_usage = plain.ask, plain.stream, plain.include_usage
     else:
-        request = parse_request(body, settings, ex.tenant)
+        request = parse_request(body, settings, ex.tenant, ex.services.prefix)
         ask = chat_ask(request)
         streaming = request.stream
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -42,12 +40,8 @@ async def chat_completions(body: Any, ex: Exchange) -> Response:
         except BaseException:
             writer.drop()
             raise
-        if request is not None:
-            prepared(request, ask)
         return await stream(choices, writer.get(), ex)
     choices = await start(ask, ex)
-    if request is not None:
-        prepared(request, ask)
 
     async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
         bodies = []

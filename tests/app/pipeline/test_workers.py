@@ -24,17 +24,17 @@ from app.pipeline.offload import (
     BIG_BODY,
     CONSTANTS,
     KNOWN_LIGHT_CHARS,
-    WARM_UP_CHARS,
     Offloader,
     Turns,
     is_light,
     reducers,
 )
 from app.pipeline.workers import OverBudget, Worker, WorkerLost, handles, resolve
+from app.prefix import Note
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
-from app.templates.resume import RenderCache
+from app.templates.resume import RenderState
 from tests.conftest import QWEN3_TEMPLATE
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "data" / "templates"
@@ -52,11 +52,6 @@ def first_tool(ask: Ask) -> Tool:
 
 def name_of(model: ServedModel) -> str:
     return model.name
-
-
-def cache_hits(model: ServedModel) -> int:
-    assert model.template is not None and model.template.cache is not None
-    return model.template.cache.hits
 
 
 def refuse() -> None:
@@ -159,19 +154,20 @@ async def test_constants_reach_a_worker_once_and_a_new_one_replaces_the_old(work
     assert worker.installed["ServedModel"] is second
 
 
-async def test_a_worker_keeps_a_render_cache_of_its_own(worker: Worker) -> None:
-    """``--render-cache-bytes`` is per process: an agent's next turn, prepared by the same worker,
-    re-renders only what is new there."""
+async def test_a_worker_keeps_nothing_and_its_render_comes_back(worker: Worker) -> None:
+    """A worker renders whole (the request's note stays here) and its render's state comes back
+    with the plan: the next turn, prepared here, continues it."""
     settings = Settings(backend="http://unused", chat_template=QWEN3_TEMPLATE, tool_call_parser="qwen25")
     model = served(QWEN3_TEMPLATE, settings)
-    assert model.template is not None
-    model.template.cache = RenderCache(settings.render_cache_bytes)  # as the probe gives it
-    for turns in (40, 41):
-        ask = agent_ask(turns=turns)
-        there = await worker.call(prepare, (ask, settings, model, "function.parameters"), CONSTANTS,
-                                  reducers(settings))
-        assert there.prompt == prepare(ask, settings, model, "function.parameters").prompt
-    assert await worker.call(cache_hits, (model,), CONSTANTS, reducers(settings)) > 0
+    ask = agent_ask(turns=40)
+    ask.prefix = Note(None, b"", [], [], {}, [], ask.turns, 0, None, None, [])
+    there = await worker.call(prepare, (ask, settings, model, "function.parameters"), CONSTANTS, reducers(settings))
+    assert there.ask is ask and there.render is not None and there.render.source is None  # identity stays here
+    follow = agent_ask(turns=41)
+    follow.prefix = Note(None, b"", [], [], {}, [], follow.turns, 0, there.render, None, [])
+    here = prepare(follow, settings, model, "function.parameters")
+    assert here.reused_iterations > 70
+    assert here.prompt == prepare(agent_ask(turns=41), settings, model, "function.parameters").prompt
 
 
 def test_handles_are_paths_from_the_arguments() -> None:
@@ -260,25 +256,25 @@ def test_tool_definitions_count_toward_heavy() -> None:
     assert not is_light(ask)
 
 
-def test_known_turns_do_not_count_up_to_a_bound() -> None:
+def reusing(ask: Ask, reused: int, rendered: bool = True) -> Ask:
+    """``ask`` with its first ``reused`` turns decoded before (and a render to continue, or not)."""
+    previous = RenderState([], b"", [], [], [], None, None, None, 0) if rendered else None
+    ask.prefix = Note(None, b"", [], [], {}, [], ask.turns, reused, previous, None, [])
+    return ask
+
+
+def test_reused_turns_do_not_count_up_to_a_bound() -> None:
     """An agent's next turn, whose earlier turns this process decoded and rendered before, is
-    weighed by what is new in it — up to ``KNOWN_LIGHT_CHARS`` of conversation in all."""
+    weighed by what is new in it — up to ``KNOWN_LIGHT_CHARS`` of conversation in all — when
+    there is a render to continue."""
     ask = agent_ask(turns=100)
     assert not is_light(ask)
-    ask.known_turns, ask.known_rendered = len(ask.turns) - 2, True
-    assert is_light(ask)
-    ask.known_turns = 2  # most of it new
-    assert not is_light(ask)
+    assert is_light(reusing(ask, len(ask.turns) - 2))
+    assert not is_light(reusing(ask, 2))  # most of it new
+    assert not is_light(reusing(ask, len(ask.turns) - 2, rendered=False))  # nothing to continue: rendered whole
     big = agent_ask(turns=100)
     big.turns[5].text = "x" * KNOWN_LIGHT_CHARS
-    big.known_turns, big.known_rendered = len(big.turns) - 2, True
-    assert not is_light(big)
-    warming = agent_ask(turns=100)  # the turn before was prepared by a worker: rendered whole here once
-    warming.known_turns = len(warming.turns) - 2
-    assert sum(len(t.text) for t in warming.turns) > WARM_UP_CHARS and not is_light(warming)
-    warming.turns[3:] = warming.turns[-4:]
-    warming.known_turns = len(warming.turns) - 2
-    assert is_light(warming)
+    assert not is_light(reusing(big, len(big.turns) - 2))
 
 
 async def test_large_bodies_begin_one_per_loop_turn() -> None:

@@ -1,0 +1,394 @@
+"""The prefix service: what an agent's next turn reuses of its last — one owner for every face and
+every shape of conversation, owned by the process's services (``app.services``).
+
+An agent sends its whole conversation every turn (or, on the Responses API, names the response it
+continues). What the turn before already did for the same conversation need not be done again:
+decoding and validating its earlier items into the shared conversation (``app.conversation``),
+rendering the chat template's loop over them (``app.templates.resume``), encoding the tool
+schemas for the template (``tojson``). This service keeps that work — one ``Entry`` per
+conversation as its last request left it — and hands it to the next request of the same tenant.
+
+* **Fed by every face, after it decodes.** A face cuts its request into *units* — its items in
+  order (Chat's messages, the Messages API's system and messages, the Responses API's
+  instructions and input items) — each as its exact bytes (``orjson``: key order, ``1`` against
+  ``1.0`` against ``true`` all told apart; ``None`` for a unit that cannot be reused). ``recall``
+  finds the kept entry of the same *scope* (the tenant, the face and whatever else the face's
+  decoding reads) sharing the **longest common prefix** of units — not only a request this one
+  extends: a rewritten last message or an edited early one is reused up to where it differs — and
+  gives the turns decoded from that prefix, up to the last unit after which the face said its
+  decoder can resume (``Recall.after``). The face decodes the rest; the ``Note`` it makes rides on
+  the ``Ask`` to the pipeline, whose render continues the entry's render (``Note.resume``), and is
+  kept (``keep``) once the request was planned — never before, so a request refused (limits,
+  template) leaves nothing that could spare its successor the checks.
+* **Chains.** A finished response the Responses API stored is kept by its id (``keep_response``)
+  with the turns its chain decodes to, its output included, so a ``previous_response_id``
+  continuation starts from there (``recall_response``) instead of reading and decoding the chain.
+* **A miss is never dearer than no cache.** Finding an entry costs a digest of the first units and
+  a comparison of bytes with a few candidates; a unit that differs ends the comparison. What a
+  request leaves is kept after the backend was asked, off the way to the first token.
+* **One byte budget.** Entries (their units, turns counted three times — as parsed, as a model,
+  as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
+  ``--prefix-cache-bytes`` across the uvicorn workers of the server (each holds its share);
+  prepare workers keep nothing (what they render comes back to be kept here), so that is the
+  process tree's whole budget. An entry a newer one of the same conversation supersedes is dropped
+  at once; shorter conversations than ``min_units`` units are neither reused nor kept.
+
+A unit's bytes are the face's to choose, and a later face can key a unit by something other than
+its literal bytes where that is exact — an image by the digest of its content (``unit``): equal
+keys must always decode alike. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.conversation import Turn
+from app.templates.resume import RenderState, Resume
+
+#: units the anchors digest: an entry is filed under the digest of its first 1, 2 and 4 units
+ANCHORS = (4, 2, 1)
+#: entries compared at most per lookup (the most recent of the most specific anchor's)
+MAX_PROBES = 4
+#: bytes an entry counts per unit beyond its strings (the unit's objects, the turn, the model)
+UNIT_OVERHEAD = 200
+#: conversations of fewer units are decoded and rendered whole, and not kept: with a few messages
+#: the bookkeeping (digests, cut-out iterations) costs more than it saves
+MIN_UNITS = 4
+
+
+def unit(value: Any, tag: bytes = b"") -> bytes | None:
+    """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
+    encoded — never reused)."""
+    try:
+        return tag + orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+def scope_of(*parts: str | bytes) -> bytes:
+    """A scope: the tenant, the face and what else its decoding depends on, in one digest."""
+    digest = hashlib.blake2b(b"toolwire-prefix-scope", digest_size=16)
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.digest()
+
+
+def turn_bytes(turn: Turn) -> int:
+    """What a turn holds, in bytes (about): its strings."""
+    size = len(turn.text) + len(turn.reasoning or "")
+    for call in turn.calls:
+        size += len(call.id) + len(call.name) + (len(call.arguments) if isinstance(call.arguments, str) else 256)
+    return size
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """One conversation as its last request left it (see the module docstring): its units, the
+    turns they decode to, where decoding may resume (``ends[i]``: turns after unit ``i``, or
+    ``-1``; ``states``: the face decoder's state after unit ``i``, where not ``None``), what the
+    face keeps per unit (``payload``), the render state, and its size in bytes."""
+
+    scope: bytes
+    units: list[bytes]
+    ends: list[int]
+    states: dict[int, Any]
+    payload: list[Any]
+    turns: list[Turn]
+    render: RenderState | None
+    size: int
+    anchors: list[bytes] = field(default_factory=list)
+    #: a finished response whose chain this is: ``(tenant, response id)``, and what the face keeps
+    #: of the chain (``app.api.responses``)
+    response: tuple[str, str] | None = None
+    chain: Any = None
+
+
+class Note:
+    """What a request's decoding found and made, for the pipeline: how many of its turns were
+    decoded (and checked) before (``reused``), the render to continue (``resume``: its state
+    after the render), and what to keep once the request was planned (``PrefixService.keep``)."""
+
+    __slots__ = ("anchors", "ends", "keep_units", "payload", "replaces", "resume", "reused", "scope", "service",
+                 "states", "turns", "units")
+
+    def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
+                 states: dict[int, Any], payload: list[Any], turns: list[Turn], reused: int,
+                 previous: RenderState | None, replaces: Entry | None, anchors: list[bytes]) -> None:
+        self.service, self.scope, self.units, self.ends, self.states = service, scope, units, ends, states
+        self.payload, self.turns, self.reused, self.replaces, self.anchors = payload, turns, reused, replaces, anchors
+        self.resume = Resume(previous)
+        self.keep_units = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A worker gets a blank note: it renders whole, and its render state comes back with the
+        plan (``Plan.render``), for this note to keep."""
+        return _blank, ()
+
+
+def _blank() -> Note:
+    return Note(None, b"", [], [], {}, [], [], 0, None, None, [])
+
+
+class Recall:
+    """What ``recall`` found for one request's units, and the face's account of the rest as it
+    decodes them (``after``), made into the request's ``Note`` (``note``)."""
+
+    def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], entry: Entry | None,
+                 count: int, anchors: list[bytes]) -> None:
+        self.service, self.scope, self.units, self.entry, self.count = service, scope, units, entry, count
+        self.anchors = anchors
+        if entry is not None and count:
+            last = entry.ends[count - 1]
+            self.turns: list[Turn] = entry.turns[:last]
+            self.state: Any = entry.states.get(count - 1)
+            self.ends = entry.ends[:count]
+            self.states = {i: s for i, s in entry.states.items() if i < count}
+            self.payload: list[Any] = entry.payload[:count]
+        else:
+            self.turns, self.state, self.ends, self.states, self.payload = [], None, [], {}, []
+
+    def after(self, turns: int, state: Any = None, payload: Any = None, resumable: bool = True) -> None:
+        """The next unit is decoded: ``turns`` turns so far, the decoder's ``state`` after it (or
+        not a place to resume from: ``resumable`` false), and what the face keeps of it."""
+        i = len(self.ends)
+        self.ends.append(turns if resumable else -1)
+        if state is not None and resumable:
+            self.states[i] = state
+        self.payload.append(payload)
+
+    def note(self, turns: list[Turn]) -> Note:
+        """The request's note, its decoding done (``turns``: all of them)."""
+        reused = self.entry.ends[self.count - 1] if self.entry is not None and self.count else 0
+        previous = self.entry.render if self.entry is not None and self.count else None
+        return Note(self.service, self.scope, self.units, self.ends, self.states, self.payload, turns, reused,
+                    previous, self.entry, self.anchors)
+
+
+class PrefixService:
+    """See the module docstring. ``max_bytes`` 0: off (nothing found, nothing kept)."""
+
+    def __init__(self, max_bytes: int, min_units: int = MIN_UNITS) -> None:
+        self.max_bytes = max_bytes
+        self.min_units = min_units
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._held: OrderedDict[Any, tuple[int, Any]] = OrderedDict()  # least recently used first
+        self._anchored: dict[bytes, list[Entry]] = {}
+        self._responses: dict[tuple[str, str], Entry] = {}
+        self.recalls = 0  # lookups made
+        self.found = 0  # lookups that found units to reuse
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # ------------------------------------------------------------------ conversations
+
+    def recall(self, scope: bytes, units: list[bytes | None], limit: int | None = None) -> Recall:
+        """The longest common prefix of ``units`` with a kept entry of ``scope``'s, as far as
+        decoding can resume there and at most ``limit`` units (see the module docstring)."""
+        if not self.enabled or len(units) < self.min_units:
+            return Recall(None, scope, units, None, 0, [])
+        anchors = _anchors(scope, units)
+        best: Entry | None = None
+        shared = 0
+        with self._lock:
+            self.recalls += 1
+            for anchor in anchors:
+                bucket = self._anchored.get(anchor)
+                if not bucket:
+                    continue
+                for entry in reversed(bucket[-MAX_PROBES:]):
+                    n = _shared(entry.units, units)
+                    if n > shared:
+                        best, shared = entry, n
+                break  # the most specific anchor with candidates holds the longest prefix
+            if best is not None:
+                self._held.move_to_end(id(best))
+        if best is None:
+            return Recall(self, scope, units, None, 0, anchors)
+        units[:shared] = best.units[:shared]  # the same bytes: kept once
+        count = min(shared, len(units) if limit is None else limit)
+        while count and best.ends[count - 1] < 0:
+            count -= 1
+        if count:
+            self.found += 1
+        return Recall(self, scope, units, best, count, anchors)
+
+    def start(self, scope: bytes, units: list[bytes | None]) -> Recall:
+        """A recall that finds nothing (the face decodes every unit; what it makes is kept)."""
+        return Recall(self if self.enabled else None, scope, units, None, 0,
+                      _anchors(scope, units) if self.enabled and len(units) >= self.min_units else [])
+
+    def keep(self, note: Note) -> None:
+        """Keep what ``note``'s request made (its render state in ``note.resume``), once it was
+        planned; the entry it supersedes is dropped."""
+        if not self.enabled or not note.keep_units or not note.anchors:
+            return
+        n = next((i for i, u in enumerate(note.units) if u is None), len(note.units))
+        n = min(n, len(note.ends))
+        while n and note.ends[n - 1] < 0:
+            n -= 1
+        if n < self.min_units:
+            return
+        units = [u for u in note.units[:n] if u is not None]  # (none is, up to ``n``)
+        turns = note.turns[:note.ends[n - 1]]
+        render = note.resume.state  # compared item by item when used: good whatever the units kept
+        size = (sum(map(len, units)) + 3 * sum(map(turn_bytes, turns)) + UNIT_OVERHEAD * n
+                + (render.size if render is not None else 0))
+        entry = Entry(note.scope, units, note.ends[:n], {i: s for i, s in note.states.items() if i < n},
+                      note.payload[:n], turns, render, size, _anchors(note.scope, units))
+        old = note.replaces
+        with self._lock:
+            if old is not None and id(old) in self._held and _shared(old.units, units) >= len(old.units) - 1:
+                self._drop(old)
+            self._add(entry)
+
+    # ------------------------------------------------------------------ chains
+
+    def recall_response(self, tenant: str, response_id: str, scope: bytes) -> Entry | None:
+        """The entry kept for ``tenant``'s finished response ``response_id`` (of ``scope``), if any."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            entry = self._responses.get((tenant, response_id))
+            if entry is None or entry.scope != scope:
+                return None
+            self._held.move_to_end(id(entry))
+            self.recalls += 1
+            self.found += 1
+            return entry
+
+    def keep_response(self, tenant: str, response_id: str, scope: bytes, turns: list[Turn],
+                      render: RenderState | None, chain: Any, chain_bytes: int, replaces: Entry | None) -> None:
+        """Keep a finished response's chain: the ``turns`` it decodes to (its output included), the
+        render of its request, and the face's facts about the chain (``chain``, ``chain_bytes``
+        more to count); the entry of the response it continued is dropped."""
+        if not self.enabled:
+            return
+        size = 3 * sum(map(turn_bytes, turns)) + UNIT_OVERHEAD * len(turns) + chain_bytes + \
+            (render.size if render is not None else 0)
+        entry = Entry(scope, [], [], {}, [], turns, render, size, response=(tenant, response_id), chain=chain)
+        with self._lock:
+            if replaces is not None and id(replaces) in self._held:
+                self._drop(replaces)
+            self._add(entry)
+
+    def forget_response(self, tenant: str, response_id: str) -> None:
+        """``tenant``'s response ``response_id`` is gone (deleted): so is what was kept of it."""
+        with self._lock:
+            entry = self._responses.get((tenant, response_id))
+            if entry is not None:
+                self._drop(entry)
+
+    # ------------------------------------------------------------------ tojson's memo
+
+    def get(self, key: bytes) -> str | None:
+        with self._lock:
+            held = self._held.get(key)
+            if held is None:
+                return None
+            self._held.move_to_end(key)
+            answer: str = held[1]
+            return answer
+
+    def put(self, key: bytes, answer: str) -> None:
+        if not self.enabled:
+            return
+        size = len(key) + sys.getsizeof(answer)
+        with self._lock:
+            if key not in self._held and size <= self.max_bytes:
+                self._held[key] = (size, answer)
+                self.bytes += size
+                self._bound()
+
+    # ------------------------------------------------------------------ the bound
+
+    def _add(self, entry: Entry) -> None:
+        if entry.size > self.max_bytes:
+            return
+        if entry.response is not None:
+            old = self._responses.get(entry.response)
+            if old is not None:
+                self._drop(old)
+            self._responses[entry.response] = entry
+        for anchor in entry.anchors:
+            self._anchored.setdefault(anchor, []).append(entry)
+        self._held[id(entry)] = (entry.size, entry)
+        self.bytes += entry.size
+        self._bound()
+
+    def _drop(self, entry: Entry) -> None:
+        held = self._held.pop(id(entry), None)
+        if held is None:
+            return
+        self.bytes -= held[0]
+        if entry.response is not None and self._responses.get(entry.response) is entry:
+            del self._responses[entry.response]
+        for anchor in entry.anchors:
+            bucket = self._anchored.get(anchor)
+            if bucket is not None:
+                bucket.remove(entry)
+                if not bucket:
+                    del self._anchored[anchor]
+
+    def _bound(self) -> None:
+        while self.bytes > self.max_bytes and self._held:
+            key, (size, value) = next(iter(self._held.items()))
+            if isinstance(value, Entry):
+                self._drop(value)
+            else:
+                del self._held[key]
+                self.bytes -= size
+
+    def clear(self) -> None:
+        """Forget everything (benchmarks measure a first request this way)."""
+        with self._lock:
+            self._held.clear()
+            self._anchored.clear()
+            self._responses.clear()
+            self.bytes = 0
+
+
+def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
+    """The digests an entry with these first units is filed under, most specific first."""
+    found: list[bytes] = []
+    digest = hashlib.blake2b(scope, digest_size=16)
+    for k, data in enumerate(units[:ANCHORS[0]], 1):
+        if data is None:
+            break
+        digest.update(len(data).to_bytes(8, "little") + data)
+        if k in ANCHORS:
+            found.append(digest.copy().digest())
+    return found[::-1]
+
+
+def _shared(old: Sequence[bytes], new: Sequence[bytes | None]) -> int:
+    """How many first units ``old`` and ``new`` share."""
+    n = 0
+    for a, b in zip(old, new):  # noqa: B905 — the shorter one ends the prefix
+        if a is not b and a != b:
+            break
+        n += 1
+    return n
+
+
+def keep_after(note: Note | None) -> None:
+    """Keep ``note``'s request (``PrefixService.keep``), if it has one to keep."""
+    if note is not None and note.service is not None:
+        note.service.keep(note)
+
+
+__all__ = ["MIN_UNITS", "Entry", "Note", "PrefixService", "Recall", "keep_after", "scope_of", "unit"]
