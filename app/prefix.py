@@ -13,29 +13,32 @@ conversation as its last request left it — and hands it to the next request of
   instructions and input items) — each as its exact bytes (``orjson``: key order, ``1`` against
   ``1.0`` against ``true`` all told apart; ``None`` for a unit that cannot be reused). ``recall``
   finds the kept entry of the same *scope* (the tenant, the face and whatever else the face's
-  decoding reads) sharing the **longest common prefix** of units — not only a request this one
-  extends: a rewritten last message or an edited early one is reused up to where it differs — and
-  gives the turns decoded from that prefix, up to the last unit after which the face said its
-  decoder can resume (``Recall.after``). The face decodes the rest; the ``Note`` it makes rides on
-  the ``Ask`` to the pipeline, whose render continues the entry's render (``Note.resume``), and is
+  decoding reads) that shares the most units with the request at the same places — the **longest
+  common prefix** first, and past a unit that differs, the units that are still the same where
+  they were: an appended turn, a rewritten last message, an edited early one (a repo map, a
+  cleared tool result, a system prompt that carries the time) each reuse all but what changed.
+  The face takes the entry's turns for each run of such units (``Recall.take``: up to a place
+  where its decoder can resume, as the face said when it kept them) and decodes the rest
+  (``Recall.after``); the ``Note`` it makes rides on the ``Ask`` to the pipeline, whose render
+  continues the entry's render (``Note.resume``, again item by item and place by place), and is
   kept (``keep``) once the request was planned — never before, so a request refused (limits,
   template) leaves nothing that could spare its successor the checks.
 * **Chains.** A finished response the Responses API stored is kept by its id (``keep_response``)
   with the turns its chain decodes to, its output included, so a ``previous_response_id``
   continuation starts from there (``recall_response``) instead of reading and decoding the chain.
-* **A miss is never dearer than no cache.** Finding an entry costs a digest of the first units and
-  a comparison of bytes with a few candidates; a unit that differs ends the comparison. What a
-  request leaves is kept after the backend was asked, off the way to the first token.
-* **One byte budget.** Entries (their units, turns counted three times — as parsed, as a model,
-  as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
-  ``--prefix-cache-bytes`` across the uvicorn workers of the server (each holds its share);
-  prepare workers keep nothing (what they render comes back to be kept here), so that is the
-  process tree's whole budget. An entry a newer one of the same conversation supersedes is dropped
-  at once; shorter conversations than ``min_units`` units are neither reused nor kept.
+* **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
+  comparison of bytes with a few candidates, place by place; what a request leaves is kept after
+  the backend was asked, off the way to the first token.
+* **One byte budget.** Entries (their units, and the turns they decode to counted three times by
+  their units' bytes — as parsed, as a model, as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
+  ``--prefix-cache-bytes`` for the server, its uvicorn workers each holding their share; prepare
+  workers keep nothing (what they render comes back to be kept here), so that is the process
+  tree's whole budget. An entry a newer one of the same conversation supersedes is dropped at once;
+  conversations of fewer than ``min_units`` units are neither reused nor kept.
 
-A unit's bytes are the face's to choose, and a later face can key a unit by something other than
-its literal bytes where that is exact — an image by the digest of its content (``unit``): equal
-keys must always decode alike. Thread-safe.
+A unit's bytes are the face's to choose, and a later face may key a unit by something other than
+its literal bytes where that is exact — an image by the digest of its content rather than its
+bytes (``unit``'s ``tag`` and value): equal units must always decode alike. Thread-safe.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ import orjson
 from app.conversation import Turn
 from app.templates.resume import RenderState, Resume
 
-#: units the anchors digest: an entry is filed under the digest of its first 1, 2 and 4 units
+#: an entry is filed under the digest of its first 4, 2 and 1 units (most specific first), and
+#: under each of the units at these places alone
 ANCHORS = (4, 2, 1)
+PLACES = (1, 2)
 #: entries compared at most per lookup (the most recent of the most specific anchor's)
 MAX_PROBES = 4
 #: bytes an entry counts per unit beyond its strings (the unit's objects, the turn, the model)
@@ -93,14 +98,13 @@ def turn_bytes(turn: Turn) -> int:
 @dataclass(eq=False, slots=True)
 class Entry:
     """One conversation as its last request left it (see the module docstring): its units, the
-    turns they decode to, where decoding may resume (``ends[i]``: turns after unit ``i``, or
-    ``-1``; ``states``: the face decoder's state after unit ``i``, where not ``None``), what the
-    face keeps per unit (``payload``), the render state, and its size in bytes."""
+    turns they decode to (``ends[i]``: turns after unit ``i``, or ``-1`` where decoding cannot
+    resume after it), what the face keeps per unit (``payload``), the render state, and its size
+    in bytes."""
 
     scope: bytes
     units: list[bytes]
     ends: list[int]
-    states: dict[int, Any]
     payload: list[Any]
     turns: list[Turn]
     render: RenderState | None
@@ -113,20 +117,25 @@ class Entry:
 
 
 class Note:
-    """What a request's decoding found and made, for the pipeline: how many of its turns were
-    decoded (and checked) before (``reused``), the render to continue (``resume``: its state
-    after the render), and what to keep once the request was planned (``PrefixService.keep``)."""
+    """What a request's decoding found and made, for the pipeline: which of its turns were decoded
+    now (``fresh``: ranges; the others were decoded — and checked — for an earlier request), the
+    render to continue (``resume``: its state after the render), and what to keep once the request
+    was planned (``PrefixService.keep``)."""
 
-    __slots__ = ("anchors", "ends", "keep_units", "payload", "replaces", "resume", "reused", "scope", "service",
-                 "states", "turns", "units")
+    __slots__ = ("anchors", "ends", "fresh", "payload", "replaces", "resume", "scope", "service", "turns", "units")
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
-                 states: dict[int, Any], payload: list[Any], turns: list[Turn], reused: int,
+                 payload: list[Any], turns: list[Turn], fresh: list[tuple[int, int]] | None,
                  previous: RenderState | None, replaces: Entry | None, anchors: list[bytes]) -> None:
-        self.service, self.scope, self.units, self.ends, self.states = service, scope, units, ends, states
-        self.payload, self.turns, self.reused, self.replaces, self.anchors = payload, turns, reused, replaces, anchors
+        self.service, self.scope, self.units, self.ends, self.payload = service, scope, units, ends, payload
+        self.turns, self.replaces, self.anchors = turns, replaces, anchors
+        self.fresh = fresh if fresh is not None else [(0, len(turns))]
         self.resume = Resume(previous)
-        self.keep_units = True
+
+    @property
+    def reused(self) -> int:
+        """How many of the turns were decoded for an earlier request."""
+        return len(self.turns) - sum(stop - begin for begin, stop in self.fresh)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """A worker gets a blank note: it renders whole, and its render state comes back with the
@@ -135,42 +144,93 @@ class Note:
 
 
 def _blank() -> Note:
-    return Note(None, b"", [], [], {}, [], [], 0, None, None, [])
+    return Note(None, b"", [], [], [], [], None, None, None, [])
 
 
 class Recall:
-    """What ``recall`` found for one request's units, and the face's account of the rest as it
-    decodes them (``after``), made into the request's ``Note`` (``note``)."""
+    """What ``recall`` found for one request's units — an entry and, place by place, whether each
+    unit is the same there (``equal``) — and the face's account of its decoding, unit by unit:
+    what it takes from the entry (``take``) and what it decodes itself (``after``); made into the
+    request's ``Note`` (``note``)."""
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], entry: Entry | None,
-                 count: int, anchors: list[bytes]) -> None:
-        self.service, self.scope, self.units, self.entry, self.count = service, scope, units, entry, count
-        self.anchors = anchors
-        if entry is not None and count:
-            last = entry.ends[count - 1]
-            self.turns: list[Turn] = entry.turns[:last]
-            self.state: Any = entry.states.get(count - 1)
-            self.ends = entry.ends[:count]
-            self.states = {i: s for i, s in entry.states.items() if i < count}
-            self.payload: list[Any] = entry.payload[:count]
-        else:
-            self.turns, self.state, self.ends, self.states, self.payload = [], None, [], {}, []
+                 anchors: list[bytes], limit: int) -> None:
+        self.service, self.scope, self.units, self.entry, self.anchors = service, scope, units, entry, anchors
+        self.limit = limit  # units from this one on are always decoded
+        self.equal = _equal(entry.units, units) if entry is not None else []
+        self.ends: list[int] = []
+        self.payload: list[Any] = []
+        self.fresh: list[tuple[int, int]] = []
+        self.count = 0  # turns so far
+        self.taken = 0  # units taken from the entry
+        self._runs: list[int | None] | None = None
 
-    def after(self, turns: int, state: Any = None, payload: Any = None, resumable: bool = True) -> None:
-        """The next unit is decoded: ``turns`` turns so far, the decoder's ``state`` after it (or
-        not a place to resume from: ``resumable`` false), and what the face keeps of it."""
-        i = len(self.ends)
+    def segment(self, i: int) -> int | None:
+        """Where the run of units the entry decoded from ``i`` on ends (exclusive), when ``take(i)``
+        would take it: the same units at the same places, from a place the entry's decoding could
+        resume at to the next; else ``None``."""
+        if self._runs is None:
+            self._runs = self._segments()
+        return self._runs[i] if i < len(self._runs) else None
+
+    def _segments(self) -> list[int | None]:
+        entry = self.entry
+        runs: list[int | None] = []
+        if entry is None:
+            return runs
+        equal, ends, n = self.equal, entry.ends, min(len(self.equal), self.limit)
+        for i in range(n):
+            if i and ends[i - 1] < 0:
+                runs.append(None)
+                continue
+            j = i
+            while j < n and ends[j] < 0:
+                j += 1
+            runs.append(j + 1 if j < n and all(equal[i:j + 1]) else None)
+        return runs
+
+    def take(self, i: int) -> tuple[list[Turn], list[Any]] | None:
+        """The entry's turns for the run of units from ``i`` (``segment``) and what the face kept of
+        them — the caller's decoder being in its starting state at ``i``; else ``None`` (decode
+        unit ``i``)."""
+        end = self.segment(i)
+        if end is None:
+            return None
+        entry = self.entry
+        assert entry is not None
+        j = end - 1
+        begin = entry.ends[i - 1] if i else 0
+        turns = entry.turns[begin:entry.ends[j]]
+        self.ends.extend(self.count + end - begin if end >= 0 else -1 for end in entry.ends[i:j + 1])
+        self.count += len(turns)
+        payload = entry.payload[i:j + 1]
+        self.payload.extend(payload)
+        self.taken += j + 1 - i
+        return turns, payload
+
+    def after(self, turns: int, payload: Any = None, resumable: bool = True) -> None:
+        """The next unit is decoded: ``turns`` turns so far (decoding may resume after it only where
+        ``resumable``), and what the face keeps of it."""
+        self._fresh(turns)
         self.ends.append(turns if resumable else -1)
-        if state is not None and resumable:
-            self.states[i] = state
         self.payload.append(payload)
+
+    def _fresh(self, turns: int) -> None:
+        if turns > self.count:
+            if self.fresh and self.fresh[-1][1] == self.count:
+                self.fresh[-1] = (self.fresh[-1][0], turns)
+            else:
+                self.fresh.append((self.count, turns))
+        self.count = turns
 
     def note(self, turns: list[Turn]) -> Note:
         """The request's note, its decoding done (``turns``: all of them)."""
-        reused = self.entry.ends[self.count - 1] if self.entry is not None and self.count else 0
-        previous = self.entry.render if self.entry is not None and self.count else None
-        return Note(self.service, self.scope, self.units, self.ends, self.states, self.payload, turns, reused,
-                    previous, self.entry, self.anchors)
+        self._fresh(len(turns))  # turns made after the last unit (a run of items the face closed)
+        previous = self.entry.render if self.entry is not None else None
+        if self.taken and self.service is not None:
+            self.service.found += 1
+        return Note(self.service, self.scope, self.units, self.ends, self.payload, turns, self.fresh, previous,
+                    self.entry, self.anchors)
 
 
 class PrefixService:
@@ -185,7 +245,7 @@ class PrefixService:
         self._anchored: dict[bytes, list[Entry]] = {}
         self._responses: dict[tuple[str, str], Entry] = {}
         self.recalls = 0  # lookups made
-        self.found = 0  # lookups that found units to reuse
+        self.found = 0  # lookups whose request took something
 
     @property
     def enabled(self) -> bool:
@@ -197,10 +257,12 @@ class PrefixService:
     # ------------------------------------------------------------------ conversations
 
     def recall(self, scope: bytes, units: list[bytes | None], limit: int | None = None) -> Recall:
-        """The longest common prefix of ``units`` with a kept entry of ``scope``'s, as far as
-        decoding can resume there and at most ``limit`` units (see the module docstring)."""
+        """The kept entry of ``scope``'s that shares the most units with ``units`` at the same places
+        (see the module docstring), for the face to take its decoding of them; the units from
+        ``limit`` on are always decoded."""
+        limit = len(units) if limit is None else limit
         if not self.enabled or len(units) < self.min_units:
-            return Recall(None, scope, units, None, 0, [])
+            return Recall(None, scope, units, None, [], limit)
         anchors = _anchors(scope, units)
         best: Entry | None = None
         shared = 0
@@ -211,31 +273,23 @@ class PrefixService:
                 if not bucket:
                     continue
                 for entry in reversed(bucket[-MAX_PROBES:]):
-                    n = _shared(entry.units, units)
+                    n = sum(_equal(entry.units, units))
                     if n > shared:
                         best, shared = entry, n
-                break  # the most specific anchor with candidates holds the longest prefix
+                break  # the most specific anchor with candidates
             if best is not None:
                 self._held.move_to_end(id(best))
-        if best is None:
-            return Recall(self, scope, units, None, 0, anchors)
-        units[:shared] = best.units[:shared]  # the same bytes: kept once
-        count = min(shared, len(units) if limit is None else limit)
-        while count and best.ends[count - 1] < 0:
-            count -= 1
-        if count:
-            self.found += 1
-        return Recall(self, scope, units, best, count, anchors)
-
-    def start(self, scope: bytes, units: list[bytes | None]) -> Recall:
-        """A recall that finds nothing (the face decodes every unit; what it makes is kept)."""
-        return Recall(self if self.enabled else None, scope, units, None, 0,
-                      _anchors(scope, units) if self.enabled and len(units) >= self.min_units else [])
+        recall = Recall(self, scope, units, best, anchors, limit)
+        if best is not None:
+            for i, same in enumerate(recall.equal):
+                if same:
+                    units[i] = best.units[i]  # the same bytes: kept once
+        return recall
 
     def keep(self, note: Note) -> None:
         """Keep what ``note``'s request made (its render state in ``note.resume``), once it was
-        planned; the entry it supersedes is dropped."""
-        if not self.enabled or not note.keep_units or not note.anchors:
+        planned; the entry of the same conversation it supersedes is dropped."""
+        if not self.enabled or not note.anchors:
             return
         n = next((i for i, u in enumerate(note.units) if u is None), len(note.units))
         n = min(n, len(note.ends))
@@ -246,14 +300,14 @@ class PrefixService:
         units = [u for u in note.units[:n] if u is not None]  # (none is, up to ``n``)
         turns = note.turns[:note.ends[n - 1]]
         render = note.resume.state  # compared item by item when used: good whatever the units kept
-        size = (sum(map(len, units)) + 3 * sum(map(turn_bytes, turns)) + UNIT_OVERHEAD * n
-                + (render.size if render is not None else 0))
-        entry = Entry(note.scope, units, note.ends[:n], {i: s for i, s in note.states.items() if i < n},
-                      note.payload[:n], turns, render, size, _anchors(note.scope, units))
+        # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
+        size = 4 * sum(map(len, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
+        entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
+                      _anchors(note.scope, units))
         old = note.replaces
         with self._lock:
-            if old is not None and id(old) in self._held and _shared(old.units, units) >= len(old.units) - 1:
-                self._drop(old)
+            if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
+                self._drop(old)  # the same conversation, a turn on
             self._add(entry)
 
     # ------------------------------------------------------------------ chains
@@ -263,11 +317,11 @@ class PrefixService:
         if not self.enabled:
             return None
         with self._lock:
+            self.recalls += 1
             entry = self._responses.get((tenant, response_id))
             if entry is None or entry.scope != scope:
                 return None
             self._held.move_to_end(id(entry))
-            self.recalls += 1
             self.found += 1
             return entry
 
@@ -280,7 +334,7 @@ class PrefixService:
             return
         size = 3 * sum(map(turn_bytes, turns)) + UNIT_OVERHEAD * len(turns) + chain_bytes + \
             (render.size if render is not None else 0)
-        entry = Entry(scope, [], [], {}, [], turns, render, size, response=(tenant, response_id), chain=chain)
+        entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain)
         with self._lock:
             if replaces is not None and id(replaces) in self._held:
                 self._drop(replaces)
@@ -363,7 +417,9 @@ class PrefixService:
 
 
 def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
-    """The digests an entry with these first units is filed under, most specific first."""
+    """The digests an entry with these units is filed under, most specific first: its first 4, 2
+    and 1 units, then the units at ``PLACES`` alone (found again when the first changed: a system
+    prompt that carries the time)."""
     found: list[bytes] = []
     digest = hashlib.blake2b(scope, digest_size=16)
     for k, data in enumerate(units[:ANCHORS[0]], 1):
@@ -372,17 +428,19 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
         digest.update(len(data).to_bytes(8, "little") + data)
         if k in ANCHORS:
             found.append(digest.copy().digest())
-    return found[::-1]
+    found.reverse()
+    for place in PLACES:
+        data = units[place] if place < len(units) else None
+        if data is not None:
+            alone = hashlib.blake2b(scope + place.to_bytes(2, "little"), digest_size=16)
+            alone.update(data)
+            found.append(alone.digest())
+    return found
 
 
-def _shared(old: Sequence[bytes], new: Sequence[bytes | None]) -> int:
-    """How many first units ``old`` and ``new`` share."""
-    n = 0
-    for a, b in zip(old, new):  # noqa: B905 — the shorter one ends the prefix
-        if a is not b and a != b:
-            break
-        n += 1
-    return n
+def _equal(old: Sequence[bytes], new: Sequence[bytes | None]) -> list[bool]:
+    """Place by place, over the places both have: whether ``old`` and ``new`` hold the same unit."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
 
 
 def keep_after(note: Note | None) -> None:

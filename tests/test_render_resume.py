@@ -231,11 +231,10 @@ def test_a_changed_earlier_message_is_not_reused(earlier: list[dict]) -> None:
     whole, resumed = ChatTemplate(NUMBERS), Chain(ChatTemplate(NUMBERS))
     now = [{"n": 1}, {"n": 2}, {"n": 1}, {"n": 4}]
     assert resumed.render(earlier) == whole.render(earlier)
-    shared = next(i for i, (a, b) in enumerate(zip(earlier, now, strict=False)) if a != b or type(a["n"]) is not
-                  type(b["n"]))
+    same = sum(1 for a, b in zip(earlier, now, strict=False) if a == b and type(a["n"]) is type(b["n"]))
     assert resumed.render(now) == whole.render(now) == "1|2|1|4|"
-    assert resumed.reused == shared  # the iterations before the first change, and none after it
-    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.reused == shared + 4  # the prefix is
+    assert resumed.reused == same  # the iterations whose item is the same at the same place, no other
+    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.reused == same + 4
 
 
 LOOP_READS = ("{%- for m in messages %}{{ loop.index0 }},{{ loop.index }},{{ loop.first }},{{ loop.last }},"

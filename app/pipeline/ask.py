@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -80,6 +81,15 @@ class Ask:
 
     @property
     def reused(self) -> int:
-        """First turns decoded and checked before (``prefix``): their handed-back calls passed
-        ``check_ask`` then, and they do not make the request heavy (``offload.is_light``)."""
+        """How many turns were decoded and checked for an earlier request (``prefix``): their
+        handed-back calls passed ``check_ask`` then, and they do not make the request heavy
+        (``offload.is_light``)."""
         return self.prefix.reused if self.prefix is not None else 0
+
+    def fresh_turns(self) -> Iterator[int]:
+        """The indices of the turns decoded for this request (not ``reused``), in order."""
+        if self.prefix is None:
+            yield from range(len(self.turns))
+            return
+        for begin, stop in self.prefix.fresh:
+            yield from range(begin, min(stop, len(self.turns)))

@@ -63,15 +63,16 @@ def is_light(ask: Ask) -> bool:
     continue, up to ``KNOWN_LIGHT_CHARS`` of conversation in all: shipping the turns to a worker
     would cost the loop more than rendering what is new — pickling every turn, the prompt back.
     A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
-    reused = ask.reused if ask.prefix is not None and ask.prefix.resume.previous is not None else 0
-    if len(ask.turns) - reused > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+    reused = ask.prefix is not None and ask.prefix.resume.previous is not None and ask.reused > 0
+    fresh = set(ask.fresh_turns()) if reused else None
+    if (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
         size = len(turn.text)
         for call in turn.calls:
             size += len(call.arguments) if isinstance(call.arguments, str) else 1024
-        if i < reused:
+        if fresh is not None and i not in fresh:
             known_chars += size
         else:
             chars += size

@@ -55,7 +55,6 @@ import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any
 
 import jinja2
@@ -71,9 +70,10 @@ from app.templates.fastrender import render
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
 SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 
-_ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
-#: main-loop ``loop`` attributes a body may read, and how far ahead each looks
-_LOOP_ATTRS = {"index0": 0, "index": 0, "first": 0, "previtem": 0, "last": 1, "nextitem": 1}
+_ENTER, _STATE, _LEAVE, _AT, _SKIP = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at", "__tw_taken"
+#: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
+_LOOP_ATTRS = {"index0": (0, 0), "index": (0, 0), "first": (0, 0), "previtem": (1, 0), "last": (0, 1),
+               "nextitem": (0, 1)}
 #: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
 _PURE_CALLS = frozenset({"range", "dict", "namespace", "raise_exception"})
 _IMPURE_FILTERS = frozenset({"random"})
@@ -104,6 +104,7 @@ class LoopPlan:
     fixed: int  # 1 + the highest constant index read (``seq[0]``), 0 when none
     captured: tuple[str, ...]  # outer names the loop body reads
     guards: Guards | None = None  # how the captured values are read, where that allows a replay
+    behind: int = 0  # items before its own an iteration reads (``loop.previtem``, ``seq[loop.index0 - 1]``)
 
 
 # ------------------------------------------------------------------------------ the proof
@@ -132,7 +133,7 @@ def plan_of(env: jinja2.Environment, source: str) -> LoopPlan:
         captured = tuple(sorted(walk.reads - {main.target.name, "loop", sequence} - walk.callables))
         guards = _guards(env, main, captured, walk.macro_reads)  # before ``_resumable`` changes the body
         template = _resumable(env, ast, main, parent, captured)
-        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured, guards)
+        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured, guards, walk.behind)
     raise failure
 
 
@@ -211,6 +212,7 @@ class _Body:
         self.reads: set[str] = set()
         self.callables: set[str] = set()  # macros and pure globals called (never captured)
         self.ahead = 0
+        self.behind = 0
         self.fixed = 0
         self.breaks = False
         self.macro_reads: set[str] = set()  # outer names the macros it calls read
@@ -288,14 +290,15 @@ class _Body:
                 and not inner_loop:
             if in_macro or node.attr not in _LOOP_ATTRS:
                 raise NotProven(f"the loop body reads loop.{node.attr}")
-            self.ahead = max(self.ahead, _LOOP_ATTRS[node.attr])
+            behind, ahead = _LOOP_ATTRS[node.attr]
+            self.ahead, self.behind = max(self.ahead, ahead), max(self.behind, behind)
             return
         if isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name) and node.node.name == self.sequence:
             if in_macro:
                 raise NotProven("a macro reads the sequence")
             offset = _relative_index(node.arg, inner_loop)
             if offset is not None:
-                self.ahead = max(self.ahead, offset)
+                self.ahead, self.behind = max(self.ahead, offset), max(self.behind, -offset)
                 return
             if isinstance(node.arg, nodes.Const) and type(node.arg.value) is int and node.arg.value >= 0:
                 self.fixed = max(self.fixed, node.arg.value + 1)
@@ -395,7 +398,10 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
     # the loop runs over the items from ``start`` on; the body reads ``loop`` as if from the first
     main.iter = nodes.Getitem(nodes.Name(sequence, "load"), nodes.Slice(_start(), None, None), "load")
     shift = _FromStart(sequence)
-    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]),
+    # an iteration taken from the render before (past one that is not) writes its mark alone
+    skip = nodes.If(nodes.Compare(nodes.Add(_loop("index0"), _start()), [nodes.Operand("in", nodes.Name(_SKIP, "load"))]),
+                    [nodes.Continue()], [], [])
+    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]), skip,
                  *(shift.visit(node) for node in main.body)]
     main.set_lineno(line)
     main.set_environment(env)
@@ -718,12 +724,12 @@ class RenderState:
     outcomes: list[bytes | None] = field(default_factory=list)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (from a worker) without what only this process can vouch for: the caller's
-        messages (identity means nothing elsewhere) and the captured values (namespaces and the
-        like need not pickle); ``prepared`` goes along (plain data)."""
+        """Pickled (from a worker) without what only this process can vouch for — the caller's
+        messages (identity means nothing elsewhere), the captured values (namespaces and the like
+        need not pickle) — nor the prepared messages (prepared again here if needed: cheaper
+        than pickling them both ways)."""
         state = dict(self.__dict__)
-        state["source"] = None
-        state["values"] = None
+        state["source"] = state["values"] = state["prepared"] = None
         return state
 
 
@@ -745,26 +751,30 @@ class Resume:
 MAX_REPLAY = 4096
 
 
+def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
+    """Item by item, over the places both have: whether the two sequences hold the same bytes there."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
+
+
 class _Run:
     """One resumable render's state: what the calls the template makes do."""
 
-    def __init__(self, plan: LoopPlan, resume: Resume, messages: list[Any], lcp: int | None,
-                 items: list[bytes] | None, source: list[Any] | None) -> None:
+    def __init__(self, plan: LoopPlan, resume: Resume, messages: list[Any], items: list[bytes] | None,
+                 equal: list[bool] | None, source: list[Any] | None) -> None:
         self.plan, self.resume, self.messages = plan, resume, messages
         self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
         self.entered = self.left = False
         self.length = 0  # items the loop runs over
-        self.lcp, self.items, self.source = lcp, items, source  # the loop's items, when it runs over the messages
+        self.items, self.equal, self.source = items, equal, source  # the loop's items, when it runs over the messages
         self.captured: list[bytes] = []
         self.values: list[Any] | None = None
         self.outcomes: list[bytes | None] = []
-        self.reused: list[str] = []
+        self.taken: set[int] = set()  # iterations past ``start`` taken from the render before
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
-        self.reused_json: bytes = b""  # the reused texts' encoding
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at, _SKIP: self.taken}
 
     def at(self, sequence: Any, index: Any) -> Any:
         """``sequence[index]`` as the template reads it; an index that counts from the end makes the
@@ -785,59 +795,69 @@ class _Run:
             if sequence is not self.messages:  # a list the template made: its own items are serialised
                 self.items = [b"j" + exact_bytes(item) for item in sequence]
                 self.source = None
-                self.lcp = common_prefix(previous.items, self.items) if previous is not None else 0
+                self.equal = _equal(previous.items, self.items) if previous is not None else None
             self.storable = self.items is not None and not self.wrapped
         except _Inexact:
             return SEPARATOR
         self.values = captured
-        if previous is not None and self.lcp:
-            start = self._start(previous, self.lcp)
+        if previous is not None and self.equal is not None:
+            reusable = self._reusable(previous, self.equal)
+            start = 0
+            while start < len(reusable) and reusable[start]:
+                start += 1
             self.state["start"] = start
-            self.reused = previous.texts[:start]
-            self.reused_json = previous.texts_json[:previous.texts_json_ends[start - 1]] if start else b""
+            self.taken.update(i for i in range(start, len(reusable)) if reusable[i])
         return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
 
-    def _start(self, previous: RenderState, lcp: int) -> int:
-        """The iterations of ``previous`` this render may take as they are (see the module docstring)."""
+    def _reusable(self, previous: RenderState, equal: list[bool]) -> list[bool]:
+        """Iteration by iteration (over the places both renders have), whether the earlier render's
+        text is this one's: the items it reads (``behind`` before its own, ``ahead`` after it, and
+        the fixed ones) are the same at the same places — or absent from both — and so is what it
+        read of the captured values (``_replayed``)."""
         plan, old, n = self.plan, len(previous.items), self.length
-        if lcp == old == n:
-            start = n
-        else:
-            start = max(0, lcp - plan.ahead)
-            if plan.fixed > lcp:
-                start = 0
-        if start and previous.captured != self.captured:
-            start = self._replayed(previous, start)
-        elif start:
-            self.outcomes = previous.outcomes[:start]  # the same values: the same outcomes
-        return start
+        both = min(old, n)
 
-    def _replayed(self, previous: RenderState, start: int) -> int:
-        """How many first iterations read the same of what was captured, now and then, where the
-        values differ: each differing name must be one the loop reads only through guards
-        (expressions of the captured values and the iteration's place alone), and the guards must
-        come out the same, iteration by iteration (``LoopPlan.guards``)."""
+        def same(j: int) -> bool:
+            return equal[j] if j < both else j >= old and j >= n
+
+        if any(not same(k) for k in range(plan.fixed)):
+            return []
+        reusable = [all(same(j) for j in range(i - plan.behind, i + plan.ahead + 1) if j >= 0) for i in range(both)]
+        if previous.captured == self.captured:  # the same values: the same outcomes (not where ``last`` moved)
+            self.outcomes = previous.outcomes[:max(0, both - 1)]
+            return reusable
+        return self._replayed(previous, reusable)
+
+    def _replayed(self, previous: RenderState, reusable: list[bool]) -> list[bool]:
+        """``reusable``, where the captured values differ from the earlier render's, kept for the
+        iterations whose guards come out the same now and then: each differing name must be one
+        the loop reads only through guards (expressions of the captured values and the
+        iteration's place alone, ``LoopPlan.guards``)."""
         guards = self.plan.guards
+        upto = len(reusable)
+        while upto and not reusable[upto - 1]:
+            upto -= 1
         if guards is None or previous.values is None or len(previous.captured) != len(self.captured) \
-                or start > MAX_REPLAY:
-            return 0
+                or upto > MAX_REPLAY:
+            return []
         for name, was, now in zip(self.plan.captured, previous.captured, self.captured, strict=True):
             if was != now and name not in guards.names:
-                return 0
+                return []
         old = previous.outcomes
-        if len(old) < start:
-            more = guards.outcomes(previous.values, self.plan.captured, range(len(old), start), len(previous.items))
+        if len(old) < upto:
+            more = guards.outcomes(previous.values, self.plan.captured, range(len(old), upto), len(previous.items))
             if more is None:
-                return 0
+                return []
             old = previous.outcomes = [*old, *more]
-        new = guards.outcomes(self.values or [], self.plan.captured, range(start), self.length)
+        new = guards.outcomes(self.values or [], self.plan.captured, range(upto), self.length)
         if new is None:
-            return 0
+            return []
+        agreed = [reusable[i] and new[i] is not None and new[i] == old[i] for i in range(upto)]
         same = 0
-        while same < start and new[same] is not None and new[same] == old[same]:
+        while same < upto and new[same] is not None:
             same += 1
-        self.outcomes = new[:same]
-        return same
+        self.outcomes = new[:same]  # this render's outcomes, as far as they are known (all known)
+        return agreed
 
     def leave(self) -> str:
         self.left = True
@@ -852,29 +872,46 @@ class _Run:
         start = self.state["start"]
         if not self.left or len(parts) != self.length - start + 3:
             return None
-        head, _, *texts, tail = parts
-        texts_all = [*self.reused, *texts]
+        head, _, *fresh, tail = parts
         previous = self.resume.previous
-        reused_ends = previous.texts_json_ends[:start] if start and previous is not None else []
+        old = previous.texts if previous is not None else []
+        texts = [*old[:start], *(old[i] if i in self.taken else text for i, text in enumerate(fresh, start))]
+        self.resume.reused = start + len(self.taken)
+        prompt = "".join([head, *texts, tail])
         try:
-            encoded = [orjson.dumps(text)[1:-1] for text in texts]
+            encoded, ends = self._encoded(texts, start)
             around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
         except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
-            encoded, around = None, None
-        self.resume.reused = start
-        prompt = "".join([head, *texts_all, tail])
-        if encoded is None or around is None:
             return prompt
-        texts_json = self.reused_json + b"".join(encoded)
+        texts_json = b"".join(encoded)
         if self.storable and self.items is not None and len(self.items) == self.length:
-            base = len(self.reused_json)
-            json_ends = [*reused_ends, *(base + end for end in accumulate(map(len, encoded)))]
-            size = (sum(sys.getsizeof(t) for t in texts_all) + len(texts_json) + 3 * sum(map(len, self.items))
+            size = (sum(sys.getsizeof(t) for t in texts) + len(texts_json) + 3 * sum(map(len, self.items))
                     + 56 * len(self.items) + sum(map(len, self.captured)))
             prepared = self.messages if self.plan.sequence == "messages" else None
-            self.resume.state = RenderState(texts_all, texts_json, json_ends, self.items, self.captured, self.values,
+            self.resume.state = RenderState(texts, texts_json, ends, self.items, self.captured, self.values,
                                             self.source, prepared, size, self.outcomes)
         return JsonText(prompt, b"".join((around[0], texts_json, around[1])))
+
+    def _encoded(self, texts: list[str], start: int) -> tuple[list[bytes], list[int]]:
+        """Each text's JSON encoding (without its quotes) and where each ends, one after the other:
+        a text taken from the render before brings its encoding along."""
+        previous = self.resume.previous
+        encoded: list[bytes] = []
+        ends: list[int] = []
+        if start and previous is not None:
+            encoded.append(previous.texts_json[:previous.texts_json_ends[start - 1]])
+            ends = list(previous.texts_json_ends[:start])
+        size = ends[-1] if ends else 0
+        for i in range(start, len(texts)):
+            if i in self.taken and previous is not None:
+                old_ends = previous.texts_json_ends
+                piece = previous.texts_json[old_ends[i - 1] if i else 0:old_ends[i]]
+            else:
+                piece = orjson.dumps(texts[i])[1:-1]
+            encoded.append(piece)
+            size += len(piece)
+            ends.append(size)
+        return encoded, ends
 
 
 def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[str, Any]],
@@ -889,29 +926,30 @@ def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[
     recognise them by identity."""
     previous = resume.previous
     items: list[bytes] | None = None
-    lcp: int | None = None
+    equal: list[bool] | None = None
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
-        known = 0
-        if previous is not None and previous.source is not None and frozen:
-            for old, new in zip(previous.source, messages):  # noqa: B905 — the shorter one ends it
-                if old is not new:
-                    break
-                known += 1
+        same = previous.source if previous is not None and previous.source is not None and frozen else ()
         try:
-            items = [*previous.items[:known], *map(_item_bytes, messages[known:])] if previous is not None \
-                else list(map(_item_bytes, messages))
+            items = [previous.items[i] if i < len(same) and same[i] is message else _item_bytes(message)  # type: ignore[union-attr]
+                     for i, message in enumerate(messages)]
         except _Inexact:
             items = None
         if items is not None and previous is not None:
-            lcp = known + common_prefix(previous.items[known:], items[known:])
-            if lcp and previous.prepared is not None:
-                prepared = [*previous.prepared[:lcp], *prepare(messages[lcp:])]
-            items[:lcp] = previous.items[:lcp]  # the same bytes: kept once
+            equal = _equal(previous.items, items)
+            old = previous.prepared
+            if old is not None and any(equal):  # a message prepared before is the same prepared again
+                fresh = [i for i, e in enumerate(equal) if not e] + list(range(len(equal), len(messages)))
+                made = iter(prepare([messages[i] for i in fresh]))
+                known = set(fresh)
+                prepared = [next(made) if i in known else old[i] for i in range(len(messages))]
+            for i, e in enumerate(equal):
+                if e:
+                    items[i] = previous.items[i]  # the same bytes: kept once
     if prepared is None:
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
-    run = _Run(plan, resume, prepared, lcp if lcp is not None else 0, items,
+    run = _Run(plan, resume, prepared, items, equal,
                list(messages) if frozen and plan.sequence == "messages" else None)
     raw = render(plan.template, {**context, "messages": prepared, **run.functions()})
     return run.finish(raw)

@@ -62,30 +62,37 @@ def served(request_body: dict[str, Any], prefix: PrefixService, tenant: str = ""
 
 def found(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "") -> int:
     """How many messages the service hands this request (without keeping it)."""
-    recall = parse_request(request_body, SETTINGS, tenant, prefix)._recall
-    return recall.count if recall is not None else 0
+    return taken(parse_request(request_body, SETTINGS, tenant, prefix))
+
+
+def taken(request: Any) -> int:
+    recall = request._recall
+    return sum(1 for i in range(len(request.messages)) if recall.segment(i) is not None) if recall is not None else 0
 
 
 def test_a_next_turn_takes_the_decoded_messages_and_decodes_alike(prefix: PrefixService) -> None:
     served(body(6), prefix)
     request = parse_request(body(7), SETTINGS, "", prefix)
-    assert request._recall.count == 14  # the 2 + 12 messages of the turn before
+    assert taken(request) == 14  # the 2 + 12 messages of the turn before
     assert chat_ask(request).turns == fresh(body(7))
     assert request.model_dump() == parse_request(body(7), SETTINGS).model_dump()
 
 
 @pytest.mark.parametrize("where", [1, 5, 13])
-def test_a_changed_earlier_message_is_decoded_again_from_there(prefix: PrefixService, where: int) -> None:
+def test_a_changed_earlier_message_is_decoded_again_alone(prefix: PrefixService, where: int) -> None:
+    """The messages before it and after it, the same at the same places, are taken."""
     served(body(6), prefix)
     changed = body(7)
     changed["messages"][where]["content"] = "edited"
     request = parse_request(changed, SETTINGS, "", prefix)
-    assert request._recall.count == (where if where >= prefix.min_units else 0 if where < 1 else where)
+    assert taken(request) == 13
+    assert request._recall.segment(where) is None
     turns = chat_ask(request).turns
     assert turns[where].text == "edited" and turns == fresh(changed)
 
 
 def test_a_rewritten_last_message_keeps_all_before_it(prefix: PrefixService) -> None:
+    """(The place the old reminder held holds the new turn's call: nothing there is the same.)"""
     first = body(6)
     first["messages"].append({"role": "user", "content": "reminder 1"})
     served(first, prefix)
@@ -104,7 +111,7 @@ def test_an_equal_value_of_another_type_is_decoded_again(prefix: PrefixService, 
     second = body(4)
     second["messages"][5]["n"] = now
     request = parse_request(second, SETTINGS, "", prefix)
-    assert request._recall.count == 5
+    assert taken(request) == 7 and request._recall.segment(5) is None
     assert chat_ask(request).turns[5].extra == {"n": now}
 
 
@@ -118,7 +125,7 @@ def test_numbers_booleans_and_object_arguments_are_reused_exactly(prefix: Prefix
     second = copy.deepcopy(first)
     second["messages"].extend(body(4)["messages"][8:])
     request = parse_request(second, SETTINGS, "", prefix)
-    assert request._recall.count == 8
+    assert taken(request) == 8
     assert chat_ask(request).turns == fresh(copy.deepcopy(second))
 
 
@@ -163,7 +170,7 @@ def test_undeclared_fields_in_another_order_are_decoded_again(prefix: PrefixServ
     second = body(4)
     second["messages"][5] = {"tag": "b", **second["messages"][5], "prefix": "a"}
     request = parse_request(second, SETTINGS, "", prefix)
-    assert request._recall.count == 5
+    assert taken(request) == 7 and request._recall.segment(5) is None
     assert list(chat_ask(request).turns[5].extra) == ["tag", "prefix"]
 
 
@@ -183,7 +190,7 @@ def test_a_growing_conversation_is_kept_once(prefix: PrefixService) -> None:
     holds one entry; the tool schemas' encodings are kept beside."""
     for turns in range(2, 12):
         served(body(turns), prefix)
-        assert sum(1 for _ in prefix._responses) == 0 and len(prefix._anchored) == 3
+        assert sum(1 for _ in prefix._responses) == 0 and len(prefix._anchored) == 5  # 3 prefixes, 2 places
     entries = len(prefix._held) - len(memo_keys(prefix))
     assert entries == 1
     served(body(12), prefix, "bob")
@@ -282,3 +289,16 @@ def test_short_conversations_are_decoded_and_rendered_whole_longer_ones_resumed(
     for n in (4, 5, 6):
         ask = served({"messages": messages[:n]}, prefix)
     assert len(prefix) == 1 and ask.reused == 5 and ask.prefix is not None and ask.prefix.resume.reused > 0
+
+
+def test_a_changed_system_prompt_still_finds_its_conversation(prefix: PrefixService) -> None:
+    """A system prompt that carries the time changes every turn: the conversation is found by the
+    units that follow it, and all of them are taken."""
+    first = body(6)
+    first["messages"][0]["content"] += " It is 10:00."
+    served(first, prefix)
+    second = body(7)
+    second["messages"][0]["content"] += " It is 10:01."
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert taken(request) == 13 and request._recall.segment(0) is None
+    assert chat_ask(request).turns == fresh(second)

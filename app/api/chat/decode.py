@@ -38,15 +38,19 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
         recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
                                limit=len(messages) - 1)  # one message at least is validated
-    count = recall.count if recall is not None else 0
+    fresh = [i for i in range(len(messages)) if recall.segment(i) is None] if recall is not None and \
+        recall.entry is not None else None
     try:
-        if count:  # only the messages not decoded before are validated
-            request = ChatCompletionRequest.model_validate({**body, "messages": messages[count:]})
-            request.messages = [*recall.payload, *request.messages]  # type: ignore[union-attr]
+        if fresh is not None:  # only the messages not decoded before are validated
+            request = ChatCompletionRequest.model_validate({**body, "messages": [messages[i] for i in fresh]})
+            models = iter(request.messages)
+            entry = recall.entry  # type: ignore[union-attr]
+            request.messages = [next(models) if recall.segment(i) is None else entry.payload[i]  # type: ignore[union-attr]
+                                for i in range(len(messages))]
         else:
             request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        if count:  # the same first error as the whole request gives (with its index)
+        if fresh is not None:  # the same first error as the whole request gives (with its index)
             return parse_request_whole(body)
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
@@ -73,10 +77,13 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
     messages decoded for an earlier request (``app.prefix``) are taken from it. A message's
     decoding depends on that message and its index only (call ids default to ``call_{index}_{k}``)."""
     recall: Recall | None = request._recall
-    start = recall.count if recall is not None else 0
-    turns = list(recall.turns) if recall is not None else []
+    turns: list[Turn] = []
     messages = request.messages
-    for i in range(start, len(messages)):
+    for i in range(len(messages)):
+        taken = recall.take(i) if recall is not None else None
+        if taken is not None:
+            turns.extend(taken[0])
+            continue
         message = messages[i]
         try:
             text = message.text_content() or ""

@@ -160,11 +160,11 @@ async def test_a_worker_keeps_nothing_and_its_render_comes_back(worker: Worker) 
     settings = Settings(backend="http://unused", chat_template=QWEN3_TEMPLATE, tool_call_parser="qwen25")
     model = served(QWEN3_TEMPLATE, settings)
     ask = agent_ask(turns=40)
-    ask.prefix = Note(None, b"", [], [], {}, [], ask.turns, 0, None, None, [])
+    ask.prefix = Note(None, b"", [], [], [], ask.turns, None, None, None, [])
     there = await worker.call(prepare, (ask, settings, model, "function.parameters"), CONSTANTS, reducers(settings))
     assert there.ask is ask and there.render is not None and there.render.source is None  # identity stays here
     follow = agent_ask(turns=41)
-    follow.prefix = Note(None, b"", [], [], {}, [], follow.turns, 0, there.render, None, [])
+    follow.prefix = Note(None, b"", [], [], [], follow.turns, None, there.render, None, [])
     here = prepare(follow, settings, model, "function.parameters")
     assert here.reused_iterations > 70
     assert here.prompt == prepare(agent_ask(turns=41), settings, model, "function.parameters").prompt
@@ -259,7 +259,7 @@ def test_tool_definitions_count_toward_heavy() -> None:
 def reusing(ask: Ask, reused: int, rendered: bool = True) -> Ask:
     """``ask`` with its first ``reused`` turns decoded before (and a render to continue, or not)."""
     previous = RenderState([], b"", [], [], [], None, None, None, 0) if rendered else None
-    ask.prefix = Note(None, b"", [], [], {}, [], ask.turns, reused, previous, None, [])
+    ask.prefix = Note(None, b"", [], [], [], ask.turns, [(reused, len(ask.turns))], previous, None, [])
     return ask
 
 
