@@ -9,6 +9,9 @@ each readable only by the tenant that stored it (``tenant``: the request's tenan
 * ``delete(id, tenant)`` → whether it was there (and the tenant's);
 * ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
   read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
+  ``links(id, tenant, limits)`` → the same walk without reading the bodies (``Chain.ids``, ``missing``,
+  ``over`` for links and bytes, ``size``): what a continuation whose chain is already decoded
+  (``app.prefix``) checks;
 * ``items(ids, tenant, limits)`` → the tenant's stored items with those ids (the item index: every
   item of a stored response or conversation, by id), toolwire's own copy when there is one;
 * conversations (``app.state.conversations``): ``create_conversation``, ``get_conversation``,
@@ -54,6 +57,8 @@ class ResponseStore(RunStore, Protocol):
     async def delete(self, response_id: str, tenant: str) -> bool: ...
 
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
+
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
 

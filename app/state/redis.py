@@ -207,6 +207,26 @@ out[4] = size
 return out
 """
 
+# ARGV[4..]: first id, max links, max bytes → {missing, over, size, id1, id2, …} (the chain's links, no bodies)
+_LINKS = _COMMON + """
+local id = ARGV[4]
+local max_links, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
+local out, size, links = {'', '', 0}, 0, 0
+while id and id ~= '' do
+    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous')
+    if v[1] ~= owner then out[1] = id; break end
+    local length = redis.call('HSTRLEN', p .. 'r:' .. id, 'body')
+    if links >= max_links then out[2] = 'links'; break end
+    if size + length > max_bytes then out[2] = 'bytes'; break end
+    links = links + 1
+    size = size + length
+    table.insert(out, id)
+    id = v[2]
+end
+out[3] = size
+return out
+"""
+
 # ARGV[4..]: max bytes of stored responses read, item ids → {'over'}, or {'ok', n, then n times (id, flag,
 # kind, encoded conversation item or response id), then (response id, body) for each response named}
 _ITEMS = _COMMON + """
@@ -382,7 +402,7 @@ class RedisStore(RedisRuns):
                                          socket_connect_timeout=2.0, socket_timeout=5.0)
         script = self._client.register_script
         self._put, self._get, self._delete, self._chain = script(_PUT), script(_GET), script(_DELETE), script(_CHAIN)
-        self._items = script(_ITEMS)
+        self._items, self._links = script(_ITEMS), script(_LINKS)
         self._create, self._conversation, self._update = script(_CREATE), script(_CONVERSATION), script(_UPDATE)
         self._drop, self._add, self._list = script(_DROP), script(_ADD), script(_LIST)
         self._item, self._remove, self._all = script(_ITEM), script(_REMOVE), script(_ALL)
@@ -436,6 +456,12 @@ class RedisStore(RedisRuns):
         chain = Chain(ids=ids, missing=missing.decode() or None, over=over.decode() or None, size=int(size))
         bodies = dict(zip(ids, pairs[1::2], strict=True))
         return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
+
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        missing, over, size, *ids = await self._call(
+            self._links(args=self._args(tenant, response_id, limits.links, limits.bytes)))
+        return Chain(ids=[key.decode() for key in ids], missing=missing.decode() or None, over=over.decode() or None,
+                     size=int(size))
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         wanted = list(dict.fromkeys(ids))

@@ -302,6 +302,18 @@ class SqliteStore(SqliteRuns):
         chain, bodies = await self._run(work)  # read under the lock; decoded outside it, off the loop
         return await off_loop(chain.size, decode_chain, chain, owner, bodies, limits)
 
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        owner = self.owner(tenant)
+
+        def work() -> Chain:
+            now = time.time()
+            with self._transaction():
+                links = {key: Link(key, who, previous, size) for key, who, previous, size in
+                         self._db.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
+            return walk(response_id, links, owner, limits)
+
+        return await self._run(work)
+
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         owner = self.owner(tenant)
 

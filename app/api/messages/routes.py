@@ -11,7 +11,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, plan, start, stream, until_gone, whole
-from app.api.messages.decode import messages_ask, omits_thinking
+from app.api.messages.decode import messages_ask, omits_thinking, recall, taken_message
 from app.api.messages.encode import PING, MessageBuilder, MessageEvents, new_message_id
 from app.api.messages.protocol import Conversation, MessagesRequest, parse
 from app.pipeline.run import Finished
@@ -22,8 +22,9 @@ from parsers.fold import CallHolder
 async def create_message(body: Any, ex: Exchange) -> Response:
     """``POST /v1/messages``: a stream of message events, or one message."""
     signer = ex.signer
-    request: MessagesRequest = parse(MessagesRequest, body, ex.settings)
-    ask = messages_ask(request, signer)
+    found = recall(body, ex.tenant, ex.services.prefix)
+    request: MessagesRequest = parse(MessagesRequest, body, ex.settings, taken_message(found))
+    ask = messages_ask(request, signer, found)
     choices = await start(ask, ex, schema_key="input_schema")
     model = (await ex.ready()).name
     omit = omits_thinking(request)
@@ -42,8 +43,9 @@ async def create_message(body: Any, ex: Exchange) -> Response:
 
 async def count_tokens(body: Any, ex: Exchange) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
-    request: Conversation = parse(Conversation, body, ex.settings)
-    ask = messages_ask(request, ex.signer)
+    found = recall(body, ex.tenant, ex.services.prefix)
+    request: Conversation = parse(Conversation, body, ex.settings, taken_message(found))
+    ask = messages_ask(request, ex.signer, found)
 
     async def count() -> int:
         planned, model = await plan(ask, ex, "input_schema")

@@ -5,7 +5,6 @@ answer (404 as for a missing id, 4xx naming a broken or oversized chain, 503 whe
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from app.errors import APIError, bad_request
 from app.settings import Settings
@@ -24,16 +23,20 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
                     code="store_unavailable", headers={"Retry-After": "1"})
 
 
+def chain_limits(settings: Settings) -> ChainLimits:
+    return ChainLimits(settings.max_chain_links, settings.max_chain_bytes, settings.max_chain_items)
+
+
 async def history(store: ResponseStore | None, settings: Settings, previous: str | None,
-                  tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """The stored chain before this request, oldest first: (input items, output items) per response.
-    A chain that is broken (a link expired or deleted) or beyond the limits — links, bytes, items
-    (inputs and outputs together) — is a 4xx naming it."""
+                  tenant: str) -> list[StoredResponse]:
+    """The stored chain before this request, oldest first. A chain that is broken (a link expired or
+    deleted) or beyond the limits — links, bytes, items (inputs and outputs together) — is a 4xx
+    naming it."""
     if previous is None or store is None:
         return []
     s = settings
     try:
-        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items))
+        chain = await store.chain(previous, tenant, chain_limits(s))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -61,7 +64,7 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
             raise bad_request(f"previous_response_id: the background response {record.id!r} has not ended "
                               "yet; continue from it once it has", "previous_response_id",
                               code="previous_response_in_progress")
-    return [(record.input, record.response.get("output") or []) for record in chain.responses]
+    return chain.responses
 
 
 async def stored(store: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:

@@ -28,12 +28,11 @@ from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, start, stream, whole
 from app.api.responses import background, follow
-from app.api.responses.context import Keeper, context
-from app.api.responses.decode import Decoder, responses_ask
+from app.api.responses.context import Chained, Keeper, context
+from app.api.responses.decode import Decoder, conversation_turns, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
 from app.api.responses.history import not_found, store_unavailable, stored
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
-from app.conversation import Turn
 from app.errors import APIError, bad_request
 from app.pipeline.run import Finished
 from app.state import StoreUnavailable
@@ -89,17 +88,16 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     tenant = ex.tenant
     request = parse_request(body, ex.settings)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
-    ctx = await context(store, ex.settings, request, tenant)
-    decoder = Decoder(tools, signer, ctx.stored)
-    if request.instructions:
-        decoder.turns.append(Turn("system", request.instructions))
-    for where, earlier, trusted in ctx.before:  # a client's items in them are never trusted
-        decoder.decode(earlier, where, trusted=trusted)
-    decoder.decode(ctx.input)
+    prefix = ex.services.prefix
+    ctx = await context(store, ex.settings, request, tenant, prefix)
+    decoder = Decoder(tools, signer, ctx.stored, ctx.own)  # a client's items in the chain are never trusted
+    turns, note = conversation_turns(decoder, request.instructions, ctx.before, ctx.input, ctx.recall, ctx.kept,
+                                     ctx.scope, prefix)
     if decoder.dropped_reasoning:
         log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
                  decoder.dropped_reasoning)
-    ask = responses_ask(request, tools, decoder.turns)
+    ask = responses_ask(request, tools, turns)
+    ask.prefix = note
     headers = {}
     if tools.skipped:
         skipped = ", ".join(sorted(set(tools.skipped)))
@@ -116,7 +114,7 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
     save = Keeper(store, request.store is not False, ctx, ex.settings, tenant, response_id,
-                  request.previous_response_id)
+                  request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
 
     def items_for(events: bool) -> ResponseItems:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
@@ -161,6 +159,7 @@ async def delete_response(ex: Exchange) -> Response:
     await follow.before_delete(ex, response_id)
     try:
         deleted = store is not None and await store.delete(response_id, ex.tenant)
+        ex.services.prefix.forget_response(ex.tenant, response_id)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if not deleted:
