@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from pathlib import Path
 
 import orjson
@@ -369,3 +370,67 @@ def test_the_fast_render_gives_what_jinja_gives(name: str) -> None:
                 expected = outcome(False, context)
                 assert outcome(True, context) == expected
                 assert outcome(True, context) == expected  # the merged globals, reused
+
+
+# ------------------------------------------------------------------ a randomized campaign
+
+CAMPAIGN_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
+                      "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+                      "deepseek-ai-DeepSeek-V3.1.jinja", "GLM-4.6.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                      "Kimi-K2-Instruct.jinja")
+
+
+def _campaign_turn(rng: random.Random, i: int) -> list[Turn]:
+    kind = rng.choice(["call", "call", "user", "answer", "system"])
+    if kind == "user":
+        return [Turn("user", rng.choice(["go on", f"now {i}", "«é» 日本", ""]))]
+    if kind == "answer":
+        return [Turn("assistant", f"done {i}", reasoning=rng.choice([None, f"why {i}"]))]
+    if kind == "system":
+        return [Turn("system", f"note {i}")]
+    call = Call(f"c{i}x{rng.randrange(99)}", rng.choice(["bash", "grep"]),
+                rng.choice([json.dumps({"n": i, "ok": rng.random() < 0.5, "f": i / 3}), {"path": f"/r/{i}", "k": [i]}]))
+    return [Turn("assistant", rng.choice(["", f"checking {i}"]), (call,), rng.choice([None, f"think {i}"])),
+            Turn("tool", f"out {i}\nline", tool_call_id=call.id)]
+
+
+@pytest.mark.parametrize("name", CAMPAIGN_TEMPLATES)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_edits_render_as_a_whole_render_does(name: str, seed: int) -> None:
+    """Sixty steps of one conversation under random changes — turns appended, a trailing user
+    message rewritten, an earlier message edited, inserted or removed, the tools and template
+    switches changed — each rendered continuing the render before: always the whole render."""
+    rng = random.Random(seed)
+    path = next((f for f in TEMPLATES if f.endswith("/" + name)), None)
+    if path is None:
+        pytest.skip(f"{name} is not in the suite")
+    whole = ChatTemplate(TEMPLATES[path], "<BOS>", "<EOS>")
+    resumed = Chain(ChatTemplate(TEMPLATES[path], "<BOS>", "<EOS>"))
+    turns = [Turn("system", "You are a coding agent."), Turn("user", "Fix the failing test.")]
+    tools: list[dict] | None = agent_tools(3, 400)
+    kwargs: dict[str, object] = {}
+    for step in range(60):
+        op = rng.choice(["append", "append", "append", "trailing", "edit", "insert", "remove", "tools", "kwargs"])
+        if op == "append":
+            turns = [*turns, *_campaign_turn(rng, step)]
+        elif op == "trailing":
+            if turns[-1].role == "user":
+                turns = turns[:-1]
+            turns = [*turns, Turn("user", f"reminder {step}")]
+        elif op == "edit" and len(turns) > 1:
+            k = rng.randrange(len(turns))
+            t = turns[k]
+            turns = [*turns[:k], Turn(t.role, t.text + f" (edited {step})", t.calls, t.reasoning, t.tool_call_id),
+                     *turns[k + 1:]]
+        elif op == "insert":
+            k = rng.randrange(1, len(turns) + 1)
+            turns = [*turns[:k], Turn("user", f"inserted {step}"), *turns[k:]]
+        elif op == "remove" and len(turns) > 2:
+            k = rng.randrange(1, len(turns))
+            turns = [*turns[:k], *turns[k + 1:]]
+        elif op == "tools":
+            tools = rng.choice([None, agent_tools(3, 400), agent_tools(2, 400)])
+        elif op == "kwargs":
+            kwargs = rng.choice([{}, {"enable_thinking": False}, {"enable_thinking": True}])
+        assert _render(resumed, turns, tools, **kwargs) == _render(whole, turns, tools, **kwargs), (step, op)
+    assert resumed.reused > 0 or resumed.template.loop_plan() is None

@@ -817,12 +817,16 @@ class _Run:
         plan, old, n = self.plan, len(previous.items), self.length
         both = min(old, n)
 
-        def same(j: int) -> bool:
-            return equal[j] if j < both else j >= old and j >= n
-
-        if any(not same(k) for k in range(plan.fixed)):
+        # place by place, whether the item there is the same in both renders (or absent from both)
+        same = [*equal, *([old == n] * (plan.ahead + 1))]
+        if not all(same[:plan.fixed]) or len(same) < plan.fixed:
             return []
-        reusable = [all(same(j) for j in range(i - plan.behind, i + plan.ahead + 1) if j >= 0) for i in range(both)]
+        # iteration i reads the places from i - behind to i + ahead: a window of sames
+        differ = [0]
+        for s in same:
+            differ.append(differ[-1] + (not s))
+        behind, ahead = plan.behind, plan.ahead
+        reusable = [differ[i + ahead + 1] == differ[max(0, i - behind)] for i in range(both)]
         if previous.captured == self.captured:  # the same values: the same outcomes (not where ``last`` moved)
             self.outcomes = previous.outcomes[:max(0, both - 1)]
             return reusable
