@@ -19,7 +19,7 @@ from app.backends.streamhttp import StreamingClient
 from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
-from app.pipeline.offload import Offloader, Turns
+from app.pipeline.offload import Pool, Turns
 from app.prefix import PrefixService
 from app.sched import set_slice
 from app.settings import Settings
@@ -90,7 +90,7 @@ class Services:
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
         s = self.settings
-        self.offloader = Offloader(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
+        self.pool = Pool(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
         self.turns = Turns()
         # one budget for the server: each uvicorn worker process holds its share (prepare workers keep nothing)
         self.prefix = PrefixService(s.prefix_cache_bytes // max(1, s.workers))
@@ -113,11 +113,10 @@ class Services:
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
         self.store = open_store(s)
-        self.offloader.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store
-        self.offloader.close()
+        self.pool.close()
         if self.store is not None:
             await self.store.close()
         if self.client is not None:

@@ -25,16 +25,13 @@ from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.offload import is_light
-from app.pipeline.plan import Plan, plan_request
+from app.pipeline.plan import Plan
 from app.pipeline.run import Finished, Run
 from app.pipeline.stream import AnswerStream, Encoder
-from app.pipeline.validate import check_ask
 from app.prefix import keep_after
-from app.runtime import render_error
 from app.served import ServedModel
 from app.services import Lease, Services
 from app.settings import Settings
-from app.templates.chat_template import TemplateError
 from app.tenancy import SINGLE, request_tenant
 from app.thinking_signature import ThinkingSigner
 from parsers.events import Event
@@ -76,21 +73,10 @@ class Exchange:
 Build = Callable[[list[tuple[list[Event], Finished]], Finished], Awaitable[Response]]
 
 
-def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -> Plan:
-    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs —
-    perhaps another process, on a copy of ``ask``: this changes nothing in it)."""
-    check_ask(ask, settings, schema_key=schema_key)
-    try:
-        return plan_request(ask, model.formats, model.require_template(), model.backend,
-                            settings.max_calls_per_answer)
-    except TemplateError as exc:
-        raise render_error(exc) from None
-
-
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
     model = await ex.ready()
-    planned = await ex.services.offloader.run(is_light(ask), prepare, ask, ex.settings, model, schema_key)
+    planned = await ex.services.pool.prepare(is_light(ask), ask, model, schema_key)
     note = ask.prefix
     if note is not None and note.resume.state is None:  # rendered by a worker: its state came back
         note.resume.state = planned.render
@@ -271,5 +257,5 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-__all__ = ["Build", "ClientGone", "Exchange", "Run", "fit", "launch", "plan", "prepare", "start", "stream", "until_gone",
+__all__ = ["Build", "ClientGone", "Exchange", "Run", "fit", "launch", "plan", "start", "stream", "until_gone",
            "whole"]

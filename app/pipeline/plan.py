@@ -131,9 +131,7 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
     template refuses the conversation). The render continues the one ``ask.prefix`` names (in a
     worker, where the note is blank, it renders whole), leaving its state in the plan."""
-    tools: list[Tool] = []
-    if ask.tools and ask.tool_choice != "none":
-        tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
+    tools = offered(ask)
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
     turns, prefill = continued(ask)
     note = ask.prefix
@@ -151,6 +149,14 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
     return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill,
                 resume.state if resume is not None else None, resume.reused if resume is not None else 0)
+
+
+def offered(ask: Ask) -> list[Tool]:
+    """The tools the model is offered (rendered): none with ``tool_choice`` ``none``, the named one
+    alone when one is named."""
+    if not ask.tools or ask.tool_choice == "none":
+        return []
+    return [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
 
 
 def continued(ask: Ask) -> tuple[list[Turn], str]:

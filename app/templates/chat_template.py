@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import marshal
+import pickle
 import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -289,6 +290,21 @@ class ChatTemplate:
             raise TemplateError(f"chat template {name} does not compile: {exc}") from exc
         self._loop_plan: LoopPlan | None = None
         self.resumable_why: str | None = None  # why the template is not resumable (None: not yet asked, or it is)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to a prepare worker) as its source, compiled again there, with what was learned
+        about it since (its profile) where that pickles; its resumable form is proven again there."""
+        state = {key: value for key, value in self.__dict__.items() if key not in ("_template", "_loop_plan")}
+        for key, value in list(state.items()):
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001 — what does not pickle is learned again
+                del state[key]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"], state["bos_token"], state["eos_token"], state["name"])  # type: ignore[misc]
+        self.__dict__.update({k: v for k, v in state.items() if k != "resumable_why"})
 
     def loop_plan(self) -> LoopPlan | None:
         """The template's resumable form (``app.templates.resume``), proven on first use; ``None``
