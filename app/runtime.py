@@ -23,11 +23,11 @@ from app.errors import APIError
 from app.served import ParserConfigError, ServedModel, probe, validate_parser_names
 from app.services import Services
 from app.settings import Settings
-from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.chat_template import ChatTemplate
 
 log = logging.getLogger("toolwire")
 
-__all__ = ["ParserConfigError", "Runtime", "render_error", "validate_parser_names"]
+__all__ = ["ParserConfigError", "Runtime", "validate_parser_names"]
 
 SHARED_STORE_WITHOUT_SECRET = (
     "!!! --response-store is shared (Redis) but no --thinking-secret is set: this replica seals reasoning "
@@ -107,10 +107,6 @@ class Runtime:
             return {"backend": self.settings.backend, "backend_type": None, "model": self.settings.model,
                     "reasoning_parser": None, "tool_call_parser": None, "template": None}
         return self.model.describe(self.settings.backend)
-
-
-def render_error(exc: TemplateError) -> APIError:
-    return APIError(400, f"chat template rejected the request: {exc}", code="template_error")
 
 
 def _freeze_start_up() -> None:

@@ -19,6 +19,7 @@ from app.backends.streamhttp import StreamingClient
 from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
+from app.pipeline.generate import Generating
 from app.pipeline.offload import Pool, Turns
 from app.prefix import PrefixService
 from app.sched import set_slice
@@ -77,6 +78,46 @@ class Lease:
             self._slots.used -= 1
 
 
+# ------------------------------------------------------------------ what each face uses
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a face that only reads the settings uses (the legacy completions passthrough)."""
+
+    settings: Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Answering(Generating):
+    """What an answering face uses: generating (``app.pipeline.generate``), and the tenant's signers."""
+
+    signers: Callable[[str], ThinkingSigner]
+
+    def signer(self, tenant: str) -> ThinkingSigner:
+        return self.signers(tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Responding(Answering):
+    """The Responses API's: answering, its stored responses, the detached tasks of background ones."""
+
+    store: ResponseStore | None
+    detached: Detached
+
+
+@dataclass(frozen=True, slots=True)
+class Keeping:
+    """The Conversations API's: the settings, the store, the tenant's signers."""
+
+    settings: Settings
+    store: ResponseStore | None
+    signers: Callable[[str], ThinkingSigner]
+
+    def signer(self, tenant: str) -> ThinkingSigner:
+        return self.signers(tenant)
+
+
 @dataclass
 class Services:
     """See the module docstring."""
@@ -99,6 +140,23 @@ class Services:
     def signer(self, tenant: str) -> ThinkingSigner:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
         return signer_for(self.settings, tenant)
+
+    # what each face is handed (``Face.needs``): the part it uses, never these services whole
+
+    def settled(self) -> Settled:
+        return Settled(self.settings)
+
+    def generating(self) -> Generating:
+        return Generating(self.settings, self.metrics, self.pool, self.prefix)
+
+    def answering(self) -> Answering:
+        return Answering(self.settings, self.metrics, self.pool, self.prefix, self.signer)
+
+    def responding(self) -> Responding:
+        return Responding(self.settings, self.metrics, self.pool, self.prefix, self.signer, self.store, self.detached)
+
+    def keeping(self) -> Keeping:
+        return Keeping(self.settings, self.store, self.signer)
 
     async def start(self) -> None:
         s = self.settings

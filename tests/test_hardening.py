@@ -264,7 +264,7 @@ def test_an_internal_error_is_a_500_with_a_request_id_logged_once(vllm, monkeypa
     async def broken(*args: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(chat, "start", broken)
+    monkeypatch.setattr(chat, "respond", broken)
     with caplog.at_level(logging.ERROR, logger="toolwire"):
         response = post(proxy, {"model": "m", "messages": MESSAGES}, headers={"x-request-id": "req-500-test"})
     assert response.status_code == 500

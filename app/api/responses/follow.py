@@ -33,7 +33,7 @@ from app.api.responses.encode import failed_response
 from app.api.responses.history import not_found
 from app.api.sse import SSEResponse
 from app.errors import bad_request
-from app.services import Services
+from app.services import Responding
 from app.settings import Settings
 from app.state import Batch, ResponseStore, RunState, StoredResponse, StoreUnavailable
 from app.state.runs import UNFINISHED
@@ -66,7 +66,7 @@ async def declare_failed(store: ResponseStore, record: StoredResponse, state: Ru
                                   run_limits(settings), stale=stale)
 
 
-async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
+async def current(ex: Exchange[Responding], response_id: str) -> dict[str, Any]:
     """The response object ``GET /v1/responses/{id}`` answers: as stored, with a background
     response's status as its run has it (a stale run declared failed first)."""
     store = store_of(ex.services)
@@ -91,7 +91,7 @@ async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
     return {**response, "status": state.status}
 
 
-async def resume(ex: Exchange, response_id: str) -> Response:
+async def resume(ex: Exchange[Responding], response_id: str) -> Response:
     """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N``."""
     assert ex.request is not None
     raw = ex.request.query_params.get("starting_after")
@@ -157,7 +157,7 @@ async def follow(store: ResponseStore, record: StoredResponse, tenant: str, sett
 # ------------------------------------------------------------------------------------- cancelling
 
 
-async def cancel_run(services: Services, record: StoredResponse, tenant: str) -> None:
+async def cancel_run(services: Responding, record: StoredResponse, tenant: str) -> None:
     """End the run of a background response ``cancelled`` unless it ended already, and cancel its
     task when it runs in this process (the backend request closed at once)."""
     store = store_of(services)
@@ -178,7 +178,7 @@ async def cancel_run(services: Services, record: StoredResponse, tenant: str) ->
     services.detached.cancel(record.id)
 
 
-async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
+async def cancel(ex: Exchange[Responding], response_id: str) -> dict[str, Any]:
     """``POST /v1/responses/{id}/cancel``: the response, cancelled unless it had ended (then as it
     ended: cancelling twice is cancelling once)."""
     store = store_of(ex.services)
@@ -190,7 +190,7 @@ async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
     return await current(ex, response_id)
 
 
-async def before_delete(ex: Exchange, response_id: str) -> None:
+async def before_delete(ex: Exchange[Responding], response_id: str) -> None:
     """A background response still under way is cancelled before it is deleted (else its task would
     store it again when it ends)."""
     store = store_of(ex.services)

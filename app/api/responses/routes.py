@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Exchange, start, stream, whole
+from app.api.answer import Exchange, respond
 from app.api.responses import background, follow
 from app.api.responses.context import Chained, Keeper, context
 from app.api.responses.decode import Decoder, conversation_turns, responses_ask
@@ -34,7 +34,9 @@ from app.api.responses.encode import ResponseEvents, ResponseItems, finished_res
 from app.api.responses.history import not_found, store_unavailable, stored
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
 from app.errors import APIError, bad_request
+from app.pipeline.choices import Choices
 from app.pipeline.run import Finished
+from app.services import Responding
 from app.state import StoreUnavailable
 from parsers.events import Event
 from parsers.fold import CallHolder
@@ -81,7 +83,7 @@ def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
     raise bad_request("the request cannot be encoded as JSON")
 
 
-async def create_response(body: Any, ex: Exchange) -> Response:
+async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
     signer = ex.signer
     store = ex.services.store
@@ -124,11 +126,11 @@ async def create_response(body: Any, ex: Exchange) -> Response:
         keeper = Keeper(store, False, ctx, ex.settings, tenant, response_id, None) if ctx.conversation else None
         return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
                                       request.stream, keeper, headers)
-    choices = await start(ask, ex)
     if request.stream:
-        return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
+        return await respond(ex, ask, stream=True, headers=headers,
+                             encoder=lambda _: ResponseEvents(head, items_for(True), save))
 
-    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished, _: Choices) -> Response:
         built = items_for(False)
         built.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
         final = finished_response(head, built, total)
@@ -137,10 +139,10 @@ async def create_response(body: Any, ex: Exchange) -> Response:
             headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), save.warning)))
         return JSONResponse(final, headers=headers)
 
-    return await whole(choices, build, ex)
+    return await respond(ex, ask, stream=False, build=build)
 
 
-async def retrieve_response(ex: Exchange) -> Response:
+async def retrieve_response(ex: Exchange[Responding]) -> Response:
     """The stored response (a background one as its run has it), or with ``stream=true`` its events."""
     response_id = _path_id(ex)
     assert ex.request is not None
@@ -149,11 +151,11 @@ async def retrieve_response(ex: Exchange) -> Response:
     return JSONResponse(await follow.current(ex, response_id))
 
 
-async def cancel_response(ex: Exchange) -> Response:
+async def cancel_response(ex: Exchange[Responding]) -> Response:
     return JSONResponse(await follow.cancel(ex, _path_id(ex)))
 
 
-async def delete_response(ex: Exchange) -> Response:
+async def delete_response(ex: Exchange[Responding]) -> Response:
     response_id = _path_id(ex)
     store = ex.services.store
     await follow.before_delete(ex, response_id)
@@ -167,7 +169,7 @@ async def delete_response(ex: Exchange) -> Response:
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-async def input_items(ex: Exchange) -> Response:
+async def input_items(ex: Exchange[Responding]) -> Response:
     assert ex.request is not None
     query = ex.request.query_params
     items = list((await stored(ex.services.store, _path_id(ex), ex.tenant)).input)
@@ -186,6 +188,6 @@ async def input_items(ex: Exchange) -> Response:
                          "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit})
 
 
-def _path_id(ex: Exchange) -> str:
+def _path_id(ex: Exchange[Responding]) -> str:
     assert ex.request is not None
     return str(ex.request.path_params["id"])
