@@ -334,11 +334,12 @@ class PrefixService:
             return
         known = replaces is not None and len(replaces.turns) <= len(turns) and all(
             a is b for a, b in zip(replaces.turns, turns, strict=False))  # (its turns begin with its chain's)
-        counted = replaces.size - (replaces.render.size if replaces.render is not None else 0) \
-            if known and replaces is not None else 0
-        rest = turns[len(replaces.turns):] if known and replaces is not None else turns
-        size = counted + 3 * sum(map(turn_bytes, rest)) + UNIT_OVERHEAD * len(rest) + chain_bytes + \
-            (render.size if render is not None else 0)
+        counted, rest = 0, turns
+        if known and replaces is not None:
+            counted = replaces.size - (replaces.render.size if replaces.render is not None else 0)
+            rest = turns[len(replaces.turns):]
+        size = (counted + 3 * sum(map(turn_bytes, rest)) + UNIT_OVERHEAD * len(rest) + chain_bytes
+                + (render.size if render is not None else 0))
         entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain)
         with self._lock:
             if replaces is not None and id(replaces) in self._held:

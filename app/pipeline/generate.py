@@ -65,8 +65,8 @@ class Generation:
         """Start the ``ask.n`` answers (each choice's first backend item has arrived); a
         ``BackendError`` when the backend refuses or cannot be reached. ``started``: when the
         request began (for the time to first token)."""
-        ask, planned, model, settings, metrics = self.ask, self.plan, self.model, self.services.settings, \
-            self.services.metrics
+        ask, planned, model = self.ask, self.plan, self.model
+        settings, metrics = self.services.settings, self.services.metrics
         if settings.log_content:
             log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
         # the backend is asked first; the parsers are made while it works on the first token, and what

@@ -548,8 +548,8 @@ class _GuardFinder:
         if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
             return not nested and node.attr in _PLACE
         if isinstance(node, nodes.Call):  # a method that changes nothing, of a pure value
-            if not isinstance(node.node, nodes.Getattr) or node.node.attr in _MUTATORS \
-                    or node.dyn_args is not None or node.dyn_kwargs is not None:
+            if (not isinstance(node.node, nodes.Getattr) or node.node.attr in _MUTATORS
+                    or node.dyn_args is not None or node.dyn_kwargs is not None):
                 return False
         elif isinstance(node, (nodes.Filter, nodes.Test)):
             known = self.env.filters if isinstance(node, nodes.Filter) else self.env.tests
@@ -841,8 +841,8 @@ class _Run:
         upto = len(reusable)
         while upto and not reusable[upto - 1]:
             upto -= 1
-        if guards is None or previous.values is None or len(previous.captured) != len(self.captured) \
-                or upto > MAX_REPLAY:
+        if (guards is None or previous.values is None or len(previous.captured) != len(self.captured)
+                or upto > MAX_REPLAY):
             return []
         for name, was, now in zip(self.plan.captured, previous.captured, self.captured, strict=True):
             if was != now and name not in guards.names:

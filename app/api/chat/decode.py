@@ -38,8 +38,9 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
         recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
                                limit=len(messages) - 1)  # one message at least is validated
-    fresh = [i for i in range(len(messages)) if recall.segment(i) is None] if recall is not None and \
-        recall.entry is not None else None
+    fresh = None
+    if recall is not None and recall.entry is not None:
+        fresh = [i for i in range(len(messages)) if recall.segment(i) is None]
     try:
         if fresh is not None:  # only the messages not decoded before are validated
             request = ChatCompletionRequest.model_validate({**body, "messages": [messages[i] for i in fresh]})

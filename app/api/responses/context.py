@@ -169,8 +169,8 @@ async def kept_chain(store: ResponseStore | None, settings: Settings, prefix: Pr
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     facts = entry.chain
-    if links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids \
-            or sum(facts.items) > limits.items:
+    if (links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids
+            or sum(facts.items) > limits.items):
         return None
     return entry
 
