@@ -22,6 +22,7 @@ from app.pipeline.offload import Offloader, Turns
 from app.sched import set_slice
 from app.settings import Settings
 from app.state import ResponseStore, open_store
+from app.state.health import StoreCheck, StoreState
 from app.thinking_signature import ThinkingSigner, signer_for
 
 log = logging.getLogger("toolwire")
@@ -84,6 +85,7 @@ class Services:
     client: httpx.AsyncClient | None = None  # probes and short requests to the backend
     streaming: StreamingClient | None = None  # generation streams
     store: ResponseStore | None = None  # stored Responses API responses
+    store_check: StoreCheck | None = None  # the store's background check (what readiness reports)
 
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
@@ -95,6 +97,10 @@ class Services:
     def signer(self, tenant: str) -> ThinkingSigner:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
         return signer_for(self.settings, tenant)
+
+    def store_state(self) -> StoreState | None:
+        """The store as its last background check found it (``None``: no store); never waits on it."""
+        return self.store_check.state if self.store_check is not None else None
 
     async def start(self) -> None:
         s = self.settings
@@ -109,11 +115,17 @@ class Services:
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
         self.store = open_store(s)
+        self.store_check = StoreCheck(self.store.ping, self.store.guard.breaker, s.store_check_interval,
+                                      s.store_check_timeout)
+        await self.store_check.check()
+        self.store_check.start()
         self.offloader.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store
         self.offloader.close()
+        if self.store_check is not None:
+            await self.store_check.stop()
         if self.store is not None:
             await self.store.close()
         if self.client is not None:

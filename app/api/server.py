@@ -253,10 +253,9 @@ def process_face(runtime: Runtime) -> Face:
     """The process's own routes: liveness, readiness, health, models, metrics (OpenAI's error shape)."""
     services = runtime.services
 
-    async def store_state() -> str:
-        if services.store is None:
-            return "none"
-        return "ok" if await services.store.ping() else "unavailable"
+    def store_state() -> str:
+        """The store as its background check last found it (never a store round trip)."""
+        return services.store_state() or "none"
 
     async def backend_state() -> tuple[bool, str]:
         try:
@@ -274,7 +273,7 @@ def process_face(runtime: Runtime) -> Face:
         reported, but does not make a replica unready (chat and ``store: false`` still work)."""
         up, _ = await backend_state()
         status = "draining" if runtime.draining else "ready" if up else "unavailable"
-        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": await store_state()},
+        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": store_state()},
                             status_code=200 if status == "ready" else 503)
 
     async def health(ex: Exchange) -> Response:
@@ -283,7 +282,7 @@ def process_face(runtime: Runtime) -> Face:
         assert ex.request is not None
         detailed = ex.request.scope.get("state", {}).get("authorized", True)
         up, detail = await backend_state()
-        store = await store_state()
+        store = store_state()
         if not up:
             return JSONResponse({"status": "unavailable", "detail": detail if detailed else "backend not ready",
                                  "store": store}, status_code=503)

@@ -15,7 +15,9 @@ each readable only by the tenant that stored it (``tenant``: the request's tenan
   ``update_conversation`` (its metadata), ``delete_conversation``, ``add_items``, ``list_items``,
   ``get_item``, ``delete_item``, and ``conversation_items`` (all of them, in order, for a prompt) —
   each within the conversation's ``ConversationLimits``, refused whole when it would pass one;
-* ``ping()`` → whether the store answers now (readiness); ``close()``;
+* ``ping()`` → whether the store answers now (past the guard: the background check's probe);
+  ``close()``; ``guard``, the breaker and time bound every other operation runs through
+  (``app.state.health``);
 * the runs of background responses (``app.state.runs``): ``open_run``, ``append_run``,
   ``settle_run``, ``read_run``.
 
@@ -42,6 +44,7 @@ from app.state.conversations import (
     StoredConversation,
     StoredItem,
 )
+from app.state.health import Breaker, Guard
 from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
 from app.state.runs import Batch, RunLimits, RunRead, RunState, RunStore
 
@@ -81,6 +84,8 @@ class ResponseStore(RunStore, Protocol):
 
     async def conversation_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None: ...
 
+    guard: Guard
+
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
@@ -89,17 +94,18 @@ class ResponseStore(RunStore, Protocol):
 def open_store(settings: Settings) -> ResponseStore:
     """The configured store (``StoreUnavailable`` with a one-line reason when it cannot be opened)."""
     url = settings.response_store
+    breaker = Breaker(settings.store_breaker_failures)
     if url and url.startswith(("redis://", "rediss://", "unix://")):
         from app.state.redis import RedisStore
 
         return RedisStore(url, settings.response_ttl, settings.response_store_max,
-                          settings.response_store_max_bytes)
+                          settings.response_store_max_bytes, guard=Guard(breaker, settings.store_timeout))
     if url:
         raise ValueError(f"--response-store: expected redis://HOST:PORT/DB, got {url!r}")
     from app.state.sqlite import SqliteStore
 
     return SqliteStore(settings.state_dir / "responses.sqlite3", settings.response_ttl, settings.response_store_max,
-                       settings.response_store_max_bytes)
+                       settings.response_store_max_bytes, guard=Guard(breaker, None))
 
 
 __all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "Found", "ItemPage", "ResponseStore",

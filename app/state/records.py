@@ -36,6 +36,10 @@ class StoreUnavailable(Exception):
     """The store could not be read or written (Redis down, disk full, a corrupt file)."""
 
 
+class StoreTimeout(StoreUnavailable):
+    """The store did not answer in time (a hung Redis, a partition): what its breaker counts."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredResponse:
     """One stored response: the object ``GET /v1/responses/{id}`` returns, the input items of the

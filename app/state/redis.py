@@ -15,14 +15,18 @@ network; every other operation is one script as well. The secret that keys owner
 Redis (``toolwire:owner-secret``) and the scripts make the digests themselves, so every replica
 sharing the store computes the same owners.
 
-Large bodies are decoded off the event loop (``off_loop``). A failed command is retried once on a
-fresh connection (a pooled connection goes stale when Redis restarts); every failure after that is
-``StoreUnavailable``. Needs a single Redis (or a primary
+Large bodies are decoded off the event loop (``off_loop``). A command whose connection failed is retried
+once on a fresh connection (a pooled connection goes stale when Redis restarts); one that got no
+answer in time is not (a hung Redis would hold it twice as long). Every operation runs through the
+store's ``Guard`` (``app.state.health``): bounded in time (``--store-timeout``, also each command's
+socket timeout), refused at once while its breaker is open; every failure is ``StoreUnavailable``.
+Needs a single Redis (or a primary
 behind Sentinel): the scripts touch keys of several records, which Redis Cluster does not allow.
 """
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import time
 from collections.abc import Awaitable, Sequence
@@ -46,7 +50,16 @@ from app.state.conversations import (
     found_items,
     response_items,
 )
-from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable, decode_chain, off_loop
+from app.state.health import Breaker, Guard
+from app.state.records import (
+    Chain,
+    ChainLimits,
+    StoredResponse,
+    StoreTimeout,
+    StoreUnavailable,
+    decode_chain,
+    off_loop,
+)
 from app.state.redis_runs import RedisRuns
 
 PREFIX = "toolwire:"
@@ -367,19 +380,25 @@ end
 return out
 """
 
-_RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+#: failures retried once on a fresh connection: a connection that broke, never one that got no answer
+_RETRIED = (RedisConnectionError, ConnectionError)
+#: seconds an operation may take when no guard says otherwise
+TIMEOUT = 2.0
 
 
 class RedisStore(RedisRuns):
     """See the module docstring; the runs of background responses: ``app.state.redis_runs``."""
 
-    def __init__(self, url: str, ttl: float, max_rows: int, max_bytes: int, prefix: str = PREFIX) -> None:
+    def __init__(self, url: str, ttl: float, max_rows: int, max_bytes: int, prefix: str = PREFIX,
+                 guard: Guard | None = None) -> None:
         self.ttl = max(1, int(ttl))
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self.prefix = prefix
+        self.guard = guard or Guard(Breaker(), TIMEOUT)
+        timeout = self.guard.timeout or TIMEOUT
         self._client = aioredis.from_url(url, retry=Retry(NoBackoff(), 1), retry_on_error=list(_RETRIED),
-                                         socket_connect_timeout=2.0, socket_timeout=5.0)
+                                         socket_connect_timeout=min(2.0, timeout), socket_timeout=timeout)
         script = self._client.register_script
         self._put, self._get, self._delete, self._chain = script(_PUT), script(_GET), script(_DELETE), script(_CHAIN)
         self._items = script(_ITEMS)
@@ -389,10 +408,23 @@ class RedisStore(RedisRuns):
         self._register_runs(_COMMON)
 
     async def _call(self, work: Any) -> Any:
+        """``work`` (a command or script call) through the guard; its failure ``StoreUnavailable``."""
+        try:
+            return await self.guard.run(self._answer(work))
+        finally:
+            if inspect.iscoroutine(work) and inspect.getcoroutinestate(work) == inspect.CORO_CREATED:
+                work.close()  # refused before it started
+
+    @staticmethod
+    async def _answer(work: Any) -> Any:
         try:
             return await work
+        except RedisTimeoutError as exc:
+            raise StoreTimeout(f"the response store (Redis) did not answer in time: {exc}") from None
         except RedisError as exc:
             raise StoreUnavailable(f"the response store (Redis) failed: {exc}") from None
+        except TimeoutError as exc:
+            raise StoreTimeout(f"the response store (Redis) did not answer in time: {exc}") from None
         except OSError as exc:
             raise StoreUnavailable(f"the response store (Redis) is unreachable: {exc}") from None
 
@@ -524,8 +556,9 @@ class RedisStore(RedisRuns):
     # ------------------------------------------------------------------ health
 
     async def ping(self) -> bool:
+        """Whether Redis answers now (past the guard: this is what its checks probe with)."""
         try:
-            return bool(await self._call(self._client.ping()))
+            return bool(await self._answer(self._client.ping()))
         except StoreUnavailable:
             return False
 

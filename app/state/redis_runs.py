@@ -182,7 +182,12 @@ class RedisRuns:
                                                                                  limits))))
 
     async def read_run(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
-        reply = await self._call(self._run_read(args=self._args(tenant, response_id, -1 if start is None else start)))
+        read: RunRead | None = await self._call(self._read(response_id, tenant, start))
+        return read
+
+    async def _read(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
+        """``read_run`` within an operation already under way (unguarded: the operation is)."""
+        reply = await self._run_read(args=self._args(tenant, response_id, -1 if start is None else start))
         state = _state(reply)
         return None if state is None else RunRead(state, list(reply[7:]))
 
@@ -197,7 +202,7 @@ class RedisRuns:
             async with self._client.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
-                    read = await self.read_run(response_id, tenant, None)
+                    read = await self._read(response_id, tenant, None)
                     if read is None:
                         return True, None
                     state = read.state

@@ -14,7 +14,10 @@ truncated back to ``WAL_LIMIT`` after each checkpoint, so a burst of writes does
 file behind.
 
 Every SQLite failure (disk full, a file that is not a database, a locked file past the busy
-timeout) is ``StoreUnavailable``.
+timeout) is ``StoreUnavailable``. Every operation runs through the store's ``Guard``
+(``app.state.health``): refused at once while its breaker is open. It has no time bound of its own
+by default: a local file answers or fails, the busy timeout bounds a wait for another process, and
+a worker thread cannot be stopped halfway through a transaction anyway.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from app.state.conversations import (
     plan_append,
     response_items,
 )
+from app.state.health import Breaker, Guard
 from app.state.records import (
     Chain,
     ChainLimits,
@@ -98,8 +102,9 @@ SELECT id, owner, previous, size FROM walk
 class SqliteStore(SqliteRuns):
     """See the module docstring; the runs of background responses: ``app.state.sqlite_runs``."""
 
-    def __init__(self, path: Path, ttl: float, max_rows: int, max_bytes: int) -> None:
+    def __init__(self, path: Path, ttl: float, max_rows: int, max_bytes: int, guard: Guard | None = None) -> None:
         self.path = path
+        self.guard = guard or Guard(Breaker(), None)
         self.ttl = ttl
         self.max_rows = max_rows
         self.max_bytes = max_bytes
@@ -163,7 +168,7 @@ class SqliteStore(SqliteRuns):
                 except sqlite3.Error as exc:
                     raise StoreUnavailable(f"the response store failed: {exc}") from None
 
-        return await asyncio.to_thread(locked)
+        return await self.guard.run(asyncio.to_thread(locked))
 
     def _insert(self, record: StoredResponse, owner: str, body: bytes, created: float, expires: float) -> None:
         db = self._db
@@ -501,9 +506,14 @@ class SqliteStore(SqliteRuns):
     # ------------------------------------------------------------------ health
 
     async def ping(self) -> bool:
+        """Whether the file answers now (past the guard: this is what its checks probe with)."""
+        def work() -> None:
+            with self._lock:
+                self._db.execute("SELECT 1").fetchone()
+
         try:
-            await self._run(lambda: self._db.execute("SELECT 1").fetchone())
-        except StoreUnavailable:
+            await asyncio.to_thread(work)
+        except sqlite3.Error:
             return False
         return True
 
