@@ -114,11 +114,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"toolwire: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    from app.runtime import ParserConfigError, validate_parser_names
+    from app.runtime import NoTemplateError, ParserConfigError, validate_parser_names, validate_template_source
 
     try:
         validate_parser_names(settings)
-    except (UnknownParserError, ParserConfigError) as exc:
+        validate_template_source(settings)
+    except (UnknownParserError, ParserConfigError, NoTemplateError) as exc:
         print(f"toolwire: {exc}", file=sys.stderr)
         return 2
     problem = store_problem(settings)
