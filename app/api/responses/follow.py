@@ -91,17 +91,10 @@ async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
     return {**response, "status": state.status}
 
 
-async def resume(ex: Exchange, response_id: str) -> Response:
-    """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N``."""
-    assert ex.request is not None
-    raw = ex.request.query_params.get("starting_after")
-    try:
-        after = -1 if raw is None else int(raw)
-    except ValueError:
-        after = -2
-    if after < -1:
-        raise bad_request("starting_after: expected the sequence number (an integer ≥ 0) of the last event seen",
-                          "starting_after")
+async def resume(ex: Exchange, response_id: str, starting_after: int | None) -> Response:
+    """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N`` (all
+    of them without it)."""
+    after = -1 if starting_after is None else starting_after
     store = store_of(ex.services)
     tenant = ex.tenant
     record = await _get(store, response_id, tenant)

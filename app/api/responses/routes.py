@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse, Response
 
+from app.api import query
 from app.api.answer import Exchange, start, stream, whole
 from app.api.responses import background, follow
 from app.api.responses.context import Keeper, context
@@ -143,11 +144,17 @@ async def create_response(body: Any, ex: Exchange) -> Response:
 
 
 async def retrieve_response(ex: Exchange) -> Response:
-    """The stored response (a background one as its run has it), or with ``stream=true`` its events."""
+    """The stored response (a background one as its run has it), or with ``stream=true`` its events
+    (after ``starting_after``). ``include_obfuscation`` is read (a malformed one is a 400) and has no
+    effect: toolwire's events carry no padding."""
     response_id = _path_id(ex)
     assert ex.request is not None
-    if ex.request.query_params.get("stream", "false").lower() not in ("false", "0"):
-        return await follow.resume(ex, response_id)
+    params = ex.request.query_params
+    streamed = query.flag(params, "stream")
+    after = query.number(params, "starting_after", None)
+    query.flag(params, "include_obfuscation", True)
+    if streamed:
+        return await follow.resume(ex, response_id, after)
     return JSONResponse(await follow.current(ex, response_id))
 
 
@@ -170,18 +177,17 @@ async def delete_response(ex: Exchange) -> Response:
 
 async def input_items(ex: Exchange) -> Response:
     assert ex.request is not None
-    query = ex.request.query_params
+    params = ex.request.query_params
+    order = query.choice(params, "order", "desc", ("asc", "desc"))
+    after = query.text(params, "after")
+    limit = query.number(params, "limit", 20, 1, 100)
+    assert limit is not None
     items = list((await stored(ex.services.store, _path_id(ex), ex.tenant)).input)
-    if query.get("order", "desc") != "asc":
+    if order == "desc":
         items.reverse()
-    after = query.get("after")
-    if after:
+    if after is not None:
         ids = [i.get("id") for i in items]
         items = items[ids.index(after) + 1:] if after in ids else []
-    try:
-        limit = max(1, min(100, int(query.get("limit", "20"))))
-    except ValueError:
-        raise bad_request("limit: expected an integer from 1 to 100", "limit") from None
     page = items[:limit]
     return JSONResponse({"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
                          "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit})
