@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 import types
@@ -166,8 +167,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if settings.thinking_secret is None:  # workers must agree on thinking-block signatures
                 settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)
-            uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
-                        workers=settings.workers, log_config=None, **uvicorn_options(settings))
+            from app.metrics import shared_folder
+
+            metrics_folder, ours = shared_folder()  # one /metrics for the server, whichever worker answers
+            try:
+                uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
+                            workers=settings.workers, log_config=None, **uvicorn_options(settings))
+            finally:
+                if ours:
+                    shutil.rmtree(metrics_folder, ignore_errors=True)
         else:
             from app.api.server import create_app
 
