@@ -99,13 +99,13 @@ def store_problem(settings: Settings) -> str | None:
     at start: requests that need it get 503 until it does."""
     import asyncio
 
-    from app.state import StoreUnavailable, open_store
+    from app.state import StoreUnavailable, open_stores
 
     try:
-        store = open_store(settings)
+        stores = open_stores(settings)
     except (StoreUnavailable, ValueError) as exc:
         return str(exc)
-    asyncio.run(store.close())
+    asyncio.run(stores.close())
     return None
 
 

@@ -420,7 +420,7 @@ def test_hosted_tool_items_are_stored_as_stubs(proxy) -> None:
 async def _stored(server: ProxyServer, response_id: str) -> Any:
     from app.tenancy import SINGLE
 
-    return await server.runtime.services.store.get(response_id, SINGLE)
+    return await server.runtime.services.stores.responses.get(response_id, SINGLE)
 
 
 def test_a_stored_response_is_bounded_in_bytes(backend_factory, proxy_factory) -> None:

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from app.state.records import StoreTimeout, StoreUnavailable
+from app.state.base import StoreTimeout, StoreUnavailable
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from starlette.datastructures import QueryParams
 
 from app.api import query
 from app.errors import bad_request
-from app.state.conversations import MAX_ID, indexable
+from app.state.items import MAX_ID, indexable
 
 MAX_BATCH = 20
 MAX_METADATA = 16

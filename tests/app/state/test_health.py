@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from app.state import StoreUnavailable
+from app.state.base import StoreTimeout
 from app.state.health import Breaker, Guard, StoreCheck
-from app.state.records import StoreTimeout
 
 
 def test_the_breaker_opens_after_timeouts_in_a_row_only() -> None:

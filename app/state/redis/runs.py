@@ -1,4 +1,4 @@
-"""The runs of background responses (``app.state.runs``) in the shared Redis store.
+"""The runs of background responses (``app.state.runs.RunStore``) in the Redis database.
 
 A run is a hash ``toolwire:run:ID`` (owner digest, status, heartbeat, event counters) and its log a
 list ``toolwire:runlog:ID`` of batches, both expiring with the run's time to live (renewed on every
@@ -8,8 +8,8 @@ opens a run or grows a log drop aged and then least recently written runs until 
 and byte bounds hold — in the same script as the write. Heartbeats and ages are Redis' own clock
 (``TIME``), so replicas whose clocks disagree still agree on which run is stale.
 
-Opening a run and storing its response are one ``MULTI`` (the run's script and the store's own
-``put`` script, so the response is stored exactly as any other). Settling a run decides on the run's
+Opening a run and storing its response are one ``MULTI`` (the run's script and the stored
+responses' own ``put`` script, so the response is stored exactly as any other). Settling a run decides on the run's
 state and then writes the run and the response in one ``MULTI`` under ``WATCH`` of both keys: a run
 or response that changed meanwhile (another replica cancelled it, the client deleted it) makes the
 transaction fail, and the decision is taken again on what is there now.
@@ -17,20 +17,21 @@ transaction fail, and the decision is taken again on what is there now.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import WatchError
 
-from app.state.records import StoredResponse, StoreUnavailable
+from app.state.base import StoreUnavailable
+from app.state.redis.database import COMMON, RedisDatabase
+from app.state.redis.responses import RedisResponses
+from app.state.responses import StoredResponse
 from app.state.runs import Batch, RunLimits, RunRead, RunState, settle_status
 
 # scripts of runs call TIME and then write: effects replication (the default from Redis 5) says so first
 _HEAD = "redis.replicate_commands()\n"
 
-# Lua functions of every run script (after the store's _COMMON: p, owner). ARGV[4] is the run's id.
+# Lua functions of every run script (after the database's COMMON: p, owner). ARGV[4] is the run's id.
 _RUNS = """
 local id = ARGV[4]
 local key, log = p .. 'run:' .. id, p .. 'runlog:' .. id
@@ -135,29 +136,23 @@ def _state(reply: list[Any]) -> RunState | None:
 
 
 class RedisRuns:
-    """The run operations of ``RedisStore`` (which provides the client, its scripts and ``_put_call``)."""
+    """See the module docstring (``responses``: the stored responses a run's response is stored with)."""
 
-    _client: aioredis.Redis
-    prefix: str
-    ttl: int
-    max_rows: int
-    max_bytes: int
-
-    def _args(self, tenant: str, *rest: str | bytes | float) -> list[str | bytes | int | float]:
-        raise NotImplementedError
-
-    async def _call(self, work: Any) -> Any:
-        raise NotImplementedError
-
-    def _put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
-        raise NotImplementedError
-
-    def _register_runs(self, common: str) -> None:
-        """Load the run scripts, on top of the store's ``common`` Lua (prefix, owner digest)."""
-        script = self._client.register_script
-        self._run_open: AsyncScript = script(_HEAD + common + _RUNS + _OPEN)
-        self._run_append: AsyncScript = script(_HEAD + common + _RUNS + _APPEND)
-        self._run_read: AsyncScript = script(_HEAD + common + _RUNS + _READ)
+    def __init__(self, db: RedisDatabase, responses: RedisResponses) -> None:
+        self.db = db
+        self.responses = responses
+        self.prefix = db.prefix
+        self.ttl = db.ttl
+        self.max_rows = db.max_rows
+        self.max_bytes = db.max_bytes
+        self._args = db.args
+        self._call = db.call
+        self._put_call = responses.put_call
+        self._client = db.client
+        script = db.script
+        self._run_open: AsyncScript = script(_HEAD + COMMON + _RUNS + _OPEN)
+        self._run_append: AsyncScript = script(_HEAD + COMMON + _RUNS + _APPEND)
+        self._run_read: AsyncScript = script(_HEAD + COMMON + _RUNS + _READ)
 
     def _append_args(self, response_id: str, tenant: str, batch: Batch, status: str,
                      limits: RunLimits) -> list[str | bytes | int | float]:
@@ -230,3 +225,6 @@ class RedisRuns:
             if held:
                 return state
         raise StoreUnavailable("the response store (Redis) is too busy: a background response could not be settled")
+
+
+__all__ = ["RedisRuns"]
