@@ -341,7 +341,8 @@ def test_sigterm_drains_a_replica_out_of_the_balancer(cluster: Cluster) -> None:
             said = draining.status_code == 503 and draining.json()["status"] == "draining"
             in_a_row = in_a_row + 1 if said else 0
             time.sleep(0.02)
-        time.sleep(0.6)  # two probe intervals: out of the rotation
+        # out of the rotation once the balancer's probes have seen it (whatever the machine's load)
+        wait_for(lambda: cluster.served_by() == survivors, 30, "the balancer kept sending to the draining replica")
         during = [httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
             "model": "m", "messages": [{"role": "user", "content": "quick-3"}]}) for _ in range(6)]
         assert all(r.status_code == 200 for r in during)
@@ -483,11 +484,12 @@ def test_sigkill_one_replica_under_300_concurrent_streams(cluster: Cluster) -> N
     statuses = sorted({status for status, _ in found})
     assert lost == [], f"{len(lost)} acknowledged responses not read back (statuses seen: {statuses})"
 
-    # the balancer's probes take the dead replica out: a listener on its port gets probes, no requests
-    time.sleep(1.0)
+    # the balancer's probes take the dead replica out: a listener on its port gets probes (each a 503,
+    # so it stays out), no requests
     tomb = Tombstone(victim.port)
     try:
-        time.sleep(0.6)
+        wait_for(lambda: any(line.startswith(f"GET {cluster.health_uri}") for line in tomb.lines), 30,
+                 "the balancer did not probe the dead replica's port")
         after: list[str] = []
         for i in range(30):
             response = httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={

@@ -23,7 +23,7 @@ from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.proxy_server import ProxyServer, free_port
 from tests.redis_server import RedisServer
 from tests.scale_cluster import wait_for
-from tests.scripted_backend import Script, ScriptedBackend
+from tests.scripted_backend import Gate, Script, ScriptedBackend
 
 TOOLS: list[dict[str, Any]] = [{"type": "function", "name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
@@ -225,14 +225,17 @@ def test_redis_down_conversations_say_what_needs_the_store(on_redis) -> None:
     item = client.conversations.items.list(conv.id).data[0]
     backend.script(Script(pieces=["Stored."]))
     kept = client.responses.create(model="m", input="first")
-    # the store fails while a conversation response streams (slowly): the answer is still whole
-    backend.script(Script(pieces=["Slow ", "answer ", "here."], delay=0.4))
+    # the store fails while a conversation response streams (held after its first piece until Redis
+    # has stopped): the answer is still whole
+    held = Gate()
+    backend.script(Script(pieces=["Slow ", "answer ", "here."], hold=held, hold_after=1))
     with httpx.stream("POST", proxy.url + "/v1/responses", timeout=30,
                       json={"model": "m", "input": "x", "conversation": conv.id, "stream": True}) as streamed:
         lines = streamed.iter_lines()
         first = next(line for line in lines if line.startswith("data: ") and "output_text.delta" in line)
         port = redis.port
         redis.stop()
+        held.open()
         events = [json.loads(first[6:])] + [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Slow answer here."
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"] and events[-2]["code"] == "store_unavailable"
