@@ -141,14 +141,6 @@ class RedisRuns:
     def __init__(self, db: RedisDatabase, responses: RedisResponses) -> None:
         self.db = db
         self.responses = responses
-        self.prefix = db.prefix
-        self.ttl = db.ttl
-        self.max_rows = db.max_rows
-        self.max_bytes = db.max_bytes
-        self._args = db.args
-        self._call = db.call
-        self._put_call = responses.put_call
-        self._client = db.client
         script = db.script
         self._run_open: AsyncScript = script(_HEAD + COMMON + _RUNS + _OPEN)
         self._run_append: AsyncScript = script(_HEAD + COMMON + _RUNS + _APPEND)
@@ -156,33 +148,36 @@ class RedisRuns:
 
     def _append_args(self, response_id: str, tenant: str, batch: Batch, status: str,
                      limits: RunLimits) -> list[str | bytes | int | float]:
-        return self._args(tenant, response_id, batch.first, batch.data, batch.count, status, limits.events,
-                          self.ttl, self.max_rows, self.max_bytes)
+        db = self.db
+        return db.args(tenant, response_id, batch.first, batch.data, batch.count, status, limits.events, db.ttl,
+                       db.max_rows, db.max_bytes)
 
     async def open_run(self, record: StoredResponse, tenant: str, batch: Batch, limits: RunLimits) -> None:
         status = str(record.response.get("status") or "queued")
 
+        db = self.db
+
         async def work() -> None:
-            async with self._client.pipeline(transaction=True) as pipe:
-                await self._put_call(record, tenant, pipe)
-                await self._run_open(args=self._args(tenant, record.id, status, batch.data, batch.count, limits.events,
-                                                     self.ttl, self.max_rows, self.max_bytes), client=pipe)
+            async with db.client.pipeline(transaction=True) as pipe:
+                await self.responses.put_call(record, tenant, pipe)
+                await self._run_open(args=db.args(tenant, record.id, status, batch.data, batch.count, limits.events,
+                                                  db.ttl, db.max_rows, db.max_bytes), client=pipe)
                 await pipe.execute()
 
-        await self._call(work())
+        await self.db.call(work())
 
     async def append_run(self, response_id: str, tenant: str, batch: Batch, status: str,
                          limits: RunLimits) -> RunState | None:
-        return _state(await self._call(self._run_append(args=self._append_args(response_id, tenant, batch, status,
-                                                                                 limits))))
+        return _state(await self.db.call(self._run_append(args=self._append_args(response_id, tenant, batch, status,
+                                                                                    limits))))
 
     async def read_run(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
-        read: RunRead | None = await self._call(self._read(response_id, tenant, start))
+        read: RunRead | None = await self.db.call(self._read(response_id, tenant, start))
         return read
 
     async def _read(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
         """``read_run`` within an operation already under way (unguarded: the operation is)."""
-        reply = await self._run_read(args=self._args(tenant, response_id, -1 if start is None else start))
+        reply = await self._run_read(args=self.db.args(tenant, response_id, -1 if start is None else start))
         state = _state(reply)
         return None if state is None else RunRead(state, list(reply[7:]))
 
@@ -190,11 +185,11 @@ class RedisRuns:
                          limits: RunLimits, stale: float | None = None,
                          if_cancelled: StoredResponse | None = None) -> RunState | None:
         status = settle_status(record)
-        watched = (self.prefix + "run:" + response_id, self.prefix + "r:" + response_id)
+        watched = (self.db.prefix + "run:" + response_id, self.db.prefix + "r:" + response_id)
 
         async def attempt() -> tuple[bool, RunState | None]:
             """Whether the decision held (nothing it read changed before it wrote), and the state it left."""
-            async with self._client.pipeline(transaction=True) as pipe:
+            async with self.db.client.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
                     read = await self._read(response_id, tenant, None)
@@ -205,7 +200,7 @@ class RedisRuns:
                         if state.status != "cancelled" or if_cancelled is None or not await pipe.exists(watched[1]):
                             return True, state
                         _multi(pipe)
-                        await self._put_call(if_cancelled, tenant, pipe)
+                        await self.responses.put_call(if_cancelled, tenant, pipe)
                         await pipe.execute()
                         return True, state
                     if state.seq != batch.first or (stale is not None and state.age < stale):
@@ -213,14 +208,14 @@ class RedisRuns:
                     _multi(pipe)
                     await self._run_append(args=self._append_args(response_id, tenant, batch, status, limits),
                                            client=pipe)
-                    await self._put_call(record, tenant, pipe)
+                    await self.responses.put_call(record, tenant, pipe)
                     replies = await pipe.execute()
                 except WatchError:
                     return False, None
                 return True, _state(replies[0])
 
         for _ in range(16):
-            outcome: tuple[bool, RunState | None] = await self._call(attempt())
+            outcome: tuple[bool, RunState | None] = await self.db.call(attempt())
             held, state = outcome
             if held:
                 return state
