@@ -1,7 +1,8 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
 concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
-stores (responses, conversations, runs), the thinking signers and the detached tasks (background responses, ``app.detached``).
-``start()`` opens what needs opening (clients, stores, workers), ``stop()`` closes it.
+stores (responses, conversations, runs) and their background check, the thinking signers and the
+detached tasks (background responses, ``app.detached``). ``start()`` opens what needs opening
+(clients, stores, workers), ``stop()`` closes it.
 """
 
 from __future__ import annotations

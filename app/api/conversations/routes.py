@@ -160,7 +160,8 @@ async def list_items(ex: Exchange) -> Response:
     """``GET /v1/conversations/{id}/items``: a page (``after``, ``limit``, ``order``; newest first)."""
     conversation = _path(ex, "id")
     query: PageQuery = page_query(_query(ex))
-    page = await _call(_conversations(ex).list_items(conversation, ex.tenant, query.after, query.limit, query.descending))
+    page = await _call(_conversations(ex).list_items(conversation, ex.tenant, query.after, query.limit,
+                                                     query.descending))
     if page is None:
         raise conversation_not_found(conversation)
     include, signer = includes(_query(ex)), ex.signer
@@ -171,7 +172,8 @@ async def add_items(body: Any, ex: Exchange) -> Response:
     """``POST /v1/conversations/{id}/items``: up to 20 items added at the end, listed back."""
     conversation = _path(ex, "id")
     items = await checked_items(batch(body_object(body).get("items")), ex, "items")
-    appended = await _call(_conversations(ex).add_items(conversation, items, ex.tenant, conversation_limits(ex.settings)))
+    appended = await _call(_conversations(ex).add_items(conversation, items, ex.tenant,
+                                                        conversation_limits(ex.settings)))
     if appended.conversation is None:
         raise conversation_not_found(conversation)
     _refused(appended, ex, "items")

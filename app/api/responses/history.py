@@ -41,7 +41,8 @@ async def history(responses: ResponseStore | None, settings: Settings, previous:
         return []
     s = settings
     try:
-        chain = await responses.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items))
+        limits = ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items)
+        chain = await responses.chain(previous, tenant, limits)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
