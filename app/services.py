@@ -1,8 +1,10 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
 concurrency slots, the worker processes heavy request work runs in, the prefix service (what a
-conversation's next turn reuses, ``app.prefix``), the pooled HTTP clients, the response store, the
-thinking signers and the detached tasks (background responses, ``app.detached``).
-``start()`` opens what needs opening (clients, store, workers), ``stop()`` closes it.
+conversation's next turn reuses, ``app.prefix``), the pooled HTTP clients, the stores (responses,
+conversations, runs) and their background check, the thinking signers and the detached tasks
+(background responses, ``app.detached``). ``start()`` opens what needs opening (clients, stores),
+``stop()`` closes it. Each face is handed only the part of them it uses (``Face.needs``: the
+bundles below).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from app.pipeline.offload import Pool, Turns
 from app.prefix import PrefixService
 from app.sched import set_slice
 from app.settings import Settings
-from app.state import ResponseStore, open_store
+from app.state import Stores, open_stores
+from app.state.health import StoreCheck, StoreState
 from app.thinking_signature import ThinkingSigner, signer_for
 
 log = logging.getLogger("toolwire")
@@ -100,18 +103,19 @@ class Answering(Generating):
 
 @dataclass(frozen=True, slots=True)
 class Responding(Answering):
-    """The Responses API's: answering, its stored responses, the detached tasks of background ones."""
+    """The Responses API's: answering, the stores (responses, their conversations and runs), the
+    detached tasks of background responses."""
 
-    store: ResponseStore | None
+    stores: Stores | None
     detached: Detached
 
 
 @dataclass(frozen=True, slots=True)
 class Keeping:
-    """The Conversations API's: the settings, the store, the tenant's signers."""
+    """The Conversations API's: the settings, the stores, the tenant's signers."""
 
     settings: Settings
-    store: ResponseStore | None
+    stores: Stores | None
     signers: Callable[[str], ThinkingSigner]
 
     def signer(self, tenant: str) -> ThinkingSigner:
@@ -126,7 +130,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     client: httpx.AsyncClient | None = None  # probes and short requests to the backend
     streaming: StreamingClient | None = None  # generation streams
-    store: ResponseStore | None = None  # stored Responses API responses
+    stores: Stores | None = None  # stored responses, conversations, background responses' runs
+    store_check: StoreCheck | None = None  # the store's background check (what readiness reports)
 
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
@@ -141,6 +146,10 @@ class Services:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
         return signer_for(self.settings, tenant)
 
+    def store_state(self) -> StoreState | None:
+        """The store as its last background check found it (``None``: no store); never waits on it."""
+        return self.store_check.state if self.store_check is not None else None
+
     # what each face is handed (``Face.needs``): the part it uses, never these services whole
 
     def settled(self) -> Settled:
@@ -153,10 +162,10 @@ class Services:
         return Answering(self.settings, self.metrics, self.pool, self.prefix, self.signer)
 
     def responding(self) -> Responding:
-        return Responding(self.settings, self.metrics, self.pool, self.prefix, self.signer, self.store, self.detached)
+        return Responding(self.settings, self.metrics, self.pool, self.prefix, self.signer, self.stores, self.detached)
 
     def keeping(self) -> Keeping:
-        return Keeping(self.settings, self.store, self.signer)
+        return Keeping(self.settings, self.stores, self.signer)
 
     async def start(self) -> None:
         s = self.settings
@@ -170,13 +179,20 @@ class Services:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
-        self.store = open_store(s)
+        self.stores = open_stores(s)
+        database = self.stores.database
+        self.store_check = StoreCheck(database.ping, database.guard.breaker, s.store_check_interval,
+                                      s.store_check_timeout)
+        await self.store_check.check()
+        self.store_check.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store
         self.pool.close()
-        if self.store is not None:
-            await self.store.close()
+        if self.store_check is not None:
+            await self.store_check.stop()
+        if self.stores is not None:
+            await self.stores.close()
         if self.client is not None:
             await self.client.aclose()
         if self.streaming is not None:

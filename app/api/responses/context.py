@@ -32,6 +32,7 @@ from app.settings import Settings
 from app.state import (
     ChainLimits,
     ConversationLimits,
+    ConversationStore,
     ResponseStore,
     StoredItem,
     StoredResponse,
@@ -90,12 +91,13 @@ def _references(items: list[dict[str, Any]]) -> list[str]:
     return [item["id"] for item in items if item.get("type") == "item_reference" and isinstance(item.get("id"), str)]
 
 
-async def found_items(store: ResponseStore | None, ids: list[str], tenant: str, settings: Settings) -> dict[str, StoredItem]:
+async def found_items(responses: ResponseStore | None, ids: list[str], tenant: str,
+                      settings: Settings) -> dict[str, StoredItem]:
     """The tenant's stored items with these ids (toolwire's own copy where there is one)."""
-    if not ids or store is None:
+    if not ids or responses is None:
         return {}
     try:
-        found = await store.items(ids, tenant, ChainLimits(settings.max_chain_links, settings.max_chain_bytes))
+        found = await responses.items(ids, tenant, ChainLimits(settings.max_chain_links, settings.max_chain_bytes))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if found.over:
@@ -155,17 +157,17 @@ class Context:
     facts: ChainFacts = field(default_factory=ChainFacts)
 
 
-async def kept_chain(store: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
+async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
                      tenant: str, scope: bytes) -> Entry | None:
     """The decoded chain the prefix service kept for ``previous``, if it is still the chain a
     continuation reads — the same responses, all there, within every limit (the store walks their
     links, no body read); else ``None`` (read and decode it, and answer what is wrong with it)."""
     entry = prefix.recall_response(tenant, previous, scope)
-    if entry is None or store is None or not isinstance(entry.chain, ChainFacts):
+    if entry is None or responses is None or not isinstance(entry.chain, ChainFacts):
         return None
     limits = chain_limits(settings)
     try:
-        links = await store.links(previous, tenant, limits)
+        links = await responses.links(previous, tenant, limits)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     facts = entry.chain
@@ -191,8 +193,8 @@ def units_of(request: ResponsesRequest, ctx: Context) -> list[bytes | None]:
     return units
 
 
-async def context(store: ResponseStore | None, settings: Settings, request: ResponsesRequest, tenant: str,
-                  prefix: PrefixService | None = None) -> Context:
+async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
+                  request: ResponsesRequest, tenant: str, prefix: PrefixService | None = None) -> Context:
     """Read what the request builds on (see the module docstring); with the prefix service, what it
     kept of the conversation spares reading and decoding it again."""
     conversation = conversation_id(request.conversation)
@@ -202,11 +204,11 @@ async def context(store: ResponseStore | None, settings: Settings, request: Resp
     ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
     previous = request.previous_response_id
     if previous is not None and prefix is not None and prefix.enabled:
-        ctx.kept = await kept_chain(store, settings, prefix, previous, tenant, ctx.scope)
+        ctx.kept = await kept_chain(responses, settings, prefix, previous, tenant, ctx.scope)
     if ctx.kept is not None:
         ctx.facts = ctx.kept.chain
     else:
-        records = await history(store, settings, previous, tenant)
+        records = await history(responses, settings, previous, tenant)
         for n, record in enumerate(records):
             outputs = record.response.get("output") or []
             ctx.before.append((f"previous response {n} input", record.input, False))
@@ -215,7 +217,7 @@ async def context(store: ResponseStore | None, settings: Settings, request: Resp
     own: dict[str, StoredItem] = {}
     if conversation is not None:
         try:
-            items = await store.conversation_items(conversation, tenant) if store is not None else None
+            items = await conversations.all_items(conversation, tenant) if conversations is not None else None
         except StoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if items is None:
@@ -243,7 +245,7 @@ async def context(store: ResponseStore | None, settings: Settings, request: Resp
             wanted += [item["id"] for k, item in enumerate(items_before) if item.get("type") == "reasoning"
                        and isinstance(item.get("id"), str) and item["id"] not in own and not taken(at + k)]
         at += len(items_before)
-    stored = await found_items(store, wanted, tenant, settings)
+    stored = await found_items(responses, wanted, tenant, settings)
     ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
@@ -296,9 +298,11 @@ class Keeper:
     ``None``. ``stored``: whether the response itself was stored; ``warning``: what went wrong, for
     a header. Once stored, ``chained`` hands the chain it ends to the prefix service."""
 
-    def __init__(self, store: ResponseStore | None, keep: bool, ctx: Context, settings: Settings, tenant: str,
-                 response_id: str, previous: str | None, chained: Chained | None = None) -> None:
-        self.store = store
+    def __init__(self, responses: ResponseStore | None, conversations: ConversationStore | None, keep: bool,
+                 ctx: Context, settings: Settings, tenant: str, response_id: str, previous: str | None,
+                 chained: Chained | None = None) -> None:
+        self.responses = responses
+        self.conversations = conversations
         self.keep = keep
         self.ctx = ctx
         self.settings = settings
@@ -310,7 +314,7 @@ class Keeper:
         self.warning = ""
 
     async def __call__(self, final: dict[str, Any]) -> APIError | None:
-        if self.store is None:
+        if self.responses is None or self.conversations is None:
             return None
         if self.keep:
             record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
@@ -323,7 +327,7 @@ class Keeper:
                                 f"response may be ({limit} bytes, --max-stored-response-bytes); it cannot be "
                                 "retrieved or continued", code="stored_response_too_large")
             try:
-                await self.store.put(record, self.tenant)
+                await self.responses.put(record, self.tenant)
             except StoreUnavailable as exc:
                 self.warning = "response not stored: the response store is unavailable"
                 return store_unavailable(exc)
@@ -338,11 +342,11 @@ class Keeper:
         return problem
 
     async def _append(self, final: dict[str, Any]) -> APIError | None:
-        assert self.store is not None and self.ctx.conversation is not None
+        assert self.conversations is not None and self.ctx.conversation is not None
         items = [self._own(item) or StoredItem(conversation_item(item)) for item in self.ctx.input]
         items += [StoredItem(conversation_item(item), True) for item in final.get("output") or ()]
         try:
-            appended = await self.store.add_items(self.ctx.conversation, items, self.tenant,
+            appended = await self.conversations.add_items(self.ctx.conversation, items, self.tenant,
                                                   conversation_limits(self.settings), skip_existing=True)
         except StoreUnavailable as exc:
             return store_unavailable(exc)

@@ -5,12 +5,20 @@ answer (404 as for a missing id, 4xx naming a broken or oversized chain, 503 whe
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from app.errors import APIError, bad_request
 from app.settings import Settings
-from app.state import ChainLimits, ResponseStore, StoredResponse, StoreUnavailable
+from app.state import ChainLimits, ResponseStore, StoredResponse, Stores, StoreUnavailable
 
 log = logging.getLogger("toolwire")
+
+
+class HasStores(Protocol):
+    """The part of the services that holds the stores (``app.services``: ``Responding``, ``Keeping``)."""
+
+    @property
+    def stores(self) -> Stores | None: ...
 
 
 def not_found(response_id: str) -> APIError:
@@ -23,20 +31,27 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
                     code="store_unavailable", headers={"Retry-After": "1"})
 
 
+def stores_of(services: HasStores) -> Stores:
+    """The process's stores (a 503 ``store_unavailable`` when none are open)."""
+    if services.stores is None:
+        raise store_unavailable(StoreUnavailable("the response store is not open"))
+    return services.stores
+
+
 def chain_limits(settings: Settings) -> ChainLimits:
     return ChainLimits(settings.max_chain_links, settings.max_chain_bytes, settings.max_chain_items)
 
 
-async def history(store: ResponseStore | None, settings: Settings, previous: str | None,
+async def history(responses: ResponseStore | None, settings: Settings, previous: str | None,
                   tenant: str) -> list[StoredResponse]:
     """The stored chain before this request, oldest first. A chain that is broken (a link expired or
     deleted) or beyond the limits — links, bytes, items (inputs and outputs together) — is a 4xx
     naming it."""
-    if previous is None or store is None:
+    if previous is None or responses is None:
         return []
     s = settings
     try:
-        chain = await store.chain(previous, tenant, chain_limits(s))
+        chain = await responses.chain(previous, tenant, chain_limits(s))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -67,10 +82,10 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
     return chain.responses
 
 
-async def stored(store: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:
+async def stored(responses: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:
     """A stored response of ``tenant``'s (404 for any other, as for an id that does not exist)."""
     try:
-        record = await store.get(response_id, tenant) if store is not None else None
+        record = await responses.get(response_id, tenant) if responses is not None else None
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if record is None:
