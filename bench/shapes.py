@@ -54,6 +54,9 @@ TEMPLATE = ROOT / "tests" / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
 BEFORE = "c640f5c"
 TURNS = 100
 FROM = 73
+#: the turns whose CPU is the floor: what a turn of a short conversation (2–7 turns) costs — the
+#: request, the backend's stream and its parse, whatever the conversation's length
+FLOOR = (2, 7)
 TARGET_MS = 3.0
 EDIT_RATIO = 1.1  # the early-edit shape with the cache on ÷ off
 SECRET = "bench-shapes-thinking-secret-0123456789"
@@ -335,6 +338,7 @@ def run_shape(shape: str, servers: list[Server], turns: int, first: int,
     for s in servers:
         s.prompts()  # forget what came before
     start_cpu: dict[str, float] = {}
+    floor_cpu: dict[str, float] = {}
     statuses: dict[str, dict[int, int]] = {s.name: {} for s in servers}
     try:
         for t in range(turns + 1):
@@ -342,6 +346,8 @@ def run_shape(shape: str, servers: list[Server], turns: int, first: int,
             for s in order:
                 if t == first:
                     start_cpu[s.name] = tree_cpu(s.process.pid)
+                if t in (FLOOR[0], FLOOR[1] + 1):  # the floor: the same turns of a short conversation
+                    floor_cpu[s.name] = tree_cpu(s.process.pid) - floor_cpu.get(s.name, 0.0)
                 client = clients[s.name]
                 path, body = client.body(t)
                 raw = bytearray()
@@ -356,13 +362,14 @@ def run_shape(shape: str, servers: list[Server], turns: int, first: int,
             if t % 25 == 0:
                 log(f"shapes: {shape} turn {t}/{turns}")
         cpu = {s.name: (tree_cpu(s.process.pid) - start_cpu[s.name]) / (turns - first + 1) * 1000 for s in servers}
+        floor = {name: spent / (FLOOR[1] - FLOOR[0] + 1) * 1000 for name, spent in floor_cpu.items()}
     finally:
         http.close()
     prompts = {s.name: s.prompts() for s in servers}
     reference = prompts[servers[0].name]
     differing = {name: sum(a != b for a, b in zip(reference, got, strict=False)) + abs(len(reference) - len(got))
                  for name, got in prompts.items()}
-    return {"cpu_ms": cpu, "prompt_differences": differing, "turns": len(reference)}
+    return {"cpu_ms": cpu, "floor_ms": floor, "prompt_differences": differing, "turns": len(reference)}
 
 
 # ---------------------------------------------------------------------------- the section
@@ -419,7 +426,8 @@ def run(ctx: Any) -> Section:
             rows.append((SHAPES[shape], *(["failed"] * len(names)), got["error"][:80]))
             continue
         cpu = got["cpu_ms"]
-        rows.append((SHAPES[shape], *(fmt(cpu.get(n)) for n in names),
+        floor = got.get("floor_ms", {})
+        rows.append((SHAPES[shape], *(f"{fmt(cpu.get(n))} ({fmt(floor.get(n), 1)})" for n in names),
                      "identical" if not any(got["prompt_differences"].values()) else
                      f"DIFFER {got['prompt_differences']}"))
         section.figure(f"shapes.{shape}.on_ms", f"after, cache on: {SHAPES[shape]}", cpu.get("after on"), "ms",
@@ -431,10 +439,12 @@ def run(ctx: Any) -> Section:
     if early:
         section.figure("shapes.early.on_over_off", "after: early edit, cache on ÷ cache off",
                        early["after on"] / early["after off"], "×", at_most(EDIT_RATIO))
-    section.tables.append(table(("shape", *(f"{n}, ms CPU/turn" for n in names), "prompts"), rows))
+    section.tables.append(table(("shape", *(f"{n}, ms CPU/turn (floor)" for n in names), "prompts"), rows))
     section.notes.append(
         f"Turns {first}–{turns} of one conversation per shape grown from turn 0; CPU of toolwire's process tree "
-        "(server and prepare workers) per turn. Every server answered every turn, the order rotating each turn. "
+        "(server and prepare workers) per turn. In brackets the floor: the same server's CPU per turn over turns "
+        f"{FLOOR[0]}–{FLOOR[1]} of the same conversation (a short one: the request, the backend's stream and its "
+        "parse, which no cache can spare). Every server answered every turn, the order rotating each turn. "
         f"Load average (1/5/15 min) before and after each shape: {'; '.join(loads)}. 'before' = "
         f"{os.environ.get('BENCH_SHAPES_BEFORE', BEFORE)} (the cache off there is `--render-cache-bytes 0`).")
     section.data = results

@@ -54,7 +54,9 @@ import math
 import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any
 
 import jinja2
@@ -476,31 +478,53 @@ class Guards:
     the loop body); a change to any other means rendering the loop again.
 
     ``outcomes(values, captured, indices, n)``: each iteration's guards, evaluated together for
-    every index of ``indices`` in a loop over ``n`` items with ``captured`` bound to ``values``,
-    serialised (``None`` for an iteration whose values cannot be serialised exactly); ``None`` when
-    the guards cannot be worked out at all (one raised: they are evaluated apart from the
-    conditions that guard them in the template)."""
+    every index of ``indices`` in a loop over ``n`` items with ``captured`` bound to ``values``
+    (an ``Outcome`` each); ``None`` when the guards cannot be worked out at all (one raised: they
+    are evaluated apart from the conditions that guard them in the template)."""
 
     def __init__(self, template: jinja2.Template, names: frozenset[str], count: int) -> None:
         self.template, self.names, self.count = template, names, count
 
     def outcomes(self, values: Sequence[Any], captured: Sequence[str], indices: range,
-                 n: int) -> list[bytes | None] | None:
-        got: list[bytes | None] = []
-
-        def put(outcome: list[Any]) -> str:
-            try:
-                got.append(exact_bytes(outcome))
-            except _Inexact:
-                got.append(None)
-            return ""
-
-        context = {**dict(zip(captured, values, strict=True)), _INDICES: indices, _N: n, _PUT: put}
+                 n: int) -> list[Outcome] | None:
+        got: list[Outcome] = []
+        token = _collected.set(got)
         try:
-            render(self.template, context)
+            render(self.template, {**dict(zip(captured, values, strict=True)), _INDICES: indices, _N: n})
         except Exception:  # noqa: BLE001 — a guard that fails out of place: no replay (render the loop)
             return None
+        finally:
+            _collected.reset(token)
         return got
+
+
+#: one iteration's guard values: each a plain scalar (``bool``, ``int``, ``str``, ``None``, a finite
+#: ``float``) or, for anything else, its exact bytes — ``None`` when one cannot be known exactly
+Outcome = tuple[Any, ...] | None
+#: where the guard template's ``__tw_put`` filter puts the outcomes of the evaluation under way
+_collected: ContextVar[list[Outcome]] = ContextVar("guard_outcomes")
+
+
+def _put(values: list[Any]) -> str:
+    """The guard template's filter: one iteration's guard values, kept as an ``Outcome``."""
+    leaves: list[Any] = []
+    for value in values:
+        kind = type(value)
+        if kind is bool or kind is int or kind is str or value is None or (kind is float and math.isfinite(value)):
+            leaves.append(value)
+            continue
+        try:
+            leaves.append(exact_bytes(value))
+        except _Inexact:
+            _collected.get().append(None)
+            return ""
+    _collected.get().append(tuple(leaves))
+    return ""
+
+
+def same_outcome(old: Outcome, new: Outcome) -> bool:
+    """Two iterations' guards came out alike: the same values of the same types (``True`` is not ``1``)."""
+    return old is not None and new is not None and old == new and all(map(is_, map(type, old), map(type, new)))
 
 
 def _guards(env: jinja2.Environment, main: nodes.For, captured: tuple[str, ...],
@@ -517,12 +541,13 @@ def _guards(env: jinja2.Environment, main: nodes.For, captured: tuple[str, ...],
         finder.statement(child, False)
     copies = [_AtPlace().visit(_copied(guard)) for guard in finder.found]
     loop = nodes.For(nodes.Name(_I, "store"), nodes.Name(_INDICES, "load"),
-                     [nodes.Output([nodes.Call(nodes.Name(_PUT, "load"), [nodes.List(copies)], [], None, None)])],
+                     [nodes.Output([nodes.Filter(nodes.List(copies), _PUT, [], [], None, None)])],
                      [], None, False)
     ast = nodes.Template([loop])
     for node in [ast, *ast.find_all(nodes.Node)]:
         node.lineno = main.lineno
     ast.set_environment(env)
+    env.filters[_PUT] = _put
     template = env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
     return Guards(template, frozenset(outer - macro_reads), len(copies))
 
@@ -721,7 +746,7 @@ class RenderState:
     prepared: list[Any] | None
     size: int
     #: guard outcomes under ``values``, iteration by iteration, as far as they were worked out
-    outcomes: list[bytes | None] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (from a worker) without what only this process can vouch for — the caller's
@@ -768,7 +793,7 @@ class _Run:
         self.items, self.equal, self.source = items, equal, source  # the loop's items, when it runs over the messages
         self.captured: list[bytes] = []
         self.values: list[Any] | None = None
-        self.outcomes: list[bytes | None] = []
+        self.outcomes: list[Outcome] = []
         self.taken: set[int] = set()  # iterations past ``start`` taken from the render before
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
@@ -856,7 +881,7 @@ class _Run:
         new = guards.outcomes(self.values or [], self.plan.captured, range(upto), self.length)
         if new is None:
             return []
-        agreed = [reusable[i] and new[i] is not None and new[i] == old[i] for i in range(upto)]
+        agreed = [reusable[i] and same_outcome(old[i], new[i]) for i in range(upto)]
         same = 0
         while same < upto and new[same] is not None:
             same += 1
