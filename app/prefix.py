@@ -169,9 +169,8 @@ class Recall:
         """Where the run of units the entry decoded from ``i`` on ends (exclusive), when ``take(i)``
         would take it: the same units at the same places, from a place the entry's decoding could
         resume at to the next; else ``None``."""
-        if self._runs is None:
-            self._runs = self._segments()
-        return self._runs[i] if i < len(self._runs) else None
+        runs = self.takeable()
+        return runs[i] if i < len(runs) else None
 
     def _segments(self) -> list[int | None]:
         entry = self.entry
@@ -189,24 +188,34 @@ class Recall:
             runs.append(j + 1 if j < n and all(equal[i:j + 1]) else None)
         return runs
 
-    def take(self, i: int) -> tuple[list[Turn], list[Any]] | None:
-        """The entry's turns for the run of units from ``i`` (``segment``) and what the face kept of
-        them — the caller's decoder being in its starting state at ``i``; else ``None`` (decode
-        unit ``i``)."""
-        end = self.segment(i)
-        if end is None:
+    def takeable(self) -> list[int | None]:
+        """Unit by unit, where the run the entry decoded from it ends (``segment``), or ``None``."""
+        if self._runs is None:
+            self._runs = self._segments()
+        return self._runs
+
+    def take(self, i: int) -> tuple[int, list[Turn], list[Any]] | None:
+        """The entry's turns for every run of units from ``i`` on that ``segment`` allows, one after
+        the other, and what the face kept of them — the caller's decoder being in its starting state
+        at ``i`` (as it is again at each run's end): ``(the unit after them, turns, payload)``; else
+        ``None`` (decode unit ``i``)."""
+        runs = self.takeable()
+        end = i
+        while end < len(runs) and (after := runs[end]) is not None:
+            end = after
+        if end == i:
             return None
         entry = self.entry
         assert entry is not None
-        j = end - 1
         begin = entry.ends[i - 1] if i else 0
-        turns = entry.turns[begin:entry.ends[j]]
-        self.ends.extend(self.count + end - begin if end >= 0 else -1 for end in entry.ends[i:j + 1])
+        turns = entry.turns[begin:entry.ends[end - 1]]
+        base = self.count - begin
+        self.ends.extend(base + e if e >= 0 else -1 for e in entry.ends[i:end])
         self.count += len(turns)
-        payload = entry.payload[i:j + 1]
+        payload = entry.payload[i:end]
         self.payload.extend(payload)
-        self.taken += j + 1 - i
-        return turns, payload
+        self.taken += end - i
+        return end, turns, payload
 
     def after(self, turns: int, payload: Any = None, resumable: bool = True) -> None:
         """The next unit is decoded: ``turns`` turns so far (decoding may resume after it only where

@@ -38,20 +38,21 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
         recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
                                limit=len(messages) - 1)  # one message at least is validated
-    fresh = None
-    if recall is not None and recall.entry is not None:
-        fresh = [i for i in range(len(messages)) if recall.segment(i) is None]
+    known: list[Any] | None = None
+    if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
+        payload = recall.entry.payload
+        known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
+        known += [None] * (len(messages) - len(known))
     try:
-        if fresh is not None:  # only the messages not decoded before are validated
-            request = ChatCompletionRequest.model_validate({**body, "messages": [messages[i] for i in fresh]})
+        if known is not None:  # only the messages not decoded before are validated
+            request = ChatCompletionRequest.model_validate(
+                {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
             models = iter(request.messages)
-            entry = recall.entry  # type: ignore[union-attr]
-            request.messages = [next(models) if recall.segment(i) is None else entry.payload[i]  # type: ignore[union-attr]
-                                for i in range(len(messages))]
+            request.messages = [k if k is not None else next(models) for k in known]
         else:
             request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        if fresh is not None:  # the same first error as the whole request gives (with its index)
+        if known is not None:  # the same first error as the whole request gives (with its index)
             return parse_request_whole(body)
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
@@ -80,10 +81,12 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
     recall: Recall | None = request._recall
     turns: list[Turn] = []
     messages = request.messages
-    for i in range(len(messages)):
+    i = 0
+    while i < len(messages):
         taken = recall.take(i) if recall is not None else None
         if taken is not None:
-            turns.extend(taken[0])
+            i = taken[0]
+            turns.extend(taken[1])
             continue
         message = messages[i]
         try:
@@ -104,6 +107,7 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
             turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra))
         if recall is not None:
             recall.after(len(turns), payload=message)
+        i += 1
     return turns
 
 

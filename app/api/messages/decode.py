@@ -98,8 +98,10 @@ def taken_message(found: Recall | None) -> Callable[[int], Any] | None:
         return None
     entry = found.entry
 
+    runs = found.takeable()
+
     def model(i: int) -> Any:
-        return entry.payload[i + 1][0] if found.segment(i + 1) is not None else None
+        return entry.payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
 
     return model
 
@@ -115,28 +117,33 @@ class Decoder:
         self.loaded_tools: set[str] = set()  # deferred tools a tool_reference loaded
         self.dropped_thinking = 0  # handed-back thinking blocks that did not verify
 
-    def _taken(self, i: int) -> bool:
+    def _taken(self, i: int) -> int:
+        """Take the turns of the units from ``i`` on that an earlier request decoded alike; the unit
+        after them (``i`` when none)."""
         taken = self.found.take(i) if self.found is not None else None
         if taken is None:
-            return False
-        self.turns.extend(taken[0])
-        for _model, loaded in taken[1]:
+            return i
+        end, turns, payload = taken
+        self.turns.extend(turns)
+        for _model, loaded in payload:
             self.loaded_tools |= loaded
-        return True
+        return end
 
     def _decoded(self, model: Any, loaded_before: set[str]) -> None:
         if self.found is not None:
             self.found.after(len(self.turns), (model, frozenset(self.loaded_tools - loaded_before)))
 
     def decode(self, request: Conversation) -> list[Turn]:
-        if not self._taken(0):
+        unit = self._taken(0)  # unit 0 is the system prompt, unit i + 1 message i
+        if unit == 0:
             system = system_text(request.system)
             if system:
                 self.turns.append(Turn("system", system))
             self._decoded(None, self.loaded_tools)
-        for i, message in enumerate(request.messages):
-            if self._taken(i + 1):
-                continue
+            unit = self._taken(1)
+        while unit <= len(request.messages):
+            i = unit - 1
+            message = request.messages[i]
             before = set(self.loaded_tools)
             where = f"messages[{i}]"
             content = message.content
@@ -150,6 +157,7 @@ class Decoder:
             else:
                 self._assistant(content, f"{where}.content")
             self._decoded(message, before)
+            unit = self._taken(unit + 1)
         if self.turns and self.turns[-1].role == "assistant" and self.turns[-1].calls:
             raise invalid(f"messages[{len(request.messages) - 1}]: a final assistant message with tool_use blocks "
                           "needs their tool_result blocks in a user message after it")

@@ -253,20 +253,21 @@ class Decoder:
         self._flush()
 
     def items(self, segments: list[tuple[str, list[dict[str, Any]], bool]], found: Recall | None,
-              units: int = 1) -> None:
+              start: int = 1) -> None:
         """Decode the lists of items in ``segments`` (``(where, items, trusted)``: each ends what is
-        pending) one after the other, their units counted from ``units`` on (``app.prefix``): a run of
+        pending) one after the other, the items' units counted from 1 (``app.prefix``; unit 0 is the
+        instructions) and decoding going on at unit ``start`` (those before were taken): a run of
         items the same as an earlier request's at the same places, from a place where nothing was
         pending to the next, is taken from it; an item whose decoding read the store is never kept
         (the store may change: its unit is dropped)."""
         flat = [(item, f"{where}[{k}]", trusted, k == len(items) - 1)
                 for where, items, trusted in segments for k, item in enumerate(items)]
-        i = 0
+        i = start - 1  # item i is unit i + 1
         while i < len(flat):
-            taken = found.take(units + i) if found is not None and self.clean else None
+            taken = found.take(i + 1) if found is not None and self.clean else None
             if taken is not None:
-                self.turns.extend(taken[0])
-                i += len(taken[1])
+                self.turns.extend(taken[1])
+                i = taken[0] - 1
                 continue
             item, at, trusted, last = flat[i]
             read_store = self.item(item, at, trusted)
@@ -274,7 +275,7 @@ class Decoder:
                 self._flush()
             if found is not None:
                 if read_store:
-                    found.units[units + i] = None
+                    found.units[i + 1] = None
                 found.after(len(self.turns), resumable=self.clean)
             i += 1
 
@@ -297,14 +298,16 @@ def conversation_turns(decoder: Decoder, instructions: str | None,
         fresh.append((begin, len(decoder.turns)))
         return decoder.turns, Note(prefix, scope, [], [], [], decoder.turns, fresh, kept.render, None, [])
     taken = found.take(0) if found is not None else None
-    if taken is not None:
-        decoder.turns.extend(taken[0])
+    first = 1
+    if taken is not None:  # the instructions and perhaps the items after them
+        first, turns, _ = taken
+        decoder.turns.extend(turns)
     else:
         if instructions:
             decoder.turns.append(Turn("system", instructions))
         if found is not None:
             found.after(len(decoder.turns))
-    decoder.items([*before, ("input", inputs, False)], found)
+    decoder.items([*before, ("input", inputs, False)], found, first)
     return decoder.turns, found.note(decoder.turns) if found is not None else None
 
 
