@@ -108,6 +108,7 @@ class Runtime:
                 except httpx.HTTPError as exc:
                     raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
                                    code="backend_unreachable") from exc
+                self.services.pool.warm(self.model)  # the prepare workers start now, given the model
             return self.model
 
     def describe(self) -> dict[str, Any]:
