@@ -30,21 +30,29 @@ just before the loop (it receives the sequence and the captured values) and afte
 the loop running over the items from the first one not reused on (``seq[start:]``), its body
 rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
 (``_FromStart``; a read that counts from the end — ``seq[loop.index0 - 1]`` in the first
-iteration — makes the render one that is not kept). The first call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
-cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than tool arguments, a
-non-finite float — stops reuse), finds the longest earlier render whose items are, byte for byte
-and item for item, a prefix of these (among those whose first items digest alike: a BLAKE2b
-digest, salted per template), and requires its captured values to be byte-identical (the same exact
-serialisation). Then iterations ``0 … n_old − 1 − ahead`` (all of them if the sequence is
-unchanged) and any read ``seq[k]`` with ``k < n_old`` are known to write the same text; they are
-skipped and their old text is put back in place. Everything before and after the loop runs as
-usual. Each iteration's text is cut out of the output by a per-process random separator; if the
-data itself holds the separator, the counts do not match and the template is rendered whole.
+iteration — makes the render one that is not kept), and skipping, past ``start``, each iteration
+taken from the render before (a set test: it writes its mark alone). The render is given the
+state an earlier render of the same conversation left (``Resume.previous``, ``RenderState``: the
+prefix service, ``app.prefix``, keeps it). The first call serialises each item of the sequence
+exactly (``marshal``, else ``exact_bytes``: an item that cannot be serialised exactly — a tuple,
+a ``str`` or ``dict`` subclass other than tool arguments, a non-finite float — stops reuse; the
+caller's own message objects, promised unchanged, are known again by identity) and compares them
+with the earlier render's, place by place. Iteration *i* is taken from the earlier render when the
+items it reads — from *i − behind* to *i + ahead*, and the fixed ones — are the same at the same
+places (or absent from both), and the captured values are byte-identical; where captured values
+differ, when each differing one is read only through *guards* — expressions of the captured
+values and of the iteration's place alone, such as Qwen3's ``loop.index0 > ns.last_query_index``
+(``Guards``) — the guards are evaluated for both renders, iteration by iteration, and an
+iteration whose guards come out the same is still taken. So an appended turn, a rewritten last
+message and an edited early one each re-render only the iterations around what changed.
+Everything before and after the loop runs as usual. Each iteration's text is cut out of the output
+by a per-process random separator; if the data itself holds the separator, the counts do not match
+and the template is rendered whole.
 
 A template that fails the proof (many do: loops that set namespace flags, Kimi K2's list building)
-is always rendered whole. What the cache holds (``RenderCache``): per earlier render, the text of
-each loop iteration, the sequence's items and the captured values serialised —
-bounded in bytes, least recently used dropped first, per process.
+is always rendered whole. What a render leaves (``RenderState``, in ``Resume.state``): the text of
+each loop iteration and its JSON encoding, the sequence's items and the captured values serialised
+(and the values, for replaying guards) — the prefix service keeps it, within its byte budget.
 """
 
 from __future__ import annotations
