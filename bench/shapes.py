@@ -269,12 +269,7 @@ class Server:
         return list(httpx.get(self.backend.url + "/bench/prompts", timeout=30).json())
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        Proc(self.process, 0).stop()  # type: ignore[arg-type]  # (a bytes pipe: stopped alike)
         self.backend.stop()
 
 
