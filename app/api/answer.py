@@ -24,6 +24,7 @@ from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
+from app.pipeline.literal import encode_prompt
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
@@ -81,7 +82,7 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
     check_ask(ask, settings, schema_key=schema_key)
     try:
         return plan_request(ask, model.formats, model.require_template(), model.backend,
-                            settings.max_calls_per_answer)
+                            settings.max_calls_per_answer, model.control)
     except TemplateError as exc:
         raise render_error(exc) from None
 
@@ -104,6 +105,7 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
+    await encode_prompt(planned, model)  # client control text kept text (app.pipeline.literal); rare
     await fit(ask, planned, model, ex)
     return await launch(ask, planned, model, ex)
 
@@ -111,8 +113,7 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
 async def fit(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> None:
     """Fit the request's ``max_tokens`` to the cap and the context (``app.pipeline.budget``; the
     headers saying so go on the exchange)."""
-    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend,
-                                           ex.settings))
+    ex.headers.update(await fit_max_tokens(ask.sampling, planned, model, ex.settings))
 
 
 async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
