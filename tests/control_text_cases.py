@@ -57,6 +57,15 @@ def requests(mark: str) -> dict[str, tuple[str, dict[str, Any]]]:
             "messages": ("/v1/messages", messages)}
 
 
+def user_requests(mark: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """One user message, for templates that refuse the others (a system text they drop)."""
+    return {"chat": ("/v1/chat/completions", {"model": "m", "max_tokens": 8,
+                                              "messages": [{"role": "user", "content": f"U{mark}"}]}),
+            "responses": ("/v1/responses", {"model": "m", "max_output_tokens": 8, "store": False, "input": f"U{mark}"}),
+            "messages": ("/v1/messages", {"model": "m", "max_tokens": 8,
+                                          "messages": [{"role": "user", "content": f"U{mark}"}]})}
+
+
 def simple_requests(mark: str) -> dict[str, tuple[str, dict[str, Any]]]:
     """The same with only system and user text, for templates that refuse the full conversation."""
     return {"chat": ("/v1/chat/completions", {"model": "m", "max_tokens": 8, "messages": [

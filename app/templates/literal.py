@@ -53,6 +53,7 @@ from typing import Any, Literal
 from jinja2 import nodes
 
 from app.conversation import Call, Turn
+from app.templates.chat_template import TemplateError
 
 Mode = Literal["tokens", "escape", "reject", "allow"]
 #: ``[start, end)`` of a piece of prompt text that must be read as plain text
@@ -169,8 +170,8 @@ class ControlText:
             raise ControlTextRejected(where, token)
         hidden_turns, hidden_tools, hidden_kwargs = tables.rewrite(turns, tools, client_kwargs, tables.hide)
         restored = _restore(render(hidden_turns, hidden_tools, hidden_kwargs), tables)
-        if (restored is not None and tables.inspects(self.inspected, turns, tools, client_kwargs)
-                and restored[0] != render(turns, tools, client_kwargs)):
+        if restored is not None and tables.inspects(self.inspected, turns, tools, client_kwargs) \
+                and restored[0] != _or_none(render, turns, tools, client_kwargs):
             restored = None  # the template read the client's control text: not traceable
         if restored is None:
             if self.mode == "reject":
@@ -214,6 +215,15 @@ class ControlText:
     def escape(self, text: str) -> str:
         """``text`` with ``escape`` applied (every control string, and its escaped forms, one U+200B more)."""
         return self._tables.escape(text) if self.strings else text
+
+
+def _or_none(render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
+             client_kwargs: dict[str, Any]) -> str | None:
+    """The render, or ``None`` when the template refuses it."""
+    try:
+        return render(turns, tools, client_kwargs)
+    except TemplateError:
+        return None
 
 
 def _covering(text: str, span: Span, tables: _Tables) -> str | None:
@@ -344,13 +354,6 @@ class _Tables:
                 self.suffixes.setdefault(s[k:], i)
         self.starts = frozenset(s[0] for s in strings)
         self.ends = frozenset(s[-1] for s in strings)
-        #: short strings that are a piece from inside a control string: (index, start)
-        self.infixes: dict[str, tuple[int, int]] = {}
-        if sum(len(s) ** 2 for s in strings) <= 400_000:
-            for i, s in enumerate(strings):
-                for a in range(1, len(s) - 1):
-                    for b in range(a + 1, len(s)):
-                        self.infixes.setdefault(s[a:b], (i, a))
 
     # ---- the scan
 
@@ -363,11 +366,8 @@ class _Tables:
         return "" if self._edge(text) else None
 
     def _edge(self, text: str) -> bool:
-        n = len(text)
-        if not n:
+        if not text:
             return False
-        if n < self.longest and text in self.infixes:
-            return True
         return self._tail(text) is not None or self._head(text) is not None
 
     def _tail(self, text: str) -> int | None:
@@ -410,10 +410,10 @@ class _Tables:
 
     # ---- rewriting client values
 
-    def hide(self, text: str) -> str:
-        """``text`` with its control strings, its edge pieces and its placeholder-block characters as
-        placeholders (the same text always gives the same result)."""
-        if self.flags(text) is None:
+    def hide(self, text: str, edges: bool = True) -> str:
+        """``text`` with its control strings, its edge pieces (``edges``) and its placeholder-block
+        characters as placeholders (the same text always gives the same result)."""
+        if (self.flags(text) if edges else self.dirty.search(text)) is None:
             return text
         index = self.index
 
@@ -422,10 +422,8 @@ class _Tables:
             return _placeholder(_piece_code(index[piece], 0, len(piece)) if piece in index else _char_code(piece))
 
         hidden = self.dirty.sub(one, text)
-        n = len(hidden)
-        if n < self.longest and hidden in self.infixes:
-            i, a = self.infixes[hidden]
-            return _placeholder(_piece_code(i, a, a + n))
+        if not edges:
+            return hidden
         head, tail = self._head(hidden), self._tail(hidden)
         start = len(hidden) - len(hidden.lstrip()) if hidden[:1].isspace() else 0
         end = len(hidden.rstrip()) if hidden[-1:].isspace() else len(hidden)
@@ -441,6 +439,11 @@ class _Tables:
             hidden = hidden[:start] + _placeholder(_piece_code(i, whole - len(piece), whole)) + hidden[head:]
         return hidden
 
+    def hide_key(self, text: str) -> str:
+        """A mapping key hidden: its control strings and placeholder-block characters only — a key is
+        structure too (``"function"``, ``"type"``), looked up by the template, never cut into pieces."""
+        return self.hide(text, edges=False)
+
     def escape(self, text: str) -> str:
         """``text`` with one U+200B more after the first character of every control string in it."""
         if not text or self.escapable.search(text) is None:
@@ -449,11 +452,13 @@ class _Tables:
 
     def rewrite(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any],
                 fn: Callable[[str], str]) -> tuple[list[Turn], list[dict[str, Any]] | None, dict[str, Any]]:
-        """The client values with ``fn`` applied to every string; what ``fn`` leaves alone stays the
-        same object (a turn without control text is the same ``Turn``)."""
-        new_turns = [_turn_with(turn, fn) for turn in turns]
-        new_tools = None if tools is None else [_mapped(tool, fn) for tool in tools]
-        return new_turns, new_tools, _mapped(kwargs, fn)
+        """The client values with ``fn`` applied to every string (``hide_key`` to mapping keys when
+        ``fn`` is ``hide``); what ``fn`` leaves alone stays the same object (a turn without control
+        text is the same ``Turn``)."""
+        key = self.hide_key if fn == self.hide else fn
+        new_turns = [_turn_with(turn, fn, key) for turn in turns]
+        new_tools = None if tools is None else [_mapped(tool, fn, key) for tool in tools]
+        return new_turns, new_tools, _mapped(kwargs, fn, key)
 
     def inspects(self, inspected: frozenset[str], turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
                  kwargs: Mapping[str, Any]) -> bool:
@@ -547,17 +552,17 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(item)
 
 
-def _mapped(value: Any, fn: Callable[[str], str]) -> Any:
-    """``value`` with ``fn`` applied to every string in it (keys included); containers are copied only
-    where something changed."""
+def _mapped(value: Any, fn: Callable[[str], str], key: Callable[[str], str]) -> Any:
+    """``value`` with ``fn`` applied to every string in it (``key`` to mapping keys); containers are
+    copied only where something changed."""
     if isinstance(value, str):
         return fn(value)
     if isinstance(value, Mapping):
         changed = False
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            nk = fn(k) if isinstance(k, str) else k
-            nv = _mapped(v, fn)
+            nk = key(k) if isinstance(k, str) else k
+            nv = _mapped(v, fn, key)
             changed = changed or nk is not k or nv is not v
             out[nk] = nv
         if not changed:
@@ -565,7 +570,7 @@ def _mapped(value: Any, fn: Callable[[str], str]) -> Any:
         kind: Any = type(value)
         return kind(out) if kind is not dict and _rebuildable(value) else out
     if isinstance(value, (list, tuple)):
-        items = [_mapped(v, fn) for v in value]
+        items = [_mapped(v, fn, key) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         return type(value)(items) if type(value) in (list, tuple) else items
@@ -580,31 +585,31 @@ def _rebuildable(value: Any) -> bool:
     return True
 
 
-def _turn_with(turn: Turn, fn: Callable[[str], str]) -> Turn:
+def _turn_with(turn: Turn, fn: Callable[[str], str], key: Callable[[str], str]) -> Turn:
     text = fn(turn.text) if turn.text else turn.text
     name = fn(turn.name) if turn.name else turn.name
     call_id = fn(turn.tool_call_id) if turn.tool_call_id else turn.tool_call_id
     reasoning = fn(turn.reasoning) if turn.reasoning else turn.reasoning
-    calls = tuple(_call_with(call, fn) for call in turn.calls)
-    extra = _mapped(turn.extra, fn)
+    calls = tuple(_call_with(call, fn, key) for call in turn.calls)
+    extra = _mapped(turn.extra, fn, key)
     if (text is turn.text and name is turn.name and call_id is turn.tool_call_id and reasoning is turn.reasoning
             and extra is turn.extra and all(a is b for a, b in zip(calls, turn.calls, strict=True))):
         return turn
     return Turn(turn.role, text, calls, reasoning, call_id, name, extra)
 
 
-def _call_with(call: Call, fn: Callable[[str], str]) -> Call:
+def _call_with(call: Call, fn: Callable[[str], str], key: Callable[[str], str]) -> Call:
     call_id, name = fn(call.id), fn(call.name)
     arguments: str | Mapping[str, Any] = call.arguments
     if isinstance(arguments, str):
         if "\\" in arguments and _decoded(arguments) is not None and isinstance(_decoded(arguments), dict):
             decoded = _decoded(arguments)
-            mapped = _mapped(decoded, fn)
+            mapped = _mapped(decoded, fn, key)
             arguments = mapped if mapped is not decoded else arguments
         else:
             arguments = fn(arguments)
     else:
-        arguments = _mapped(arguments, fn)
+        arguments = _mapped(arguments, fn, key)
     if call_id is call.id and name is call.name and arguments is call.arguments:
         return call
     return Call(call_id, name, arguments)
