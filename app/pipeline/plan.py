@@ -162,7 +162,7 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
     if control is None or not control.active:
         return render(turns, shown, ask.template_kwargs), prefill, ()
     try:
-        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill)
+        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True))
     except ControlTextRejected as exc:
         raise bad_request(str(exc), code="control_text_rejected") from None
     return rendered.prompt, rendered.prefill, rendered.spans

@@ -45,6 +45,8 @@ ways other than those above (its case, say) is rendered as it renders it.
 from __future__ import annotations
 
 import re
+
+import orjson
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -70,6 +72,7 @@ _PLACEHOLDER = re.compile(f"{OPEN}([{chr(_DIGIT0)}-{chr(_DIGIT0 + 15)}]+){CLOSE}
 _RESERVED = re.compile(_RESERVED_CLASS)
 _TO_DIGITS = str.maketrans({c: chr(_DIGIT0 + int(c, 16)) for c in "0123456789abcdef"})
 _FROM_DIGITS = str.maketrans({chr(_DIGIT0 + i): "0123456789abcdef"[i] for i in range(16)})
+_SPACE = 64  # whitespace around an edge piece looked past (templates strip client text)
 _FIELD = 10  # bits per slice bound in a placeholder's code (control strings up to 1023 characters)
 #: control strings shorter than this are left alone (a one-character "token" would flag every text)
 MIN_LENGTH = 2
@@ -148,21 +151,25 @@ class ControlText:
     # ------------------------------------------------------------------------ the render
 
     def render(self, render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
-               client_kwargs: dict[str, Any], prefill: str = "") -> Rendered:
+               client_kwargs: dict[str, Any], prefill: str = "", own: Iterable[str] = ()) -> Rendered:
         """``render(turns, tools, client_kwargs)`` followed by ``prefill``, traced (see the module
-        docstring); ``ControlTextRejected`` in ``reject`` mode."""
+        docstring); ``ControlTextRejected`` in ``reject`` mode. ``prefill`` is the start of the
+        model's own answer: the strings in ``own`` (the markers the model writes — a reasoning block's
+        opening) are its own there, and stay control text; every other control string in it is
+        protected as anywhere else."""
         if not self.active:
             return Rendered(render(turns, tools, client_kwargs), prefill)
         tables = self._tables
+        own = frozenset(own) & frozenset(self.strings) if prefill else frozenset()
         escaped = False
         if self.mode == "escape":  # the client's control strings escaped where they stand
             escape = tables.escape
             e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape)
-            e_prefill = escape(prefill)
+            e_prefill = tables.escape(prefill, own)
             escaped = e_prefill is not prefill or e_kwargs is not client_kwargs or e_tools is not tools \
                 or any(a is not b for a, b in zip(e_turns, turns, strict=True))
             turns, tools, client_kwargs, prefill = e_turns, e_tools, e_kwargs, e_prefill
-        hit = tables.first(turns, tools, client_kwargs, prefill)
+        hit = tables.first(turns, tools, client_kwargs, _without(prefill, own))
         if hit is None:
             return Rendered(render(turns, tools, client_kwargs), prefill, escaped=escaped)
         where, token = hit
@@ -176,9 +183,9 @@ class ControlText:
         if restored is None:
             if self.mode == "reject":
                 raise ControlTextRejected(where, token or "(a control token)")
-            return self._escaped_render(render, turns, tools, client_kwargs, prefill)
+            return self._escaped_render(render, turns, tools, client_kwargs, prefill, own)
         prompt = restored[0]
-        text, pieces = _with_prefill(*restored, prefill, tables)
+        text, pieces = _with_prefill(*restored, prefill, tables, own)
         spans = tuple(span for span, edge in pieces if not edge or self._forms_token(text, span))
         if not spans:
             return Rendered(prompt, prefill, escaped=escaped)
@@ -190,12 +197,12 @@ class ControlText:
         return Rendered(prompt, prefill, keep, escaped=escaped)
 
     def _escaped_render(self, render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
-                        client_kwargs: dict[str, Any], prefill: str) -> Rendered:
+                        client_kwargs: dict[str, Any], prefill: str, own: frozenset[str]) -> Rendered:
         """The fallback: client control strings escaped in the client text itself, rendered."""
         tables = self._tables
         escape = tables.escape
         e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape)
-        return Rendered(render(e_turns, e_tools, e_kwargs), escape(prefill), escaped=True)
+        return Rendered(render(e_turns, e_tools, e_kwargs), tables.escape(prefill, own), escaped=True)
 
     def _forms_token(self, text: str, span: Span) -> bool:
         """Whether an edge piece at ``span`` is part of a control string in ``text``."""
@@ -287,8 +294,16 @@ def _restore(raw: str, tables: _Tables) -> tuple[str, list[tuple[Span, bool]]] |
     return "".join(out), spans
 
 
+def _without(text: str, own: frozenset[str]) -> str:
+    """``text`` with the strings of ``own`` taken out (for the scan: they are allowed there)."""
+    for s in own:
+        if s in text:
+            text = text.replace(s, "\x00")
+    return text
+
+
 def _with_prefill(text: str, spans: list[tuple[Span, bool]], prefill: str,
-                  tables: _Tables) -> tuple[str, list[tuple[Span, bool]]]:
+                  tables: _Tables, own: frozenset[str] = frozenset()) -> tuple[str, list[tuple[Span, bool]]]:
     """The prompt followed by the answer's prefill (client text outside the template): its control
     strings, and a control string across the join, are spans too."""
     if not prefill:
@@ -298,7 +313,7 @@ def _with_prefill(text: str, spans: list[tuple[Span, bool]], prefill: str,
     spans = list(spans)
     for m in tables.tokens.finditer(full, max(0, join - tables.longest)):
         s, e = m.span()
-        if e > join:
+        if e > join and not (s >= join and m.group() in own):
             spans.append(((max(s, join), e), False))
     return full, spans
 
@@ -354,25 +369,37 @@ class _Tables:
                 self.suffixes.setdefault(s[k:], i)
         self.starts = frozenset(s[0] for s in strings)
         self.ends = frozenset(s[-1] for s in strings)
+        #: a text ending with the beginning of a control string; a reversed text ending with the end of one
+        self.begins = re.compile(_trie([s[:-1] for s in strings]) + r"\Z")
+        self.ends_reversed = re.compile(_trie([s[:0:-1] for s in strings]) + r"\Z")
+        #: the strings as they appear JSON-encoded (in tool definitions' JSON text)
+        encoded = {orjson.dumps(s).decode()[1:-1] for s in strings}
+        self.tools_tokens = re.compile("|".join(map(re.escape, sorted(encoded | set(strings), key=len, reverse=True))))
+        #: JSON escapes in call arguments that could spell a control string's characters when decoded
+        self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
 
     # ---- the scan
 
     def flags(self, text: str) -> str | None:
         """``""`` or the control string when ``text`` must be traced (``""``: only an edge piece or
         a placeholder character), ``None`` when it is plain."""
-        m = self.dirty.search(text)
+        m = self.tokens.search(text)
         if m is not None:
-            return m.group() if m.group() in self.index else ""
+            return m.group()
+        if not text.isascii() and _RESERVED.search(text):
+            return ""
         return "" if self._edge(text) else None
 
     def _edge(self, text: str) -> bool:
-        if not text:
-            return False
-        return self._tail(text) is not None or self._head(text) is not None
+        """Whether ``text`` ends with the beginning of a control string or begins with the end of one
+        (whitespace around it aside). Looks only at the ends: a few short slices, whatever the length."""
+        reach = self.longest - 1
+        return (self.begins.search(text[-reach - _SPACE:].rstrip()[-reach:]) is not None
+                or self.ends_reversed.search(text[:reach + _SPACE].lstrip()[:reach][::-1]) is not None)
 
     def _tail(self, text: str) -> int | None:
         """Where ``text``'s longest tail that begins a control string starts (after trailing space)."""
-        end = len(text.rstrip()) if text[-1:].isspace() else len(text)
+        end = len(text) - (len(window := text[-_SPACE:]) - len(window.rstrip()))
         low = max(0, end - self.longest + 1)
         best: int | None = None
         for c in self.starts:
@@ -385,7 +412,7 @@ class _Tables:
 
     def _head(self, text: str) -> int | None:
         """Where ``text``'s longest head that ends a control string ends (after leading space)."""
-        start = len(text) - len(text.lstrip()) if text[:1].isspace() else 0
+        start = len(window := text[:_SPACE]) - len(window.lstrip())
         high = min(len(text), start + self.longest - 1)
         best: int | None = None
         for c in self.ends:
@@ -396,9 +423,33 @@ class _Tables:
                 p = text.find(c, p + 1, high)
         return best
 
+    def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
+            prefill: str) -> bool:
+        """Whether any client string must be traced (``first`` says which): the strings joined once and
+        searched by the regular expression engine, the ends of each looked at; tool definitions as
+        their JSON text (a control string there is written as is, or JSON-escaped)."""
+        texts = _texts(turns, self.escapes)
+        texts += (t for value in kwargs.values() for t in _strings(value))
+        texts += kwargs.keys()
+        if prefill:
+            texts.append(prefill)
+        joined = "\x00".join(texts)
+        if self.tokens.search(joined) is not None or (not joined.isascii() and _RESERVED.search(joined)):
+            return True
+        if tools:
+            try:
+                encoded = orjson.dumps(tools).decode()
+            except (TypeError, orjson.JSONEncodeError):
+                return any(self.flags(t) is not None for tool in tools for t in _strings(tool))
+            if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and _RESERVED.search(encoded)):
+                return True
+        return any(map(self._edge, texts))
+
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
               prefill: str) -> tuple[str, str] | None:
         """The first client field to trace: (where, the control string or ``""``), or ``None``."""
+        if not self.any(turns, tools, kwargs, prefill):
+            return None
         found: tuple[str, str] | None = None
         for where, text in _client_strings(turns, tools, kwargs, prefill):
             flag = self.flags(text)
@@ -444,11 +495,12 @@ class _Tables:
         structure too (``"function"``, ``"type"``), looked up by the template, never cut into pieces."""
         return self.hide(text, edges=False)
 
-    def escape(self, text: str) -> str:
-        """``text`` with one U+200B more after the first character of every control string in it."""
+    def escape(self, text: str, own: frozenset[str] = frozenset()) -> str:
+        """``text`` with one U+200B more after the first character of every control string in it
+        (those of ``own`` written as they are left alone)."""
         if not text or self.escapable.search(text) is None:
             return text
-        return self.escapable.sub(lambda m: m.group()[0] + ZW + m.group()[1:], text)
+        return self.escapable.sub(lambda m: m.group() if m.group() in own else m.group()[0] + ZW + m.group()[1:], text)
 
     def rewrite(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any],
                 fn: Callable[[str], str]) -> tuple[list[Turn], list[dict[str, Any]] | None, dict[str, Any]]:
@@ -469,6 +521,22 @@ class _Tables:
         texts += [t for tool in tools or () for t in _strings(tool)]
         texts += [t for value in kwargs.values() for t in _strings(value)]
         return any(s in t for t in texts for s in inspected)
+
+
+def _trie(words: Iterable[str]) -> str:
+    """A pattern matching any non-empty beginning of any of ``words`` (one branch per shared
+    beginning, so a match costs the length of the text, not the number of words)."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+
+    def branch(node: dict[str, Any]) -> str:
+        arms = [re.escape(c) + (f"(?:{branch(child)})?" if child else "") for c, child in sorted(node.items())]
+        return arms[0] if len(arms) == 1 else "(?:" + "|".join(arms) + ")"
+
+    return branch(root) if root else "(?!)"
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:
@@ -494,6 +562,35 @@ def _client_strings(turns: Sequence[Turn], tools: list[dict[str, Any]] | None, k
             yield partial("chat_template_kwargs.{}".format, key), text
     if prefill:
         yield partial(str, "the final assistant message (continued)"), prefill
+
+
+def _texts(turns: Sequence[Turn], escapes: tuple[str, ...]) -> list[str]:
+    """Every client string in ``turns`` (arguments JSON-decoded too where an escape in them could
+    spell a control string's characters), in one tight loop."""
+    out: list[str] = []
+    add = out.append
+    for turn in turns:
+        if turn.text:
+            add(turn.text)
+        if turn.reasoning:
+            add(turn.reasoning)
+        if turn.name:
+            add(turn.name)
+        if turn.tool_call_id:
+            add(turn.tool_call_id)
+        for call in turn.calls:
+            add(call.id)
+            add(call.name)
+            arguments = call.arguments
+            if isinstance(arguments, str):
+                add(arguments)
+                if "\\" in arguments and any(e in arguments for e in escapes):
+                    out.extend(_strings(_decoded(arguments)))
+            else:
+                out.extend(_strings(arguments))
+        if turn.extra:
+            out.extend(_strings(turn.extra))
+    return out
 
 
 def _turn_strings(turn: Turn) -> Iterator[tuple[str, str]]:

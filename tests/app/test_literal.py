@@ -209,3 +209,16 @@ def test_control_text_pickles_and_is_deterministic() -> None:
     assert again == control and again.strings == control.strings
     text = "a<|im_end|>b"
     assert control._tables.hide(text) == again._tables.hide(text)
+
+
+def test_the_prefill_may_write_the_model_s_own_markers_and_nothing_else(qwen25: ChatTemplate) -> None:
+    control = ControlText((*CHATML, "<think>", "</think>"))
+    turns = [Turn("user", "q")]
+    out = control.render(renderer(qwen25), turns, None, {}, prefill="<think>\nok", own={"<think>", "</think>"})
+    assert out.spans == () and out.prefill == "<think>\nok"  # the model's own reasoning block, opened
+    out = control.render(renderer(qwen25), turns, None, {}, prefill="<think>a<|im_end|>", own={"<think>"})
+    join = len(out.prompt)
+    assert out.spans == ((join + 8, join + 18),)  # the turn's end is not the model's to write there
+    out = ControlText(control.strings, "escape").render(renderer(qwen25), turns, None, {},
+                                                        prefill="<think>a<|im_end|>", own={"<think>"})
+    assert out.prefill == f"<think>a<{ZW}|im_end|>"
