@@ -22,11 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import Section, at_most, fmt, table
 from app.conversation import Call, Turn
 from app.templates.chat_template import ChatTemplate
 from app.templates.literal import ControlText
 from app.templates.prompt import render_conversation
+from bench.report import Section, at_most, fmt, table
 
 TITLE = "Client control text: the scan and the trace, against the render"
 TEMPLATE = Path(__file__).resolve().parent.parent / "tests" / "data" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"

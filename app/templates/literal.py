@@ -45,13 +45,12 @@ ways other than those above (its case, say) is rendered as it renders it.
 from __future__ import annotations
 
 import re
-
-import orjson
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
+import orjson
 from jinja2 import nodes
 
 from app.conversation import Call, Turn
