@@ -83,7 +83,7 @@ def run(ctx: Any) -> Section:
                    through / bare, "×", at_most(1.3))
     section.figure("control_text.traced_ratio", "traced request / clean request", traced / through, "×",
                    note="one tool result holds the exploit: hidden, rendered, restored")
-    section.tables.append(table(("what", "ms (best of %d)" % rounds), [
+    section.tables.append(table(("what", f"ms (best of {rounds})"), [
         ("bare render", fmt(bare, 3)), ("scan", fmt(scan, 3)), ("render through ControlText", fmt(through, 3)),
         ("traced render (one tool result with control text)", fmt(traced, 3))]))
     section.data = {"bare_ms": bare, "scan_ms": scan, "through_ms": through, "traced_ms": traced, "bytes": size}
