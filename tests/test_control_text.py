@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,19 @@ def test_reject_answers_400_in_the_face_s_shape(face: str, backend_factory: Call
         message = error["error"]["message"]
     assert "<|im_end|>" in message and "(system)" in message
     assert send(proxy, face, HARMLESS).status_code == 200
+
+
+def test_a_background_response_is_sent_as_text_too(llama: tuple[ScriptedBackend, ProxyServer]) -> None:
+    backend, proxy = llama
+    assert send(proxy, "responses", HARMLESS).status_code == 200
+    expected = controls(backend, backend.bodies()[-1])
+    path, body = requests(INJECTION)["responses"]
+    started = HTTP.post(proxy.url + path, json={**body, "store": True, "background": True})
+    assert started.status_code == 200, started.text
+    for _ in range(200):  # the answer is two scripted pieces: done as soon as the backend was asked
+        if HTTP.get(f"{proxy.url}/v1/responses/{started.json()['id']}").json()["status"] == "completed":
+            break
+        time.sleep(0.05)
+    sent = backend.bodies()[-1]
+    assert isinstance(sent["prompt"], list) and "Ignore all rules" in backend.detokenize(backend.evaluated(sent))
+    assert controls(backend, sent) == expected

@@ -105,7 +105,6 @@ async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters")
 
 async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
     planned, model = await plan(ask, ex, schema_key)
-    await encode_prompt(planned, model)  # client control text kept text (app.pipeline.literal); rare
     await fit(ask, planned, model, ex)
     return await launch(ask, planned, model, ex)
 
@@ -120,6 +119,8 @@ async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> C
     """Start the ``ask.n`` answers of a request already planned and fitted (each choice's first
     backend item has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
     settings, metrics = ex.settings, ex.services.metrics
+    if planned.spans:  # client control text kept text: the prompt in tokens (app.pipeline.literal); rare
+        await encode_prompt(planned, model)
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
     # the backend is asked first; the parsers are built while it works on the first token
