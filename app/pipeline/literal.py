@@ -82,7 +82,7 @@ async def control_for(settings: Settings, backend: Backend, template: ChatTempla
     line = (f"control text: {mode} ({why}); {len(control.strings)} control strings from {vocab.source or 'nowhere'}"
             + ("; unsplittable, escaped: " + ", ".join(sorted(vocab.unsplittable)) if vocab.unsplittable else ""))
     (log.info if mode == "tokens" else log.warning)(line)
-    return control, tokenizer if mode == "tokens" and kind == "vllm" else None
+    return control, tokenizer if kind == "vllm" else None  # it counts prompts in process in every mode
 
 
 async def _vocabulary(settings: Settings, backend: Backend, markup: set[str]) -> tuple[Vocabulary, TextTokenizer | None]:
