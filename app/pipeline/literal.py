@@ -79,6 +79,8 @@ async def control_for(settings: Settings, backend: Backend, template: ChatTempla
     inspected = (inspected_strings(template.source, vocab.control, template._template.environment)
                  if template is not None else frozenset())
     control = ControlText(tuple(vocab.control), mode, vocab.unsplittable, inspected, f"{why}; {vocab.source}")
+    if control.active:
+        control.occurrences("")  # its matching tables built now, not on the first request
     line = (f"control text: {mode} ({why}); {len(control.strings)} control strings from {vocab.source or 'nowhere'}"
             + ("; unsplittable, escaped: " + ", ".join(sorted(vocab.unsplittable)) if vocab.unsplittable else ""))
     (log.info if mode == "tokens" else log.warning)(line)

@@ -71,10 +71,13 @@ _PLACEHOLDER = re.compile(f"{OPEN}([{chr(_DIGIT0)}-{chr(_DIGIT0 + 15)}]+){CLOSE}
 _RESERVED = re.compile(_RESERVED_CLASS)
 _TO_DIGITS = str.maketrans({c: chr(_DIGIT0 + int(c, 16)) for c in "0123456789abcdef"})
 _FROM_DIGITS = str.maketrans({chr(_DIGIT0 + i): "0123456789abcdef"[i] for i in range(16)})
+_PIECE = 64  # longest edge piece looked for (a pattern nests once per character of it)
 _SPACE = 64  # whitespace around an edge piece looked past (templates strip client text)
 _FIELD = 10  # bits per slice bound in a placeholder's code (control strings up to 1023 characters)
 #: control strings shorter than this are left alone (a one-character "token" would flag every text)
 MIN_LENGTH = 2
+#: control strings longer than this are left alone (no tokenizer has one; it bounds the patterns)
+MAX_LENGTH = 256
 
 
 class ControlTextRejected(ValueError):
@@ -119,7 +122,7 @@ class ControlText:
     _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        kept = sorted({s for s in self.strings if len(s) >= MIN_LENGTH and len(s) < 1 << _FIELD},
+        kept = sorted({s for s in self.strings if MIN_LENGTH <= len(s) <= MAX_LENGTH},
                       key=lambda s: (-len(s), s))
         object.__setattr__(self, "strings", tuple(kept))
         object.__setattr__(self, "_index", {s: i for i, s in enumerate(kept)})
@@ -354,12 +357,12 @@ class _Tables:
         self.strings = strings
         self.index = {s: i for i, s in enumerate(strings)}
         self.longest = max(map(len, strings), default=0)
-        alternation = "|".join(map(re.escape, strings))
+        alternation = _trie(strings, whole=True)
         self.tokens = re.compile(alternation)
         #: a control string, or one of the placeholder block's characters
         self.dirty = re.compile(f"{alternation}|{_RESERVED_CLASS}")
         #: a control string with any run of U+200B after its first character (escape's target)
-        self.escapable = re.compile("|".join(re.escape(s[0]) + f"{ZW}*" + re.escape(s[1:]) for s in strings))
+        self.escapable = re.compile(_trie(strings, whole=True, gap=f"{ZW}*"))
         self.prefixes: dict[str, int] = {}
         self.suffixes: dict[str, int] = {}
         for i, s in enumerate(strings):
@@ -369,11 +372,11 @@ class _Tables:
         self.starts = frozenset(s[0] for s in strings)
         self.ends = frozenset(s[-1] for s in strings)
         #: a text ending with the beginning of a control string; a reversed text ending with the end of one
-        self.begins = re.compile(_trie([s[:-1] for s in strings]) + r"\Z")
-        self.ends_reversed = re.compile(_trie([s[:0:-1] for s in strings]) + r"\Z")
+        self.begins = _small_pattern(_trie(s[:-1][:_PIECE] for s in strings) + r"\Z")
+        self.ends_reversed = _small_pattern(_trie(s[:0:-1][:_PIECE] for s in strings) + r"\Z")
         #: the strings as they appear JSON-encoded (in tool definitions' JSON text)
         encoded = {orjson.dumps(s).decode()[1:-1] for s in strings}
-        self.tools_tokens = re.compile("|".join(map(re.escape, sorted(encoded | set(strings), key=len, reverse=True))))
+        self.tools_tokens = re.compile(_trie(encoded | set(strings), whole=True))
         #: JSON escapes in call arguments that could spell a control string's characters when decoded
         self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
 
@@ -393,8 +396,15 @@ class _Tables:
         """Whether ``text`` ends with the beginning of a control string or begins with the end of one
         (whitespace around it aside). Looks only at the ends: a few short slices, whatever the length."""
         reach = self.longest - 1
-        return (self.begins.search(text[-reach - _SPACE:].rstrip()[-reach:]) is not None
-                or self.ends_reversed.search(text[:reach + _SPACE].lstrip()[:reach][::-1]) is not None)
+        begins, ends = self.begins, self.ends_reversed
+        if begins is not None:
+            if begins.search(text[-reach - _SPACE:].rstrip()[-reach:]) is not None:
+                return True
+        elif self._tail(text) is not None:
+            return True
+        if ends is not None:
+            return ends.search(text[:reach + _SPACE].lstrip()[:reach][::-1]) is not None
+        return self._head(text) is not None
 
     def _tail(self, text: str) -> int | None:
         """Where ``text``'s longest tail that begins a control string starts (after trailing space)."""
@@ -522,20 +532,39 @@ class _Tables:
         return any(s in t for t in texts for s in inspected)
 
 
-def _trie(words: Iterable[str]) -> str:
-    """A pattern matching any non-empty beginning of any of ``words`` (one branch per shared
-    beginning, so a match costs the length of the text, not the number of words)."""
+def _small_pattern(pattern: str) -> re.Pattern[str] | None:
+    """``pattern`` compiled, unless it is too large to be worth it (a vocabulary of thousands of
+    control strings that share few endings): the caller then looks up pieces in a table instead."""
+    return re.compile(pattern) if len(pattern) <= 32_768 else None
+
+
+def _trie(words: Iterable[str], whole: bool = False, gap: str = "") -> str:
+    """A pattern matching any of ``words`` (``whole``; the longest where several match at one place)
+    or any non-empty beginning of one, built on their trie: a match costs the length of what it
+    reads, however many words there are (an alternation of words costs their number at every
+    place). ``gap`` (a pattern) may come after a word's first character."""
+    end = ""  # the key marking the end of a word in a node (no character is empty)
     root: dict[str, Any] = {}
     for word in words:
         node = root
         for char in word:
             node = node.setdefault(char, {})
+        node[end] = {}
 
-    def branch(node: dict[str, Any]) -> str:
-        arms = [re.escape(c) + (f"(?:{branch(child)})?" if child else "") for c, child in sorted(node.items())]
+    def branch(node: dict[str, Any], first: bool) -> str:
+        arms = []
+        for char, child in sorted((c, n) for c, n in node.items() if c != end):
+            run = re.escape(char) + (gap if first else "")
+            while whole and len(child) == 1 and end not in child:  # a chain without a branch: one literal run
+                (char, child), = child.items()
+                run += re.escape(char)
+            rest = branch(child, False) if len(child) > (end in child) else ""
+            if rest:
+                rest = f"(?:{rest})?" if end in child or not whole else rest
+            arms.append(run + rest)
         return arms[0] if len(arms) == 1 else "(?:" + "|".join(arms) + ")"
 
-    return branch(root) if root else "(?!)"
+    return branch(root, True) if root else "(?!)"
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str:
