@@ -5,16 +5,34 @@ rule, independent of ``app.vocab``), and small tokenizer files (``byte_tokenizer
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from app.served import NO_CONTROL
 
 #: the shapes of special tokens in the chat templates under ``/work/shared/templates``
 SPECIAL_SHAPES = re.compile(r"<\|[^<>|\s]{1,40}\|>|<｜[^<>｜\s]{1,40}｜>|\[/?[A-Z][A-Z_]{1,20}\]|</?think>"
                             r"|<(?:start|end)_of_turn>|</?tool_call>")
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string", "description": "what to look up"}},
           "required": ["q"]}
+
+
+@contextlib.contextmanager
+def allowing(proxy: Any) -> Iterator[None]:
+    """The proxy as it was before client control text was traced (``--control-text allow``): what
+    the old code sent, for comparison."""
+    runtime = proxy.runtime
+    model = runtime.model
+    runtime.model = dataclasses.replace(model, control=NO_CONTROL)
+    try:
+        yield
+    finally:
+        runtime.model = model
 
 
 def markup_of(source: str) -> list[str]:

@@ -6,11 +6,9 @@ control tokens and reads a mixed prompt as llama-server does."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +16,8 @@ import httpx
 import pytest
 from tokenizers import Tokenizer
 
-from app.served import NO_CONTROL
 from app.templates.literal import ZW
-from tests.control_text_cases import byte_tokenizer, model_directory, requests
+from tests.control_text_cases import allowing, byte_tokenizer, model_directory, requests
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import SPECIAL_ID, ScriptedBackend
 
@@ -40,16 +37,6 @@ def send(proxy: ProxyServer, face: str, mark: str) -> httpx.Response:
     return HTTP.post(proxy.url + path, json=body)
 
 
-@contextlib.contextmanager
-def allowing(proxy: ProxyServer) -> Iterator[None]:
-    """The proxy as it was before control text was traced (``--control-text allow``)."""
-    runtime = proxy.runtime
-    model = runtime.model
-    runtime.model = dataclasses.replace(model, control=NO_CONTROL)
-    try:
-        yield
-    finally:
-        runtime.model = model
 
 
 def controls(backend: ScriptedBackend, body: dict[str, Any]) -> list[str]:

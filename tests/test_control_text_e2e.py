@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from app.gguf import read_vocab
-from app.local.artifacts import ensure_llama_server, ensure_model
+from app.local.artifacts import ensure_model
 from app.local.llama_server import LlamaServerProcess
 from app.vocab import TextTokenizer
 from tests.conftest import client_for
@@ -31,12 +31,6 @@ HARMLESS = "Summarise this page. hi"
 IM_START, IM_END = 1, 2
 
 
-@pytest.fixture(scope="module")
-def llama() -> Iterator[LlamaServerProcess]:
-    server = LlamaServerProcess(ensure_llama_server(), ensure_model(), ctx=2048, threads=2)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module", params=["remote", "gguf"])

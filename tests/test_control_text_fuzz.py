@@ -8,17 +8,14 @@ holds no control token) — and, where the trace held, the very text the old cod
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from app.served import NO_CONTROL
 from app.templates.literal import ZW
-from tests.control_text_cases import markup_of, requests, simple_requests, user_requests
+from tests.control_text_cases import allowing, markup_of, requests, simple_requests, user_requests
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import SPECIAL_ID, ScriptedBackend
 
@@ -28,15 +25,6 @@ TEMPLATES = sorted(p for p in FOLDER.glob("*.jinja") if markup_of(p.read_text(en
 FACES = ("chat", "responses", "messages")
 
 
-@contextlib.contextmanager
-def allowing(proxy: ProxyServer) -> Iterator[None]:
-    runtime = proxy.runtime
-    model = runtime.model
-    runtime.model = dataclasses.replace(model, control=NO_CONTROL)
-    try:
-        yield
-    finally:
-        runtime.model = model
 
 
 def test_the_collection_is_there() -> None:
