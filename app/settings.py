@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
     vllm_legacy_guided: bool = Field(
         False, description="send vLLM constraints as guided_json (vLLM < 0.12) instead of structured_outputs")
+    control_text: Literal["auto", "escape", "reject", "allow"] = Field(
+        "auto", description="client text holding a control token's string (<|im_end|>, [INST] …): auto sends "
+        "the prompt so it stays text — in tokens on llama.cpp, and on vLLM with the model's tokenizer.json "
+        "(--chat-template DIR) — else escapes it; escape: a zero-width space after its first character; reject: "
+        "400; allow: sent as is, where the model reads it as control tokens (unsafe)")
     hold_tool_calls: bool = Field(
         False, description="deliver each streamed tool call whole, once complete (never a partial call)")
     thinking_secret: SecretStr | None = Field(

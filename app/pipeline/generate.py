@@ -29,6 +29,7 @@ from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
+from app.pipeline.literal import encode_prompt
 from app.pipeline.offload import Pool, is_light
 from app.pipeline.plan import Plan
 from app.pipeline.run import Run
@@ -67,6 +68,8 @@ class Generation:
         request began (for the time to first token)."""
         ask, planned, model = self.ask, self.plan, self.model
         settings, metrics = self.services.settings, self.services.metrics
+        if planned.spans:  # client control text kept text: the prompt in tokens (app.pipeline.literal); rare
+            await encode_prompt(planned, model)
         if settings.log_content:
             log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
         # the backend is asked first; the parsers are made while it works on the first token, and what
@@ -113,7 +116,7 @@ async def prepared(ask: Ask, model: ServedModel, services: Generating,
                    schema_key: str = "function.parameters") -> Generation:
     """``ask`` checked, planned and fitted: ready to launch."""
     planned = await plan(ask, model, services, schema_key)
-    headers = await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend, services.settings)
+    headers = await fit_max_tokens(ask.sampling, planned, model, services.settings)
     return Generation(ask, planned, model, services, headers)
 
 

@@ -32,6 +32,7 @@ from app.pipeline.validate import check_ask
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.literal import ControlText, Span
 from app.templates.resume import RenderState
 
 
@@ -46,7 +47,7 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
     check_ask(ask, settings, schema_key=schema_key)
     try:
         return plan_request(ask, model.formats, model.require_template(), model.backend,
-                            settings.max_calls_per_answer)
+                            settings.max_calls_per_answer, model.control)
     except TemplateError as exc:
         raise render_error(exc) from None
 
@@ -66,6 +67,7 @@ class Install:
     backend: Backend | None = None
     template: ChatTemplate | None = None
     parsers: ParserChoice | None = None
+    control: ControlText | None = None
 
     @classmethod
     def of(cls, settings: Settings, model: ServedModel) -> Install:
@@ -76,13 +78,13 @@ class Install:
             parsers: ParserChoice | None = model.parsers
         except Exception:  # noqa: BLE001 — classes made at run time do not pickle
             parsers = None
-        return cls(settings, model.name, model.backend, model.template, parsers)
+        return cls(settings, model.name, model.backend, model.template, parsers, model.control)
 
     def model(self) -> ServedModel | None:
         if self.backend is None:
             return None
         parsers = self.parsers if self.parsers is not None else choose_parsers(self.settings, self.template)
-        return ServedModel.of(self.name, self.backend, self.template, parsers)
+        return ServedModel.of(self.name, self.backend, self.template, parsers, self.control)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ class Prepared:
     constraint: Constraint
     parse_tools: bool
     prefill: str
+    spans: tuple[Span, ...]
     render: RenderState | None
     reused_iterations: int
 
@@ -147,8 +150,8 @@ def planned(ask: Ask, model: ServedModel, settings: Settings, answer: Prepared) 
     """The ``Plan`` a worker's answer describes, around the caller's own ``ask`` and ``model``."""
     tools = offered(ask)
     return Plan(ask, answer.prompt, tools, tuple(t.spec for t in tools), model.formats, answer.in_reasoning,
-                answer.constraint, answer.parse_tools, settings.max_calls_per_answer, answer.prefill, answer.render,
-                answer.reused_iterations)
+                answer.constraint, answer.parse_tools, settings.max_calls_per_answer, answer.prefill, answer.spans,
+                render=answer.render, reused_iterations=answer.reused_iterations)
 
 
 # ------------------------------------------------------------------------------- the worker side
@@ -224,8 +227,8 @@ def _cpu_limit(seconds: int) -> None:
 def prepare_job(job: Job) -> Answer:
     """A worker's ``Job``, answered (see the module docstring)."""
     plan = prepare(job.ask, _installed["settings"], _installed["model"], job.schema_key)
-    return Prepared(plan.prompt, plan.in_reasoning, plan.constraint, plan.parse_tools, plan.prefill, plan.render,
-                    plan.reused_iterations)
+    return Prepared(plan.prompt, plan.in_reasoning, plan.constraint, plan.parse_tools, plan.prefill, plan.spans,
+                    plan.render, plan.reused_iterations)
 
 
 __all__ = ["Answer", "Failed", "Install", "Job", "OverBudget", "Prepared", "Refused", "install", "planned", "prepare",

@@ -16,6 +16,7 @@ from app.api.messages.encode import PING, MessageBuilder, MessageEvents, new_mes
 from app.api.messages.protocol import Conversation, MessagesRequest, parse
 from app.pipeline.choices import Choices
 from app.pipeline.generate import plan
+from app.pipeline.literal import count_prompt
 from app.pipeline.run import Finished
 from app.services import Answering
 from parsers.events import Event
@@ -43,7 +44,8 @@ async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
 
 
 async def count_tokens(body: Any, ex: Exchange[Answering]) -> Response:
-    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
+    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the model's tokenizer (in
+    process where there is one, else the backend's), as the backend will read it."""
     found = recall(body, ex.tenant, ex.services.prefix)
     request: Conversation = parse(Conversation, body, ex.settings, taken_message(found))
     ask = messages_ask(request, ex.signer, found)
@@ -51,6 +53,6 @@ async def count_tokens(body: Any, ex: Exchange[Answering]) -> Response:
     async def count() -> int:
         model = await ex.ready()
         planned = await plan(ask, model, ex.services, "input_schema")
-        return await model.backend.count_tokens(planned.prompt + planned.prefill)
+        return await count_prompt(planned, model)
 
     return JSONResponse({"input_tokens": await until_gone(ex, count())})
