@@ -186,8 +186,8 @@ def _container_ids(value: Any) -> Iterator[int]:
 
 #: every method name that changes a builtin mutable (``modifies_known_mutable`` is false for any other),
 #: asked of jinja's public ``modifies_known_mutable`` for one of each kind it knows
-_MUTATORS = frozenset(name for obj in ([], {}, set(), deque()) for name in dir(obj)
-                      if modifies_known_mutable(obj, name))
+_KNOWN_MUTABLES: tuple[object, ...] = ([], {}, set(), deque())
+_MUTATORS = frozenset(name for obj in _KNOWN_MUTABLES for name in dir(obj) if modifies_known_mutable(obj, name))
 #: attributes of a plain ``dict`` (any other ``dict.attr`` in a template is an item lookup)
 _DICT_ATTRS = frozenset(dir(dict))
 #: public ``str`` methods the sandbox lets through unchanged (``format`` and ``format_map`` it wraps)
