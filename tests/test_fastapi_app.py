@@ -125,6 +125,19 @@ def check_host_app(url: str) -> None:
     assert hello.json() == {"hello": "test"} and hello.headers["x-host-app"] == "yes"
 
 
+def loops_and_refusal(base: str) -> httpx.Response:
+    """Served at ``base``, beside the host app's own route: a tool loop streamed and one whole with
+    the ``openai`` SDK, and a request without the key refused by toolwire's edge (returned)."""
+    check_host_app(base.rsplit("/llm", 1)[0])
+    client = openai.OpenAI(base_url=base + "/v1", api_key="k1", max_retries=0, timeout=30)
+    tool_loop(client, stream=True)
+    tool_loop(client, stream=False)
+    refused = httpx.post(base + "/v1/chat/completions", json={}, timeout=10)
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+    assert refused.headers["x-request-id"]
+    return refused
+
+
 def test_toolwire_mounted_in_an_app_of_ones_own(backend: ScriptedBackend) -> None:
     settings = settings_for(backend, api_key=["k1"])
     toolwire = create_app(settings)
@@ -133,14 +146,8 @@ def test_toolwire_mounted_in_an_app_of_ones_own(backend: ScriptedBackend) -> Non
     host.mount("/llm", toolwire)
     served = Served(host, settings)
     try:
-        check_host_app(served.url)
-        client = openai.OpenAI(base_url=served.url + "/llm/v1", api_key="k1", max_retries=0, timeout=30)
-        tool_loop(client, stream=True)
-        tool_loop(client, stream=False)
-        # toolwire's edge holds under the mount: its keys, its request ids, its error shapes
-        refused = httpx.post(served.url + "/llm/v1/chat/completions", json={}, timeout=10)
-        assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
-        assert refused.headers["x-request-id"] and refused.headers["x-host-app"] == "yes"
+        refused = loops_and_refusal(served.url + "/llm")
+        assert refused.headers["x-host-app"] == "yes"  # toolwire's edge holds under the mount, inside the host's
         missing = httpx.get(served.url + "/llm/v1/nothing", headers={"authorization": "Bearer k1"}, timeout=10)
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
         assert httpx.get(served.url + "/llm/livez", timeout=10).json() == {"status": "ok"}
@@ -154,12 +161,7 @@ def test_toolwire_router_included_in_an_app_of_ones_own(backend: ScriptedBackend
     host.include_router(create_router(settings))  # its lifespan (toolwire's start and stop) comes with it
     served = Served(host, settings)
     try:
-        check_host_app(served.url)
-        client = openai.OpenAI(base_url=served.url + "/v1", api_key="k1", max_retries=0, timeout=30)
-        tool_loop(client, stream=True)
-        tool_loop(client, stream=False)
-        refused = httpx.post(served.url + "/v1/chat/completions", json={}, timeout=10)
-        assert refused.status_code == 401 and refused.headers["x-request-id"]
+        loops_and_refusal(served.url)
         bad = httpx.post(served.url + "/v1/messages", json={"model": "m"}, timeout=10,
                          headers={"x-api-key": "k1"})
         assert bad.status_code == 400 and bad.json()["type"] == "error"  # the Messages face's own shape

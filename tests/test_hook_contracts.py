@@ -22,6 +22,8 @@ import jinja2
 import pytest
 from jinja2 import nodes
 
+from tests.app.api.test_edge_speed import Recorder as EdgeRecorder
+
 # ------------------------------------------------------------------ uvicorn: app/api/http_protocol.py
 
 
@@ -42,23 +44,11 @@ def test_uvicorn_protocol_has_what_the_subclass_extends() -> None:
     assert "feed_data(data)" in inspect.getsource(HttpToolsProtocol.data_received)
 
 
-class Recorder(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
+class Recorder(EdgeRecorder):
+    """A transport that records writes, with a peer's and its own address."""
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(name, default)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
 
     def pause_reading(self) -> None: ...
 
