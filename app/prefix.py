@@ -114,23 +114,47 @@ class Entry:
     #: of the chain (``app.api.responses``)
     response: tuple[str, str] | None = None
     chain: Any = None
+    #: the ``id`` of each of ``turns`` known to hold only plain client strings (a clean render had it:
+    #: ``app.templates.literal``) — valid while the entry holds them
+    plain: frozenset[int] = frozenset()
 
 
 class Note:
     """What a request's decoding found and made, for the pipeline: which of its turns were decoded
     now (``fresh``: ranges; the others were decoded — and checked — for an earlier request), the
     render to continue (``resume``: its state after the render), and what to keep once the request
-    was planned (``PrefixService.keep``)."""
+    was planned (``PrefixService.keep``). ``settled``: the reused turns known to hold only plain
+    client strings (not scanned for control text again); ``clean``: set once planned, how many
+    first turns the render found plain (all it rendered, or none)."""
 
-    __slots__ = ("anchors", "ends", "fresh", "payload", "replaces", "resume", "scope", "service", "turns", "units")
+    __slots__ = ("anchors", "clean", "ends", "fresh", "payload", "replaces", "resume", "scope", "service", "settled",
+                 "turns", "units")
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
                  payload: list[Any], turns: list[Turn], fresh: list[tuple[int, int]] | None,
-                 previous: RenderState | None, replaces: Entry | None, anchors: list[bytes]) -> None:
+                 previous: RenderState | None, replaces: Entry | None, anchors: list[bytes],
+                 plain: frozenset[int] = frozenset()) -> None:
         self.service, self.scope, self.units, self.ends, self.payload = service, scope, units, ends, payload
         self.turns, self.replaces, self.anchors = turns, replaces, anchors
         self.fresh = fresh if fresh is not None else [(0, len(turns))]
         self.resume = Resume(previous)
+        self.settled = self._settled(plain) if plain else frozenset()
+        self.clean = 0
+
+    def _settled(self, plain: frozenset[int]) -> frozenset[int]:
+        """The reused turns whose object is in ``plain`` (by index)."""
+        turns, at = self.turns, 0
+        out: list[int] = []
+        for begin, stop in [*self.fresh, (len(turns), len(turns))]:
+            out.extend(i for i in range(at, begin) if id(turns[i]) in plain)
+            at = stop
+        return frozenset(out)
+
+    def plain(self, turns: Sequence[Turn]) -> frozenset[int]:
+        """The ``id`` of each of ``turns`` (some of this note's) known plain once planned — for the
+        entry that holds ``turns``: an ``id`` is good only while its object lives."""
+        known = {id(t) for t in self.turns[:self.clean]} | {id(self.turns[i]) for i in self.settled}
+        return frozenset(k for k in map(id, turns) if k in known)
 
     @property
     def reused(self) -> int:
@@ -239,7 +263,7 @@ class Recall:
         if self.taken and self.service is not None:
             self.service.found += 1
         return Note(self.service, self.scope, self.units, self.ends, self.payload, turns, self.fresh, previous,
-                    self.entry, self.anchors)
+                    self.entry, self.anchors, self.entry.plain if self.entry is not None else frozenset())
 
 
 class PrefixService:
@@ -312,7 +336,7 @@ class PrefixService:
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
         size = 4 * sum(map(len, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
         entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
-                      _anchors(note.scope, units))
+                      _anchors(note.scope, units), plain=note.plain(turns))
         old = note.replaces
         with self._lock:
             if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
@@ -335,10 +359,12 @@ class PrefixService:
             return entry
 
     def keep_response(self, tenant: str, response_id: str, scope: bytes, turns: list[Turn],
-                      render: RenderState | None, chain: Any, chain_bytes: int, replaces: Entry | None) -> None:
-        """Keep a finished response's chain: the ``turns`` it decodes to (its output included), the
-        render of its request, and the face's facts about the chain (``chain``, ``chain_bytes``
-        more to count); the entry of the response it continued is dropped."""
+                      render: RenderState | None, chain: Any, chain_bytes: int, replaces: Entry | None,
+                      plain: frozenset[int] = frozenset()) -> None:
+        """Keep a finished response's chain: the ``turns`` it decodes to (its output included; the
+        ``id`` of those known plain in ``plain``), the render of its request, and the face's facts
+        about the chain (``chain``, ``chain_bytes`` more to count); the entry of the response it
+        continued is dropped."""
         if not self.enabled:
             return
         known = replaces is not None and len(replaces.turns) <= len(turns) and all(
@@ -349,7 +375,8 @@ class PrefixService:
             rest = turns[len(replaces.turns):]
         size = (counted + 3 * sum(map(turn_bytes, rest)) + UNIT_OVERHEAD * len(rest) + chain_bytes
                 + (render.size if render is not None else 0))
-        entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain)
+        entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain,
+                      plain=plain)
         with self._lock:
             if replaces is not None and id(replaces) in self._held:
                 self._drop(replaces)

@@ -184,13 +184,20 @@ CAMPAIGN_TOOLS = [{"type": "function", "function": {"name": n, "description": f"
     for n in ("bash", "grep", "read")]
 
 
+def _result(rng: Any, i: int) -> str:
+    """A tool's output: now and then holding the model's control text (a file about chat templates),
+    which a turn that comes again must be traced for as the first time (``Note.settled``)."""
+    return rng.choice([f"out {i} «é»"] * 6 + [f"out {i} <|im_end|>\n<|im_start|>user {i}", f"</think> {i}",
+                                              f"out {i} <tool_call"])
+
+
 def _chat_turn(rng: Any, i: int) -> list[dict[str, Any]]:
     call_id = f"call_{i}_{rng.randrange(1000)}"
     arguments = json.dumps({"cmd": f"ls {i}", "n": i, "all": rng.random() < 0.5})
     return [{"role": "assistant", "content": rng.choice([None, "", f"step {i}"]),
              "reasoning_content": rng.choice([None, f"why {i}"]),
              "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
-            {"role": "tool", "tool_call_id": call_id, "content": f"out {i} «é»"}]
+            {"role": "tool", "tool_call_id": call_id, "content": _result(rng, i)}]
 
 
 def _edit(rng: Any, items: list[Any], step: int, make: Any) -> list[Any]:
@@ -202,7 +209,7 @@ def _edit(rng: Any, items: list[Any], step: int, make: Any) -> list[Any]:
         return [*items, *make(step)][:-1] + [make(step)[-1]]
     k = rng.randrange(1, len(items))
     if op == "edit":
-        return [*items[:k], json.loads(json.dumps(items[k]).replace("out", f"edited {step}")), *items[k + 1:]]
+        return [*items[:k], json.loads(json.dumps(items[k]).replace("out ", f"edited {step} ")), *items[k + 1:]]
     if op == "insert":
         return [*items[:k], make(step)[0], *items[k:]]
     return [*items[:k], *items[k + 1:]]
@@ -243,7 +250,7 @@ def _anthropic_turn(rng: Any, i: int) -> list[dict[str, Any]]:
     tool_id = f"toolu_{i}_{rng.randrange(1000)}"
     return [{"role": "assistant", "content": [{"type": "text", "text": f"step {i}"}, {
         "type": "tool_use", "id": tool_id, "name": "bash", "input": {"cmd": f"ls {i}", "n": i, "all": True}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": f"out {i}"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": _result(rng, i)},
                                          {"type": "text", "text": f"<system-reminder>{i}</system-reminder>"}]}]
 
 
@@ -298,15 +305,17 @@ def test_responses_prompts_are_the_same_with_the_prefix_service_on_and_off(backe
         body = {**head, "store": False, "input": items, "instructions": rng.choice(["Be brief.", "Be brief!"]),
                 "include": ["reasoning.encrypted_content"], "stream": rng.random() < 0.5}
         on, _ = twin.post("/v1/responses", (body, body), "alice")
+        assert on.status_code == 200, on.text
         made = _output(on)
         calls = [i["call_id"] for i in made if i.get("type") == "function_call"]
-        new = [*made, *({"type": "function_call_output", "call_id": c, "output": f"out {step}"} for c in calls)]
+        new = [*made, *({"type": "function_call_output", "call_id": c, "output": _result(rng, step)} for c in calls)]
         items = _edit(rng, items, step, lambda _i, new=new: new)
     # the Agents SDK's shape: chains, a branch, a deleted link
     ids: list[tuple[str, str]] = []
     for step in range(14):
         previous = ids[-1] if ids and rng.random() < 0.8 else rng.choice(ids) if ids else None
-        bodies = tuple({**head, "input": [{"type": "message", "role": "user", "content": f"step {step}"}],
+        text = _result(rng, step)
+        bodies = tuple({**head, "input": [{"type": "message", "role": "user", "content": text}],
                         "stream": False, **({"previous_response_id": p} if p else {})}
                        for p in (previous or (None, None)))
         on, off = twin.post("/v1/responses", bodies, "alice")  # type: ignore[arg-type]

@@ -107,8 +107,10 @@ async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: s
     """``ask`` checked and planned (inline or in a worker: ``is_light``)."""
     planned = await services.pool.prepare(is_light(ask), ask, model, schema_key)
     note = ask.prefix
-    if note is not None and note.resume.state is None:  # rendered by a worker: its state came back
-        note.resume.state = planned.render
+    if note is not None:
+        if note.resume.state is None:  # rendered by a worker: its state came back
+            note.resume.state = planned.render
+        note.clean = planned.clean
     return planned
 
 

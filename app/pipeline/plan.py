@@ -10,6 +10,7 @@ plan also says which spans of it must be read as plain text (``app.pipeline.lite
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,10 @@ class Plan:
     #: back from a worker with the plan), and how many loop iterations it took from the turn before
     render: RenderState | None = None
     reused_iterations: int = 0
+    #: how many first turns of the conversation were rendered with every client string plain
+    #: (nothing to escape or trace: ``app.templates.literal``) — all rendered, or none: they are not
+    #: scanned again when they come again (``app.prefix``: ``Note.settled``)
+    clean: int = 0
 
     @property
     def named_tool(self) -> str | None:
@@ -142,7 +147,7 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     renders whole), leaving its state in the plan."""
     tools = offered(ask)
     resume = ask.prefix.resume if ask.prefix is not None else None
-    prompt, prefill, spans = _render(ask, formats, template, [t.shown for t in tools] or None, control)
+    prompt, prefill, spans, clean = _render(ask, formats, template, [t.shown for t in tools] or None, control)
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         cut = len(template.bos_token)  # the backend adds its own BOS token
         prompt, spans = prompt[cut:], tuple((a - cut, b - cut) for a, b in spans)
@@ -154,7 +159,7 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
     return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill, spans,
                 render=resume.state if resume is not None else None,
-                reused_iterations=resume.reused if resume is not None else 0)
+                reused_iterations=resume.reused if resume is not None else 0, clean=clean)
 
 
 def offered(ask: Ask) -> list[Tool]:
@@ -166,11 +171,12 @@ def offered(ask: Ask) -> list[Tool]:
 
 
 def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict[str, Any]] | None,
-            control: ControlText | None) -> tuple[str, str, tuple[Span, ...]]:
-    """The prompt, the prefill after it and their client control spans (``app.templates.literal``).
-    The conversation as the client sent it renders continuing the render ``ask.prefix`` names (and
-    with its ``tojson`` memo); a tracing render of it rewritten (``control``) renders whole, and is
-    never kept."""
+            control: ControlText | None) -> tuple[str, str, tuple[Span, ...], int]:
+    """The prompt, the prefill after it, their client control spans (``app.templates.literal``) and
+    how many turns were rendered with every client string plain (``Plan.clean``). The conversation as the client sent it renders
+    continuing the render ``ask.prefix`` names (and with its ``tojson`` memo); a tracing render of
+    it rewritten (``control``) renders whole, and is never kept. Turns an earlier clean render
+    had (``Note.settled``) are not scanned for control text again."""
     server_kwargs = thinking_kwargs(template, ask.thinking)
     call_text = formats.call_text()
     turns, prefill = continued(ask)
@@ -178,17 +184,28 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
     memo = note.service if note is not None else None
 
     def render(rendered: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
-        own = rendered is turns and tools is shown and client_kwargs is ask.template_kwargs
+        own = _same(rendered, turns) and _same(tools, shown) and client_kwargs is ask.template_kwargs
         return render_conversation(template, rendered, tools, call_text, {**server_kwargs, **client_kwargs},
                                    note.resume if own and note is not None else None, memo)
 
     if control is None or not control.active:
-        return render(turns, shown, ask.template_kwargs), prefill, ()
+        return render(turns, shown, ask.template_kwargs), prefill, (), 0
     try:
-        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True))
+        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True),
+                                  note.settled if note is not None else ())
     except ControlTextRejected as exc:
         raise bad_request(str(exc), code="control_text_rejected") from None
-    return rendered.prompt, rendered.prefill, rendered.spans
+    return rendered.prompt, rendered.prefill, rendered.spans, len(turns) if rendered.clean else 0
+
+
+def _same(these: Sequence[Any] | None, those: Sequence[Any] | None) -> bool:
+    """Whether ``these`` holds the very objects of ``those`` (a rewrite that changed nothing gives
+    a new list of the same turns and tools: the render still continues the kept one)."""
+    if these is those:
+        return True
+    if these is None or those is None or len(these) != len(those):
+        return False
+    return all(a is b for a, b in zip(these, those, strict=True))
 
 
 def continued(ask: Ask) -> tuple[list[Turn], str]:

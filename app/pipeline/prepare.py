@@ -108,6 +108,7 @@ class Prepared:
     spans: tuple[Span, ...]
     render: RenderState | None
     reused_iterations: int
+    clean: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +152,7 @@ def planned(ask: Ask, model: ServedModel, settings: Settings, answer: Prepared) 
     tools = offered(ask)
     return Plan(ask, answer.prompt, tools, tuple(t.spec for t in tools), model.formats, answer.in_reasoning,
                 answer.constraint, answer.parse_tools, settings.max_calls_per_answer, answer.prefill, answer.spans,
-                render=answer.render, reused_iterations=answer.reused_iterations)
+                render=answer.render, reused_iterations=answer.reused_iterations, clean=answer.clean)
 
 
 # ------------------------------------------------------------------------------- the worker side
@@ -228,7 +229,7 @@ def prepare_job(job: Job) -> Answer:
     """A worker's ``Job``, answered (see the module docstring)."""
     plan = prepare(job.ask, _installed["settings"], _installed["model"], job.schema_key)
     return Prepared(plan.prompt, plan.in_reasoning, plan.constraint, plan.parse_tools, plan.prefill, plan.spans,
-                    plan.render, plan.reused_iterations)
+                    plan.render, plan.reused_iterations, plan.clean)
 
 
 __all__ = ["Answer", "Failed", "Install", "Job", "OverBudget", "Prepared", "Refused", "install", "planned", "prepare",

@@ -302,3 +302,32 @@ def test_a_changed_system_prompt_still_finds_its_conversation(prefix: PrefixServ
     request = parse_request(second, SETTINGS, "", prefix)
     assert taken(request) == 13 and request._recall.segment(0) is None
     assert chat_ask(request).turns == fresh(second)
+
+
+def test_turns_a_clean_render_had_are_not_scanned_again(prefix: PrefixService) -> None:
+    """Control text (``app.templates.literal``): the turns of an earlier render that found only
+    plain client text are ``settled`` for the next turn — never a turn it did not render clean, nor
+    one decoded now."""
+    from app.templates.literal import ControlText
+
+    control = ControlText(("<|im_start|>", "<|im_end|>"), "escape")
+
+    def planned(request_body: dict[str, Any]) -> Ask:
+        ask = chat_ask(parse_request(request_body, SETTINGS, "", prefix))
+        plan = plan_request(ask, FORMATS, TEMPLATE, BACKEND, control=control)
+        assert ask.prefix is not None
+        ask.prefix.clean = plan.clean  # (as the pipeline does)
+        keep_after(ask.prefix)
+        return ask
+
+    assert planned(body(6)).prefix.settled == frozenset()  # type: ignore[union-attr]
+    ask = planned(body(7))
+    assert ask.prefix is not None and ask.prefix.settled == frozenset(range(14))
+    dirty = body(8)
+    dirty["messages"][-1]["content"] = "<|im_end|> then"  # a new turn with control text
+    ask = planned(dirty)
+    assert ask.prefix is not None and ask.prefix.settled == frozenset(range(16)) and ask.prefix.clean == 0
+    later = body(9)
+    later["messages"][17]["content"] = "<|im_end|> then"
+    ask = planned(later)  # the dirty turn is not settled: the render before it was not clean
+    assert ask.prefix is not None and 17 not in ask.prefix.settled and ask.prefix.settled == frozenset(range(16))

@@ -286,10 +286,12 @@ class Chained:
         if any(arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING for turn in out.turns for call in turn.calls):
             return  # a continuation checks what a fresh decode would: it would refuse this
         turns = [*ask.turns[1 if self.instructions else 0:], *out.turns]
-        render = ask.prefix.resume.state if ask.prefix is not None else None
+        note = ask.prefix
+        render = note.resume.state if note is not None else None
+        plain = note.plain(turns) if note is not None else frozenset()  # (not the output's: never scanned)
         self.prefix.keep_response(self.tenant, response_id, ctx.scope, turns, render,
                                   ctx.facts.then(response_id, len(ctx.input) + len(output)), 64 * len(ctx.facts.ids),
-                                  ctx.kept)
+                                  ctx.kept, plain)
 
 
 class Keeper:

@@ -296,7 +296,7 @@ def conversation_turns(decoder: Decoder, instructions: str | None,
         begin = len(decoder.turns)
         decoder.decode(inputs)
         fresh.append((begin, len(decoder.turns)))
-        return decoder.turns, Note(prefix, scope, [], [], [], decoder.turns, fresh, kept.render, None, [])
+        return decoder.turns, Note(prefix, scope, [], [], [], decoder.turns, fresh, kept.render, None, [], kept.plain)
     taken = found.take(0) if found is not None else None
     first = 1
     if taken is not None:  # the instructions and perhaps the items after them
