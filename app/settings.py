@@ -90,6 +90,19 @@ class Settings(BaseSettings):
     background_events_max_bytes: int = Field(
         8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
         "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
+    # images and documents (app.media)
+    max_media_items: int = Field(
+        32, ge=0, description="most images and documents one request holds, those of stored responses and "
+        "conversations it continues included (beyond: 400)")
+    max_media_bytes: int = Field(
+        20 << 20, ge=1024, description="most bytes of images and documents (decoded) one request holds, fetched ones "
+        "and those of stored responses included (beyond: 400)")
+    media_domains: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="hosts whose http(s) image URLs toolwire fetches (repeatable; "
+        "*.example.com: its subdomains; *: any host; default: none — only data URLs and base64)")
+    media_allow_private: bool = Field(
+        False, description="let --media-domains hosts resolve to private, loopback and link-local addresses")
+    media_fetch_timeout: float = Field(10.0, gt=0, description="seconds one image URL's fetch may take")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")
@@ -168,7 +181,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown backend type {value!r}; known: {', '.join(BACKEND_TYPES)}")
         return value
 
-    @field_validator("api_key", "cors_origins", mode="before")
+    @field_validator("api_key", "cors_origins", "media_domains", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         """A list from the environment: a JSON array (how ``toolwire serve`` hands lists to its

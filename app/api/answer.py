@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from app.api.sse import PING, SSEResponse
 from app.errors import APIError, BackendError
+from app.media.fetch import resolve_media
 from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
@@ -88,6 +89,7 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
 
 async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
     """The request checked and planned, and the model it is for."""
+    await resolve_media(ask, ex.settings)
     model = await ex.ready()
     light = is_light(ask)
     planned = await ex.services.offloader.run(light, prepare, ask, ex.settings, model, schema_key)

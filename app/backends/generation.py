@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.constraints.tools import ReasoningGate
+from app.media import Media
 
 
 @dataclass
@@ -58,6 +59,8 @@ class GenerationRequest:
     logprobs: int | None = None
     #: answers to generate from the one prompt (only backends with ``native_n`` are sent more than 1)
     n: int = 1
+    #: the prompt's images, in the order the prompt holds them (``app.media``)
+    media: tuple[Media, ...] = ()
 
 
 @dataclass

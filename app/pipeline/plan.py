@@ -16,6 +16,7 @@ from app.backends.generation import GenerationRequest
 from app.constraints.tools import Constraint, ConstraintRequest
 from app.conversation import Turn
 from app.formats import Formats
+from app.media import Media, MediaRefused, Remote, items
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
@@ -118,7 +119,8 @@ class Plan:
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
         prompt = self.prompt + self.prefill if self.prefill else self.prompt  # a JsonText stays one
         return GenerationRequest(prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
-                                 self.constraint.fields, budget, gate, self.ask.top_logprobs)
+                                 self.constraint.fields, budget, gate, self.ask.top_logprobs,
+                                 media=prompt_media(self.ask.turns))
 
 
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
@@ -130,7 +132,14 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
         tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
     turns, prefill = continued(ask)
-    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
+    media = prompt_media(turns)
+    marker = media_style(media, backend)
+    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), marker,
+                                 **kwargs)
+    if marker is not None and prompt.count(marker) != len(media):
+        raise MediaRefused(f"the prompt holds the backend's media marker {prompt.count(marker)} times for "
+                           f"{len(media)} images: the chat template left an image out, or the conversation's text "
+                           "holds the marker itself", code="media_marker_mismatch")
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
@@ -150,3 +159,38 @@ def continued(ask: Ask) -> tuple[list[Turn], str]:
     if not ask.continue_final or last is None or last.role != "assistant" or last.calls:
         return ask.turns, ""
     return ask.turns[:-1], last.text
+
+
+def prompt_media(turns: list[Turn]) -> tuple[Media, ...]:
+    """The images of ``turns`` in the order the prompt holds them (the order of the turns and of
+    their parts: shaping a conversation for a template never reorders images)."""
+    found = tuple(item for turn in turns if turn.parts for item in items(turn.parts))
+    if any(isinstance(item, Remote) for item in found):  # resolved before planning (app.media.fetch)
+        raise AssertionError("remote media reached the plan unfetched")
+    return found  # type: ignore[return-value]
+
+
+def media_style(media: tuple[Media, ...], backend: Backend) -> str | None:
+    """How the prompt writes ``media`` for ``backend`` (its media marker, or ``None``: the template's own
+    placeholders); a 400 that says why when the backend or its model cannot take one of them —
+    before the backend is asked."""
+    if not media:
+        return None
+    accepts = backend.dialect.media(backend.facts)
+    first = media[0]
+    if accepts is None:
+        raise MediaRefused(f"{first.where}: this backend ({backend.kind}) takes no images or documents; toolwire sends "
+                           "them to llama-server (started with --mmproj) and vLLM only", first.where)
+    for item in media:
+        if item.kind == "document":
+            raise MediaRefused(f"{item.where}: {accepts.name} cannot read PDF documents (it takes images only); send "
+                               "the document's pages as images or its text as text", item.where)
+    if accepts.modalities is not None and "image" not in accepts.modalities:
+        raise MediaRefused(f"{first.where}: the model {accepts.name} serves takes no images (it was started without "
+                           "a multimodal projector: llama-server --mmproj)", first.where)
+    for item in media:
+        if item.media_type not in accepts.types:
+            names = ", ".join(sorted(t.removeprefix("image/").upper() for t in accepts.types))
+            raise MediaRefused(f"{item.where}: {accepts.name} cannot decode {item.media_type} images (it takes "
+                               f"{names})", item.where)
+    return accepts.marker
