@@ -417,6 +417,9 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
             return prompt
         failure = None  # it rendered, but without the system text: say that
     if failure is not None:
+        if not tool_images and any(t.role == "tool" and t.parts for t in turns):
+            raise TemplateError(f"this chat template has no place for images in tool results, and refused them in a "
+                                f"user turn after the results ({failure}); send such images in a user message")
         raise failure
     raise TemplateError("this chat template leaves the system/developer message out of the prompt, even folded "
                         "into the first user message; send it as part of a user message instead")
