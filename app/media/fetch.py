@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Self
 
@@ -39,17 +39,12 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 MAX_REDIRECTS = 3
-#: how a host name is resolved: (host, port) → its addresses (tests put a resolver of their own here)
-Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
 async def resolve_host(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (the system resolver, off the event loop)."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
-
-
-RESOLVE: list[Resolver] = [resolve_host]  # the resolver in use (a list, so a test can swap it)
 
 
 def host_allowed(host: str, domains: Sequence[str]) -> bool:
@@ -133,7 +128,7 @@ class Fetcher:
         if not host_allowed(url.host, self.domains):
             raise self.refuse(item, f"the host {url.host!r} is not one this server fetches from (--media-domains)")
         try:
-            addresses = await RESOLVE[0](url.host, url.port or (443 if url.scheme == "https" else 80))
+            addresses = await resolve_host(url.host, url.port or (443 if url.scheme == "https" else 80))
         except OSError:
             raise self.refuse(item, f"the host {url.host!r} does not resolve") from None
         if not addresses:
