@@ -19,6 +19,7 @@ import pytest
 from app.local.artifacts import agent_cached, claude_code_cached, ensure_agent, ensure_claude_code
 from app.media import sniff
 from tests.scripted_backend import Script, ScriptedBackend
+from tests.test_claude_code import run_claude
 from tests.test_images import QWEN35, VISION_PAD, png
 
 ANSWER = "The picture is one red pixel."
@@ -95,11 +96,7 @@ def test_claude_code_reads_an_image_and_sends_it_back_in_a_tool_result(vllm_visi
         return Script(pieces=["OK."])
 
     backend.responder = model
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANTHROPIC_BASE_URL": proxy.url,
-           "ANTHROPIC_API_KEY": KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
-    done = subprocess.run([str(claude), "-p", task, "--output-format", "json", "--allowedTools", "Read"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False)
+    done = run_claude(claude, task, "Read", work, home, proxy.url, KEY)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"].strip() == ANSWER, result
