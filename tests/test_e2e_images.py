@@ -46,9 +46,12 @@ def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LlamaServ
     server.stop()
 
 
-def image_chat(text: str = "What is in this picture?") -> list[dict]:
-    return [{"role": "user", "content": [{"type": "text", "text": text},
-                                         {"type": "image_url", "image_url": {"url": data_url(png())}}]}]
+def image_chat() -> list[dict]:
+    """Two text parts, an image, a text part: llama-server joins the first two with a newline and
+    puts none next to the image — a prompt that differs in any of that differs in tokens."""
+    return [{"role": "user", "content": [{"type": "text", "text": "What is in"}, {"type": "text", "text": "this picture?"},
+                                         {"type": "image_url", "image_url": {"url": data_url(png())}},
+                                         {"type": "text", "text": "Answer briefly."}]}]
 
 
 def test_text_only_model_is_refused_by_toolwire_before_llama_server_is_asked(text_only) -> None:
@@ -72,7 +75,7 @@ def test_an_image_through_chat_is_evaluated_by_the_real_server(vision) -> None:
     client = client_for(proxy)
     with_image = client.chat.completions.create(model="smollm2", messages=image_chat(), max_tokens=8, temperature=0)
     text_only = client.chat.completions.create(model="smollm2", max_tokens=8, temperature=0, messages=[
-        {"role": "user", "content": [{"type": "text", "text": "What is in this picture?"}]}])
+        {"role": "user", "content": [{"type": "text", "text": "What is in\nthis picture?Answer briefly."}]}])
     assert with_image.choices[0].finish_reason in ("stop", "length") and with_image.choices[0].message.content
     # the image's tokens (its embeddings, and the projector's begin / end text) were evaluated
     assert with_image.usage.prompt_tokens > text_only.usage.prompt_tokens + 4
