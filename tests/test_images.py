@@ -264,6 +264,29 @@ def test_responses_chain_resends_its_image_and_counts_it(backend_factory, proxy_
     assert "--max-media-items" in caught.value.message
 
 
+def test_item_references_and_conversations_hand_their_images_back(backend_factory, proxy_factory) -> None:
+    backend = backend_factory("llamacpp", vision=True, media_marker=MARKER, chat_template=QWEN35.read_text())
+    proxy = proxy_factory(backend=backend.url, max_media_bytes=1024)
+    client = chat(proxy)
+    pad = bytes(500)  # still a PNG by its first bytes; two of them are more than 1024 bytes
+    first = client.responses.create(model="m", input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Keep this"}, {"type": "input_image", "image_url": data_url(png(6) + pad)}]}])
+    item = client.responses.input_items.list(first.id).data[0]
+    client.responses.create(model="m", store=False, input=[{"type": "item_reference", "id": item.id},
+                                                           {"role": "user", "content": "Again?"}])
+    prompt = backend.bodies()[-1]["prompt"]
+    assert [base64.b64decode(d) for d in prompt["multimodal_data"]] == [png(6) + pad]
+    conversation = client.conversations.create(items=[{"type": "message", "role": "user", "content": [
+        {"type": "input_image", "image_url": data_url(png(8) + pad)}]}])
+    client.responses.create(model="m", conversation=conversation.id, input="What was it?")
+    prompt = backend.bodies()[-1]["prompt"]
+    assert [base64.b64decode(d) for d in prompt["multimodal_data"]] == [png(8) + pad]
+    with pytest.raises(openai.BadRequestError) as caught:  # the conversation's image counts: one more is too many bytes
+        client.responses.create(model="m", conversation=conversation.id, input=[{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(png() + pad)}]}])
+    assert "--max-media-bytes" in caught.value.message
+
+
 def test_responses_input_file_pdf_is_refused_saying_why(llama) -> None:
     _, proxy = llama
     with pytest.raises(openai.BadRequestError) as caught:
