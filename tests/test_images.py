@@ -355,3 +355,17 @@ def test_messages_image_count_tokens_and_raw_http(llama) -> None:
     response = httpx.post(proxy.url + "/v1/messages", json=body, timeout=30)
     assert response.status_code == 200, response.text
     assert backend.bodies()[-1]["prompt"]["prompt_string"].count(MARKER) == 1
+
+
+def test_a_long_conversation_with_an_image_planned_by_a_worker_and_its_next_turn(llama) -> None:
+    backend, proxy = llama
+    messages: list[dict[str, Any]] = []
+    for i in range(40):  # past the turns a request may have to be planned on the loop: a worker plans it
+        messages += [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
+    messages.append(image_message(png(5)))
+    client = chat(proxy)
+    for turn in (messages, [*messages, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}]):
+        client.chat.completions.create(model="m", messages=turn)
+        prompt = backend.bodies()[-1]["prompt"]
+        assert prompt["prompt_string"].count(MARKER) == 1
+        assert [base64.b64decode(d) for d in prompt["multimodal_data"]] == [png(5)]
