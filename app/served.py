@@ -36,6 +36,29 @@ class ParserConfigError(ValueError):
     """A parser that cannot be set up as configured (``response-schema`` without a schema)."""
 
 
+class NoTemplateError(ValueError):
+    """A configuration that can answer no chat: a backend kind that publishes no chat template, and
+    no ``--chat-template``."""
+
+
+#: how to give toolwire a chat template, in every message that asks for one
+TEMPLATE_HOW = "pass --chat-template (a .jinja file, a tokenizer_config.json or the model's directory)"
+
+
+def no_template(kind: str) -> str:
+    """Why a server on a backend of ``kind`` without a chat template answers no chat."""
+    return f"no chat template: the {kind} backend publishes none; {TEMPLATE_HOW}"
+
+
+def validate_template_source(settings: Settings) -> None:
+    """Raise ``NoTemplateError`` when the chat template can come from nowhere: ``--backend-type``
+    names a kind that publishes none, and there is no ``--chat-template``. (A kind that is detected
+    after start is checked then: the server stays not-ready, see ``ServedModel.problem``.)"""
+    kind = settings.backend_type
+    if settings.chat_template is None and kind is not None and not BACKEND_TYPES[kind].publishes_template:
+        raise NoTemplateError(f"--backend-type {kind} publishes no chat template: {TEMPLATE_HOW}")
+
+
 def validate_parser_names(settings: Settings) -> None:
     """Raise ``UnknownParserError`` (listing the known names) for a name that is not registered,
     and ``ParserConfigError`` when ``response-schema`` has no schema to use."""
@@ -119,10 +142,15 @@ class ServedModel:
     def of(cls, name: str, backend: Backend, template: ChatTemplate | None, parsers: ParserChoice) -> ServedModel:
         return cls(name, backend, template, parsers, Formats.of(parsers))
 
+    @property
+    def problem(self) -> str | None:
+        """Why this model can answer no chat (readiness says so), or ``None``."""
+        return no_template(self.backend.kind) if self.template is None else None
+
     def require_template(self) -> ChatTemplate:
+        """The chat template; a 503 saying how to configure one when there is none."""
         if self.template is None:
-            raise APIError(500, "no chat template: pass --chat-template (the backend does not publish one)",
-                           "server_error", code="no_chat_template")
+            raise APIError(503, no_template(self.backend.kind), "server_error", code="no_chat_template")
         return self.template
 
     def marker_tokens(self, tools_active: bool) -> tuple[str, ...]:
@@ -167,6 +195,9 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
                            choose_parsers(s, template))
+    if model.problem is not None:
+        log.error("!!! %s — not ready: /readyz is 503 and every chat request answers 503 until restarted with one",
+                  model.problem)
     log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind, model.name,
              model.parsers.reasoning, model.parsers.tools)
     return model

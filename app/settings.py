@@ -103,6 +103,21 @@ class Settings(BaseSettings):
     media_allow_private: bool = Field(
         False, description="let --media-domains hosts resolve to private, loopback and link-local addresses")
     media_fetch_timeout: float = Field(10.0, gt=0, description="seconds one image URL's fetch may take")
+    store_timeout: float = Field(
+        2.0, gt=0, description="seconds one operation of a Redis response store may take (each command's socket "
+        "timeout too); past it the request that needed it answers 503 store_unavailable (a finished answer is "
+        "still returned, not stored)")
+    store_check_interval: float = Field(
+        1.0, gt=0, description="seconds between background checks of the response store; /readyz and /health "
+        "report the last one and never wait on the store, and while the store breaker is open the check is its "
+        "probe (an answer closes it)")
+    store_check_timeout: float = Field(
+        0.5, gt=0, description="seconds a background check of the response store may take before it counts as "
+        "failed")
+    store_breaker_failures: int = Field(
+        3, ge=1, description="store timeouts in a row (calls or checks that got no answer in time) that open the "
+        "store breaker: store calls are then refused at once (503 store_unavailable) until a check gets an "
+        "answer")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")

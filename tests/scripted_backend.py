@@ -8,7 +8,9 @@ the model has no vision, as llama-server refuses it), and vLLM's ``/v1/chat/comp
 request ``chat_template`` (refused without ``--trust-request-chat-template``, as vLLM ≥ 0.11 does),
 rendered with jinja2 the way vLLM renders a request template, streamed back as chat chunks.
 
-It records every request body it receives and when each client connection went away.
+It records every request body it receives and when each client connection went away. A response
+can be held at a ``Gate`` (before its head, or after some pieces) until the test opens it: a test
+that needs work still under way holds it there, rather than hoping a delay outlasts its checks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,38 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2.sandbox
+
+
+class Gate:
+    """A point scripted responses stop at until the test opens it (``open()``; never: they stay
+    held until their client leaves or the backend stops). ``reached`` is set once a response is
+    there (a ``threading.Event`` the test can wait on)."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self._open = threading.Event()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def open(self) -> None:
+        with self._lock:
+            self._open.set()
+            for loop, event in self._waiters:
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        """Return once the gate is open (at once if it is)."""
+        event = asyncio.Event()
+        with self._lock:
+            self.reached.set()
+            if self._open.is_set():
+                return
+            self._waiters.append((asyncio.get_running_loop(), event))
+        await event.wait()
 
 
 @dataclass
@@ -40,6 +74,8 @@ class Script:
     fault_after: int = 0  # pieces sent before the fault
     stall_seconds: float = 30.0
     connect_delay: float = 0.0  # seconds before the response head is sent
+    hold: Gate | None = None  # where the response waits until the test opens it …
+    hold_after: int | None = None  # … after this many pieces (None: before its head)
     stop_word: str | None = None  # the request's stop string that ended the output (finish "stop")
     #: when the request asks for logprobs (vLLM ``logprobs``, llama.cpp ``n_probs``): the logprob of each
     #: piece's tokens (default: -0.1 × (piece number + 1)); alternatives are "alt1", "alt2" … below it
@@ -57,6 +93,7 @@ class Seen:
     body: dict[str, Any]
     opened: float
     closed: float | None = None
+    finished: float | None = None  # when the whole answer had been sent
 
 
 class ScriptedBackend:
@@ -272,6 +309,9 @@ class ScriptedBackend:
                 return
             except TimeoutError:
                 pass
+        if script.hold is not None and script.hold_after is None and await self._held(script.hold, watcher):
+            seen.closed = time.monotonic()
+            return
         if script.status != 200:
             watcher.cancel()
             await self._send_json(writer, script.status, {"error": {"message": script.error_message,
@@ -299,6 +339,8 @@ class ScriptedBackend:
                         await asyncio.wait_for(asyncio.shield(watcher), script.delay)
                     except TimeoutError:
                         pass
+                if script.hold is not None and script.hold_after == i + 1:
+                    await self._held(script.hold, watcher)
                 if closed():
                     return
             if script.fault and script.fault_after >= len(script.pieces):
@@ -308,6 +350,7 @@ class ScriptedBackend:
                 await self._chunk(writer, event)
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            seen.finished = time.monotonic()
         except (ConnectionError, RuntimeError):
             pass
         finally:
@@ -320,6 +363,15 @@ class ScriptedBackend:
                 except TimeoutError:
                     pass
             watcher.cancel()
+
+    @staticmethod
+    async def _held(gate: Gate, watcher: asyncio.Future[bytes]) -> bool:
+        """Wait at ``gate`` until it opens or the client leaves; whether the client left."""
+        opened = asyncio.ensure_future(gate.wait())
+        await asyncio.wait({opened, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not opened.done():
+            opened.cancel()
+        return watcher.done()
 
     async def _chunk(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

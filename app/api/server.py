@@ -253,16 +253,17 @@ def process_face(runtime: Runtime) -> Face:
     """The process's own routes: liveness, readiness, health, models, metrics (OpenAI's error shape)."""
     services = runtime.services
 
-    async def store_state() -> str:
-        if services.store is None:
-            return "none"
-        return "ok" if await services.store.ping() else "unavailable"
+    def store_state() -> str:
+        """The store as its background check last found it (never a store round trip)."""
+        return services.store_state() or "none"
 
     async def backend_state() -> tuple[bool, str]:
         try:
             model = await runtime.ready()
         except APIError as exc:
             return False, exc.message
+        if model.problem is not None:  # a configuration that can answer no chat is not ready
+            return False, model.problem
         return (True, "ok") if await model.backend.health() else (False, "backend is not answering")
 
     async def livez(ex: Exchange) -> Response:
@@ -270,11 +271,14 @@ def process_face(runtime: Runtime) -> Face:
         return JSONResponse({"status": "ok"})
 
     async def readyz(ex: Exchange) -> Response:
-        """Ready for traffic: the backend answers and the replica is not draining. The store is
+        """Ready for traffic: the backend answers, the model can be answered with and the replica is
+        not draining (why not, as ``detail``, to a caller with a key when keys are set). The store is
         reported, but does not make a replica unready (chat and ``store: false`` still work)."""
-        up, _ = await backend_state()
+        assert ex.request is not None
+        up, detail = await backend_state()
         status = "draining" if runtime.draining else "ready" if up else "unavailable"
-        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": await store_state()},
+        why = {"detail": detail} if not up and ex.request.scope.get("state", {}).get("authorized", True) else {}
+        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": store_state(), **why},
                             status_code=200 if status == "ready" else 503)
 
     async def health(ex: Exchange) -> Response:
@@ -283,7 +287,7 @@ def process_face(runtime: Runtime) -> Face:
         assert ex.request is not None
         detailed = ex.request.scope.get("state", {}).get("authorized", True)
         up, detail = await backend_state()
-        store = await store_state()
+        store = store_state()
         if not up:
             return JSONResponse({"status": "unavailable", "detail": detail if detailed else "backend not ready",
                                  "store": store}, status_code=503)

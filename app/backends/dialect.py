@@ -123,6 +123,8 @@ class Dialect:
     probes: ClassVar[tuple[Probe, ...]] = (Probe("models", "/v1/models"),)
     #: the backend has a tokenizer endpoint (``tokenize``)
     tokenizes: ClassVar[bool] = False
+    #: the backend may publish the model's chat template (``facts``); without it, ``--chat-template`` is needed
+    publishes_template: ClassVar[bool] = False
     #: what ``detect_backend_type`` GETs to recognise this kind (``None``: the fallback kind)
     sniff: ClassVar[str | None] = None
 

@@ -94,6 +94,7 @@ class LlamaCpp(Dialect):
     path: ClassVar[str] = "/completion"
     tokenizes: ClassVar[bool] = True
     sniff: ClassVar[str | None] = "/props"
+    publishes_template: ClassVar[bool] = True
     probes: ClassVar[tuple[Probe, ...]] = (
         Probe("models", "/v1/models"),
         Probe("props", "/props"),
