@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -21,15 +21,21 @@ from app.formats import Formats, label_of
 from app.parser_choice import ParserChoice
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
+from app.templates.literal import ControlText
 from app.templates.prompt import profile_of
 from app.templates.resume import RenderCache
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
+
+if TYPE_CHECKING:
+    from app.vocab import TextTokenizer
 
 #: conversations shorter than this are rendered whole, not resumed: with a few messages the
 #: render cache's bookkeeping (digests, cut-out iterations) costs more than it saves
 RESUME_MIN_MESSAGES = 4
 
 log = logging.getLogger("toolwire")
+#: client text sent as it is (a model served without ``app.pipeline.literal.control_for``: tests, tools)
+NO_CONTROL = ControlText(mode="allow")
 
 
 class ParserConfigError(ValueError):
@@ -130,17 +136,23 @@ def _auto_parsers(template: ChatTemplate | None) -> ParserChoice | None:
 @dataclass(frozen=True)
 class ServedModel:
     """The model requests are answered with: its name on ``/v1/models``, the backend that runs it,
-    its chat template (``None``: none known), the parsers chosen and the formats they resolve to."""
+    its chat template (``None``: none known), the parsers chosen and the formats they resolve to,
+    what is done with client text holding control tokens (``app.pipeline.literal``) and the model's
+    tokenizer in process, where there is one (never sent to worker processes)."""
 
     name: str
     backend: Backend
     template: ChatTemplate | None
     parsers: ParserChoice
     formats: Formats
+    control: ControlText = NO_CONTROL
+    tokenizer: TextTokenizer | None = None
 
     @classmethod
-    def of(cls, name: str, backend: Backend, template: ChatTemplate | None, parsers: ParserChoice) -> ServedModel:
-        return cls(name, backend, template, parsers, Formats.of(parsers))
+    def of(cls, name: str, backend: Backend, template: ChatTemplate | None, parsers: ParserChoice,
+           control: ControlText | None = None, tokenizer: TextTokenizer | None = None) -> ServedModel:
+        return cls(name, backend, template, parsers, Formats.of(parsers), control or NO_CONTROL,
+                   tokenizer)
 
     @property
     def problem(self) -> str | None:
@@ -193,8 +205,11 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
         if s.render_cache_bytes and template.cache is None:
             template.cache = RenderCache(s.render_cache_bytes, min_messages=RESUME_MIN_MESSAGES)
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
+    from app.pipeline.literal import control_for
+
+    control, tokenizer = await control_for(s, backend, template)
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
-                           choose_parsers(s, template))
+                           choose_parsers(s, template), control, tokenizer)
     if model.problem is not None:
         log.error("!!! %s — not ready: /readyz is 503 and every chat request answers 503 until restarted with one",
                   model.problem)

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
     vllm_legacy_guided: bool = Field(
         False, description="send vLLM constraints as guided_json (vLLM < 0.12) instead of structured_outputs")
+    control_text: Literal["auto", "escape", "reject", "allow"] = Field(
+        "auto", description="client text holding a control token's string (<|im_end|>, [INST] …): auto sends "
+        "the prompt so it stays text — in tokens on llama.cpp, and on vLLM with the model's tokenizer.json "
+        "(--chat-template DIR) — else escapes it; escape: a zero-width space after its first character; reject: "
+        "400; allow: sent as is, where the model reads it as control tokens (unsafe)")
     hold_tool_calls: bool = Field(
         False, description="deliver each streamed tool call whole, once complete (never a partial call)")
     thinking_secret: SecretStr | None = Field(
@@ -130,6 +135,8 @@ class Settings(BaseSettings):
         default_factory=list, description="accepted bearer API key on /v1/* (repeatable; env: comma-separated)")
     api_keys_file: Path | None = Field(None, description="file with one accepted API key per line")
     metrics_open: bool = Field(False, description="serve /metrics without an API key")
+    openapi: bool = Field(False, description="serve an OpenAPI document of toolwire's API at /openapi.json "
+                          "(behind the API keys when keys are set)")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins (default: CORS off)")
 
@@ -155,6 +162,9 @@ class Settings(BaseSettings):
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
     header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="bytes a request's head (request line and headers) may hold; beyond: 431")
+    max_headers: int = Field(100, ge=8, description="headers a request may send; beyond: 431")
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
     render_cache_bytes: int = Field(

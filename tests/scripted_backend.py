@@ -10,7 +10,12 @@ rendered with jinja2 the way vLLM renders a request template, streamed back as c
 
 It records every request body it receives and when each client connection went away. A response
 can be held at a ``Gate`` (before its head, or after some pieces) until the test opens it: a test
-that needs work still under way holds it there, rather than hoping a delay outlasts its checks.
+that needs work still under way holds it there, rather than hoping a delay outlasts its checks. As a
+llama-server it can also have a vocabulary of control tokens (``specials``): its ``/tokenize`` then
+parses their strings into ids (``SPECIAL_ID + index``) unless told ``parse_special: false``, every
+other byte is a token of its own, and ``evaluated(body)`` is the token list a generation request's
+prompt — a string or a mix of strings and ids — is read as (with ``specials``, ``tokens_evaluated``
+is its length).
 """
 
 from __future__ import annotations
@@ -87,6 +92,10 @@ class Script:
     choices: list[Script] | None = None
 
 
+#: the id of a llama-server ``specials`` string is this plus its index
+SPECIAL_ID = 1_000_000
+
+
 @dataclass
 class Seen:
     path: str
@@ -99,12 +108,15 @@ class Seen:
 class ScriptedBackend:
     def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
                  bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None,
-                 tokenizer: bool = True, vision: bool | None = None, media_marker: str | None = None,
+                 tokenizer: bool = True, specials: list[str] | None = None,
+                 media_marker: str | None = None, vision: bool | None = None,
                  trust_request_chat_template: bool = True) -> None:
         self.kind = kind
+        #: llama-server control tokens (see the module docstring), and its ``/props`` ``media_marker``
+        self.specials = list(specials or [])
+        self.media_marker = media_marker
         #: llama-server: ``/props`` ``modalities.vision`` (``None``: no ``modalities`` field, as older servers)
         self.vision = vision
-        self.media_marker = media_marker
         #: vLLM: whether a request ``chat_template`` is accepted (``--trust-request-chat-template``)
         self.trust_request_chat_template = trust_request_chat_template
         #: what each image request carried: the prompt the backend tokenizes, and the images' bytes
@@ -143,6 +155,54 @@ class ScriptedBackend:
 
     def bodies(self) -> list[dict[str, Any]]:
         return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion", "/v1/chat/completions")]
+
+    # ------------------------------------------------------------------ tokens (llama-server)
+
+    def tokenize(self, content: Any, parse_special: bool = True, add_special: bool = False) -> list[int]:
+        """llama-server's ``tokenize_mixed``: strings tokenized (``specials`` parsed when asked, each
+        other UTF-8 byte a token), ids kept; BOS first when the model adds one and the prompt opens
+        with a string."""
+        parts = content if isinstance(content, list) else [content]
+        out: list[int] = []
+        if add_special and self.adds_bos and parts and isinstance(parts[0], str):
+            out.append(1)
+        for part in parts:
+            if isinstance(part, str):
+                out.extend(self._tokenize_text(part, parse_special))
+            else:
+                out.append(int(part))
+        return out
+
+    def _tokenize_text(self, text: str, parse_special: bool) -> list[int]:
+        if not parse_special or not self.specials:
+            return list(text.encode())
+        ordered = sorted(range(len(self.specials)), key=lambda i: -len(self.specials[i]))
+        out: list[int] = []
+        at = 0
+        while at < len(text):
+            hit = next((i for i in ordered if text.startswith(self.specials[i], at)), None)
+            if hit is None:
+                out.extend(text[at].encode())
+                at += 1
+            else:
+                out.append(SPECIAL_ID + hit)
+                at += len(self.specials[hit])
+        return out
+
+    def evaluated(self, body: dict[str, Any]) -> list[int]:
+        """The tokens a ``/completion`` body's prompt is read as (a multimodal prompt: its string, with
+        special tokens parsed, as llama-server reads it)."""
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, dict):
+            prompt = prompt.get("prompt_string", "")
+        return self.tokenize(prompt, parse_special=True, add_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Tokens back to text: control ids as their strings, the rest as UTF-8 bytes."""
+        out = bytearray()
+        for token in tokens:
+            out += self.specials[token - SPECIAL_ID].encode() if token >= SPECIAL_ID else bytes([token])
+        return out.decode("utf-8", "replace")
 
     def start(self) -> ScriptedBackend:
         ready = threading.Event()
@@ -224,7 +284,7 @@ class ScriptedBackend:
                 "bos_token": self.bos_token, "eos_token": self.eos_token}
             if self.vision is not None:
                 props["modalities"] = {"vision": self.vision, "video": False, "audio": False}
-            if self.media_marker is not None:
+            if self.media_marker:
                 props["media_marker"] = self.media_marker
             return await self._send_json(writer, 200, props)
         if method == "POST" and path == "/tokenize":  # one token per UTF-8 byte (and BOS where added)
@@ -232,8 +292,9 @@ class ScriptedBackend:
             if not self.tokenizer:
                 return await self._send_json(writer, 404, {"detail": "Not Found"})
             if self.kind == "llamacpp":
-                bos = [1] if self.adds_bos and body.get("add_special") else []
-                return await self._send_json(writer, 200, {"tokens": bos + list(body.get("content", "").encode())})
+                tokens = self.tokenize(body.get("content", ""), bool(body.get("parse_special", True)),
+                                       bool(body.get("add_special")))
+                return await self._send_json(writer, 200, {"tokens": tokens})
             if self.kind == "vllm":
                 tokens = list(body.get("prompt", "").encode())
                 return await self._send_json(writer, 200, {"count": len(tokens), "max_model_len": 32768,
@@ -346,7 +407,7 @@ class ScriptedBackend:
             if script.fault and script.fault_after >= len(script.pieces):
                 await self._fault(script, writer)
                 return
-            for event in self._final_events(llama, script, len(script.pieces), "messages" in body):
+            for event in self._final_events(llama, script, len(script.pieces), body):
                 await self._chunk(writer, event)
             writer.write(b"0\r\n\r\n")
             await writer.drain()
@@ -407,7 +468,7 @@ class ScriptedBackend:
         logprob = script.logprobs[i] if script.logprobs is not None else round(-0.1 * (i + 1), 6)
         if llama:
             payload: dict[str, Any] = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
-                                       "tokens_predicted": i + 1, "tokens_evaluated": script.prompt_tokens}
+                                       "tokens_predicted": i + 1, "tokens_evaluated": self._prompt_tokens(script, body)}
             top = body.get("n_probs") or 0
             if top:
                 payload["completion_probabilities"] = [{
@@ -479,8 +540,11 @@ class ScriptedBackend:
                                 "stop_reason": script.stop_word if finish else None}], "usage": usage}
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
-    def _final_events(self, llama: bool, script: Script, n: int, chat: bool = False) -> list[bytes]:
-        if chat:
+    def _prompt_tokens(self, script: Script, body: dict[str, Any]) -> int:
+        return len(self.evaluated(body)) if self.specials else script.prompt_tokens
+
+    def _final_events(self, llama: bool, script: Script, n: int, body: dict[str, Any] | None = None) -> list[bytes]:
+        if body is not None and "messages" in body:  # vLLM's chat endpoint
             usage = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": self.model,
                      "choices": [], "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": n,
                                               "total_tokens": script.prompt_tokens + n}}
@@ -490,7 +554,7 @@ class ScriptedBackend:
             stop_type = "limit" if script.finish == "length" else ("word" if script.stop_word else "eos")
             payload = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0,
                        "stop_type": stop_type, "stopping_word": script.stop_word or "", "tokens_predicted": n,
-                       "tokens_evaluated": script.prompt_tokens, "timings": {"cache_n": 0, "prompt_n": 7}}
+                       "tokens_evaluated": self._prompt_tokens(script, body or {}), "timings": {"cache_n": 0, "prompt_n": 7}}
             return [b"data: " + json.dumps(payload).encode() + b"\n\n"]
         finish = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
                   "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": script.finish,

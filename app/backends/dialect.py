@@ -19,7 +19,7 @@ error mapping. Dialects are frozen dataclasses; their options (``--vllm-legacy-g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -162,13 +162,23 @@ class Dialect:
         """What the probe's answers say (by ``Probe.name``); the base reads the model id."""
         return BackendFacts(model=first_model_id(answers.get("models")))
 
-    def tokenize(self, prompt: str, model: str | None) -> Probe:
+    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
         """The request that counts ``prompt``'s tokens as a generation request's prompt would be
-        counted (only asked of a dialect that ``tokenizes``)."""
+        counted (only asked of a dialect that ``tokenizes``; a list only of one that takes mixed
+        prompts)."""
+        raise NotImplementedError
+
+    def tokenize_plain(self, text: str, model: str | None) -> Probe:
+        """The request that tokenizes ``text`` as plain text — control-token strings in it not parsed,
+        no BOS — answered with its ids (only asked of a dialect that takes mixed prompts)."""
         raise NotImplementedError
 
     def token_count(self, answer: Any) -> int:
         """The token count in the tokenizer's JSON answer (``BackendError`` 502 when it has none)."""
+        raise NotImplementedError
+
+    def token_ids(self, answer: Any) -> list[int]:
+        """The token ids in the answer to ``tokenize_plain`` (``BackendError`` 502 when it has none)."""
         raise NotImplementedError
 
 

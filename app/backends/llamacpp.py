@@ -12,7 +12,7 @@ images.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -119,9 +119,10 @@ class LlamaCpp(Dialect):
 
     def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
-        prompt: Any = request.prompt
-        if request.media:
-            prompt = {"prompt_string": str(prompt), "multimodal_data": [item.base64() for item in request.media]}
+        prompt: Any = request.sent_prompt
+        if request.media:  # one string (llama-server takes no token ids beside images)
+            prompt = {"prompt_string": str(request.prompt),
+                      "multimodal_data": [item.base64() for item in request.media]}
         return _drop_none({
             "prompt": prompt,
             "stream": True,
@@ -172,10 +173,20 @@ class LlamaCpp(Dialect):
                                                  if v is True) if isinstance(modalities, dict) else None,
                             media_marker=marker if isinstance(marker, str) and marker else None)
 
-    def tokenize(self, prompt: str, model: str | None) -> Probe:
+    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
         """``POST /tokenize`` with the special-token handling ``/completion`` applies to a prompt (BOS
-        added where the model adds one, special tokens parsed)."""
+        added where the model adds one, special tokens parsed; a mixed prompt as ``/completion`` reads it)."""
         return Probe("tokenize", "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+
+    def tokenize_plain(self, text: str, model: str | None) -> Probe:
+        """``POST /tokenize`` with ``parse_special: false``: control-token strings as text."""
+        return Probe("tokenize", "/tokenize", {"content": text, "add_special": False, "parse_special": False})
+
+    def token_ids(self, answer: Any) -> list[int]:
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise BackendError(502, "backend /tokenize answered without token ids", kind="bad_json")
+        return tokens
 
     def token_count(self, answer: Any) -> int:
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
