@@ -24,10 +24,16 @@ output: content) its text is held back, so a library user who knows the prompt s
 ``force_reasoning``) to stream from the first token.
 
 Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
-marker and the answer is not content. A tool-call start marker inside an unclosed reasoning block
-ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
-instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
-passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
+marker and the answer is not content. A tool call written inside an open reasoning block is text
+of the thought when the block's end marker follows it — the model was thinking about the call
+(llama.cpp's rule) — and ends the block when the output ends without that marker (models that never
+close the block before calling: Qwen 3.5); so from a tool-call start marker inside a block, the
+text is held until the end marker or the end of the output decides which (the calls of a block left
+open reach the tool-call parser only at the end of the output). Formats that declare calls inside
+the thought keep them calls: a tool format with ``calls_in_thought`` (Arcee Trinity: the call
+start ends the block at once), ``answer_calls`` (Gemma 4), or ``passthrough`` blocks (Kimi K2
+Thinking's call sections, Apertus): such a block passes on as normal text and the reasoning resumes
+after it. With ``reopen`` a start marker later
 in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
 open block a start marker then repeats the opener and is markup, and the whitespace after a block
 opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
@@ -73,8 +79,9 @@ class ReasoningDetector:
     #: the model's templates open the block in the generation prompt for some requests, so without
     #: a prompt an end marker the output never opened ends reasoning (see the module docstring)
     prompt_may_open: ClassVar[bool] = False
-    #: a tool-call start marker inside an open block ends it (most models); formats whose block is
-    #: delimited by control tokens keep such text as reasoning
+    #: a tool-call start marker inside an open block ends it, unless the block's end marker follows
+    #: (most models: see the module docstring); formats whose block is delimited by control tokens
+    #: keep such text as reasoning whatever follows
     tool_calls_end_reasoning: ClassVar[bool] = True
     #: ``(open, close)`` blocks inside reasoning that are normal text (tool calls written while
     #: reasoning): passed on as written, and the reasoning resumes after ``close`` (an empty
@@ -90,6 +97,10 @@ class ReasoningDetector:
     #: reasoning markers — ``(opener, closers, quote)``: a closer between two ``quote`` markers (inside
     #: a string argument) does not end the call
     answer_calls: ClassVar[tuple[tuple[str, tuple[str, ...], str], ...]] = ()
+
+    #: per response (set by ``ReasoningParser``): the tool format writes its calls inside the
+    #: thought (``ToolFormat.calls_in_thought``), so a call start ends an open block at once
+    calls_in_thought: bool = False
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -134,6 +145,11 @@ class ReasoningDetector:
         # own tags), and so is an end marker later on the same line: ``the tags are <think> and
         # </think>`` does not end the block
         literal = frozenset() if self.reopen else frozenset(starts)
+        # a call start inside the thought is held until the block's end shows it was thought
+        # about (or the output's end that it was a call) — unless the formats declare calls there
+        calls_inside = frozenset() if self.calls_in_thought else frozenset(
+            m for m in stops if m not in passing and m not in dict.fromkeys(o for o, _, _ in self.answer_calls))
+        end_set = MarkerSet(ends)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *starts))
         same_line = MarkerSet(("\n", *ends, *stops, *self.content_markup))
         undecided = MarkerSet((*ends, *stop_markers, *self.content_markup, *literal))
@@ -183,6 +199,16 @@ class ReasoningDetector:
                 if marker in literal:
                     yield from literal_line(cur, out.reasoning.write, marker)
                     continue
+                if marker in calls_inside:  # a call written inside the thought (see the module docstring)
+                    held = [marker]
+                    end = yield from cur.until(end_set, held.append)
+                    if end is None:  # the block never closed: the call ends it, and is a call
+                        out.reasoning.drop_held()
+                        out.content.write("".join(held))
+                        return False
+                    out.reasoning.write("".join(held))  # the thought went on to its end: it was thought about
+                    marker = end
+                    break
                 if marker not in passing:
                     break
                 out.content.write(marker)
@@ -296,8 +322,10 @@ class ReasoningParser:
         stop_markers: Iterable[str] = (),
         detector: ReasoningDetector | None = None,
         end_tokens: Iterable[str] = (),
+        calls_in_thought: bool = False,
     ) -> None:
         self.detector = detector or reasoning_detector_class(model_type)()
+        self.detector.calls_in_thought = calls_in_thought
         self.model_type = model_type
         self.stream_reasoning = stream_reasoning
         self.force_reasoning = force_reasoning
@@ -369,6 +397,7 @@ class ReasoningParser:
         fresh = ReasoningParser(
             self.model_type, self.stream_reasoning, self.force_reasoning, prompt=self.prompt,
             stop_markers=self._stop_markers, detector=self.detector, end_tokens=self._end_tokens,
+            calls_in_thought=self.detector.calls_in_thought,
         )
         first = fresh.feed(full_text)
         return _split(first + fresh.end())

@@ -148,7 +148,8 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
         if reasoning_parser:
             stops = calls.detector.start_markers if calls is not None and read_calls else ()
             reasoning = ReasoningParser(reasoning_parser, force_reasoning=in_reasoning, prompt=prompt,
-                                        stop_markers=stops, end_tokens=calls.detector.end_tokens if calls else ())
+                                        stop_markers=stops, end_tokens=calls.detector.end_tokens if calls else (),
+                                        calls_in_thought=bool(calls and calls.detector.calls_in_thought))
         chain = ResponseParser(reasoning, calls)
     if prefill:
         chain.prime(prefill)
