@@ -23,7 +23,10 @@ a start marker at its beginning: reasoning; a tool-call start, the answer markup
 output: content) its text is held back, so a library user who knows the prompt should pass it (or
 ``force_reasoning``) to stream from the first token.
 
-Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
+When the prompt itself opened the block (its tail is a start marker), a start marker the output
+begins with is text of the thought, kept (Qwen 3.5 sometimes writes ``<think>`` again); without such a
+prompt a start marker at the beginning opens the block. Reasoning text is trimmed of the whitespace
+next to its markers; the whitespace between the end
 marker and the answer is not content. A tool call written inside an open reasoning block is text
 of the thought when the block's end marker follows it — the model was thinking about the call
 (llama.cpp's rule) — and ends the block when the output ends without that marker (models that never
@@ -101,6 +104,9 @@ class ReasoningDetector:
     #: per response (set by ``ReasoningParser``): the tool format writes its calls inside the
     #: thought (``ToolFormat.calls_in_thought``), so a call start ends an open block at once
     calls_in_thought: bool = False
+    #: per response (set by ``ReasoningParser``): the rendered prompt itself opened the block, so a
+    #: start marker at the very beginning of the output is a literal the model wrote in its thought
+    opened_by_prompt: bool = False
 
     @classmethod
     def ends(cls) -> tuple[str, ...]:
@@ -157,6 +163,9 @@ class ReasoningDetector:
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
 
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
+        # a start marker the output begins with, after a prompt that already opened the block, is
+        # text of the thought (where start markers are not control tokens that repeat the opener)
+        opened = self.opened_by_prompt and not self.reopen
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
             """A tool call in the answer, after its ``opener`` (written): passed on as written up to
@@ -237,6 +246,7 @@ class ReasoningDetector:
                 # that prefixes answers with a bare end marker): the marker is markup
                 out.content.strip_next()
             elif first is not None or in_reasoning:
+                out.reasoning.write(first if first is not None and in_reasoning and opened else "")
                 if not (yield from block(cur, out)):
                     return
             elif in_reasoning is None:
@@ -333,6 +343,8 @@ class ReasoningParser:
         self._stop_markers = tuple(stop_markers)
         #: inside (True), outside (False), or None: not known yet (see the module docstring)
         self.in_reasoning_at_start = self._start_state(force_reasoning, prompt)
+        self.detector.opened_by_prompt = bool(self.in_reasoning_at_start and prompt
+                                              and self.detector.initial_state(prompt))
         detector = self.detector
         #: end-of-turn tokens dropped where they close the output: the format's own, and those of
         #: the tool format chained after it (``end_tokens``: the output may end inside reasoning)
