@@ -57,8 +57,11 @@ from parsers.core.markers import MarkerSet
 from parsers.events import Content, Event, Reasoning
 from parsers.registry import reasoning_detector_class
 from parsers.shapes.harmony import (
+    CHANNEL,
     GENERATION_PROMPT,
     HARMONY,
+    MESSAGE,
+    START,
     Dialect,
     Start,
     harmony_program,
@@ -117,6 +120,20 @@ class ReasoningDetector:
         """Every marker string of the format (for leak checks and backend token preservation);
         a ``passthrough`` block's markers belong to the tool-call format."""
         return (*cls.start, *cls.ends(), *cls.content_markup)
+
+    def continuation(self, inside: bool, reasoning: str, content: str, answer: bool) -> str:
+        """The text that continues a prompt with an assistant message the model is to go on from
+        (a prefill), after a prompt that leaves the output ``inside`` the reasoning block or not:
+        the message's thought, opened unless the prompt opened it, and — with ``answer`` (the
+        message's answer has begun) — the thought closed and the answer's text after it. Without
+        ``answer`` the thought stays open for the model to go on with (nothing when there is none).
+        The markers are the format's own; the message's texts are placed between them as written."""
+        opener = "" if inside else self.start[0]
+        if not answer:
+            return opener + reasoning if reasoning else ""
+        if reasoning:
+            return opener + reasoning + self.ends()[0] + content
+        return self.ends()[0] + content if inside else content
 
     def initial_state(self, prompt: str | None) -> bool | None:
         """Inside reasoning (True), outside (False) or unknown (None), judged from the prompt's tail."""
@@ -296,6 +313,8 @@ class HarmonyReasoning(ReasoningDetector):
     (as does ``force_reasoning``). Tool-call stop markers play no part: messages end themselves."""
 
     dialect: ClassVar[Dialect] = HARMONY
+    #: the header of an answer message after the role (a prefill's answer is written in one)
+    answer_header: ClassVar[str] = CHANNEL + "final"
     _start: Start = GENERATION_PROMPT
 
     @classmethod
@@ -309,6 +328,17 @@ class HarmonyReasoning(ReasoningDetector):
             return None
         start = self._start
         return start.in_body and self.dialect.is_reasoning(parse_header(start.prefix, start.opened, self.dialect))
+
+    def continuation(self, inside: bool, reasoning: str, content: str, answer: bool) -> str:
+        """A prefill in the envelope (see ``ReasoningDetector.continuation``): the thought is a
+        reasoning message, the answer a ``final`` one after it."""
+        final = self.answer_header + MESSAGE
+        opener = "" if inside else self.start[0]
+        if not answer:
+            return opener + reasoning if reasoning else ""
+        if reasoning or inside:
+            return opener + reasoning + self.ends()[0] + START + "assistant" + final + content
+        return final + content
 
     def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         start = self._start

@@ -77,3 +77,56 @@ def test_minimax_m3_union_call_comes_out(backend_factory: Callable[..., Scripted
     assert not message.content
     backend.script(Script(pieces=output))
     assert _streamed_calls(proxy, tools) == ("", expected, "tool_calls")
+
+
+def test_a_prefilled_thought_and_text_continue_on_each_face(backend_factory: Callable[..., ScriptedBackend],
+                                                            proxy_factory: Callable[..., ProxyServer]) -> None:
+    """A final assistant message's thought and text are rendered with the reasoning format's markers
+    after a generation prompt that opened the thought (Qwen 3.5), on Chat Completions and on Messages;
+    the answer is what the model adds (issue 39, item 6: the thought was dropped and the text landed
+    inside the open thought, so the answer came back as reasoning)."""
+    backend = backend_factory("vllm")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(TEMPLATES / "Qwen3.5-4B.jinja"),
+                          reasoning_parser="auto", tool_call_parser="auto")
+    client = client_for(proxy)
+    thinking = {"chat_template_kwargs": {"enable_thinking": True}, "continue_final_message": True}
+    prefilled = [*MESSAGES, {"role": "assistant", "content": "Hello, ", "reasoning_content": "I'm thinking"}]
+    backend.script(Script(pieces=["world", "!"]))
+    answer = client.chat.completions.create(model="x", messages=prefilled, extra_body=thinking)  # type: ignore[arg-type]
+    assert backend.bodies()[-1]["prompt"].endswith("<|im_start|>assistant\n<think>\nI'm thinking</think>Hello, ")
+    assert answer.choices[0].message.content == "world!"
+    assert getattr(answer.choices[0].message, "reasoning_content", None) is None
+    # a thought with no text yet goes on: the model's words are reasoning until it closes it
+    going_on = [*MESSAGES, {"role": "assistant", "content": "", "reasoning_content": "I'm"}]
+    backend.script(Script(pieces=[" thinking\n</think>\n\n", "Hello!"]))
+    answer = client.chat.completions.create(model="x", messages=going_on, extra_body=thinking)  # type: ignore[arg-type]
+    assert backend.bodies()[-1]["prompt"].endswith("<think>\nI'm")
+    assert answer.choices[0].message.content == "Hello!"
+    assert answer.choices[0].message.reasoning_content == " thinking"  # type: ignore[attr-defined]
+    # Messages: a signed thinking block handed back, and text, as the prefill
+    anthropic_client = _anthropic(proxy)
+    backend.script(Script(pieces=["I'm thinking\n</think>\n\nHi."]))
+    first = anthropic_client.messages.create(model="x", max_tokens=64, messages=MESSAGES,  # type: ignore[arg-type]
+                                             thinking={"type": "enabled", "budget_tokens": 32})
+    thought = first.content[0]
+    assert thought.type == "thinking" and thought.thinking == "I'm thinking"
+    prefill = {"role": "assistant", "content": [{"type": "thinking", "thinking": thought.thinking,
+                                                  "signature": thought.signature},
+                                                 {"type": "text", "text": "Hello, "}]}
+    for stream in (False, True):
+        backend.script(Script(pieces=["world", "!"]))
+        kwargs: dict[str, Any] = {"model": "x", "max_tokens": 64, "messages": [*MESSAGES, prefill],
+                                  "thinking": {"type": "enabled", "budget_tokens": 32}}
+        if stream:
+            with anthropic_client.messages.stream(**kwargs) as events:
+                message = events.get_final_message()
+        else:
+            message = anthropic_client.messages.create(**kwargs)
+        assert backend.bodies()[-1]["prompt"].endswith("<think>\nI'm thinking</think>Hello, ")
+        assert [(b.type, getattr(b, "text", None)) for b in message.content] == [("text", "world!")]
+
+
+def _anthropic(proxy: ProxyServer) -> Any:
+    import anthropic
+
+    return anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=30)

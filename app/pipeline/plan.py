@@ -129,11 +129,12 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     if ask.tools and ask.tool_choice != "none":
         tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
     kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
-    turns, prefill = continued(ask)
+    turns, final = continued(ask)
     prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
     inside = formats.starts_inside_reasoning(prompt)
+    prefill = formats.continuation(final, inside) if final is not None else ""
     specs = tuple(t.spec for t in tools)
     request = ConstraintRequest.of(ask.tool_choice, ask.named_tool, specs, formats.wire, ask.parallel_tool_calls,
                                    formats.reasoning_gate(inside), ask.response_format)
@@ -142,11 +143,12 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill)
 
 
-def continued(ask: Ask) -> tuple[list[Turn], str]:
-    """The turns to render and the text the answer continues: with ``continue_final``, a final
+def continued(ask: Ask) -> tuple[list[Turn], Turn | None]:
+    """The turns to render and the message the answer continues: with ``continue_final``, a final
     assistant message without calls is not rendered as a finished turn — the prompt opens the
-    assistant's turn (generation prompt) and its text follows, for the model to go on from."""
+    assistant's turn (generation prompt) and its thought and text follow (``Formats.continuation``),
+    for the model to go on from."""
     last = ask.turns[-1] if ask.turns else None
     if not ask.continue_final or last is None or last.role != "assistant" or last.calls:
-        return ask.turns, ""
-    return ask.turns[:-1], last.text
+        return ask.turns, None
+    return ask.turns[:-1], last
