@@ -3,6 +3,7 @@ streamed and whole (the parsers' own cases are fixtures in ``tests/fixtures``)."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -130,3 +131,74 @@ def _anthropic(proxy: ProxyServer) -> Any:
     import anthropic
 
     return anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=30)
+
+
+def test_a_call_list_cut_by_max_tokens_reads_the_same_everywhere(backend_factory: Callable[..., ScriptedBackend],
+                                                                 proxy_factory: Callable[..., ProxyServer]) -> None:
+    """``tool_choice: required`` on vLLM (the answer is a JSON array) cut by max_tokens in its third
+    call: on every face, streamed or whole, the two complete calls are calls, the cut one is never a
+    finished call, and the finish reason says the output was cut (issue 39, item 7: the whole
+    answer had no call, the stream all three, and the streamed response.output listed them)."""
+    backend = backend_factory("vllm")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"),
+                          tool_call_parser="qwen25")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    pieces = ['[{"name": "get_weather", "arguments": {"city": "Tokyo"}}, ',
+              '{"name": "get_weather", "arguments": {"city": "Berlin"}}, ', '{"name": "get_weather", "arguments": {"ci']
+    complete = [("get_weather", '{"city": "Tokyo"}'), ("get_weather", '{"city": "Berlin"}')]
+    chat = {"model": "x", "messages": MESSAGES, "tools": [_tool("get_weather", schema["properties"])],
+            "tool_choice": "required", "max_tokens": 64}
+
+    def cut() -> None:
+        backend.script(Script(pieces=pieces, finish="length"))
+
+    cut()
+    whole = httpx.post(proxy.url + "/v1/chat/completions", json=chat, timeout=30).json()["choices"][0]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["message"]["tool_calls"]] == complete
+    assert whole["finish_reason"] == "length"
+    for hold in (False, True):
+        cut()
+        response = httpx.post(proxy.url + "/v1/chat/completions", timeout=30,
+                              json={**chat, "stream": True, "hold_tool_calls": hold})
+        chunks = [c for c in sse_events(response) if c != "[DONE]" and c["choices"]]
+        calls: dict[int, list[str]] = {}
+        for chunk in chunks:
+            for call in chunk["choices"][0]["delta"].get("tool_calls") or []:
+                calls.setdefault(call["index"], ["", ""])
+                calls[call["index"]][0] = call["function"].get("name") or calls[call["index"]][0]
+                calls[call["index"]][1] += call["function"].get("arguments") or ""
+        assert [tuple(calls[i]) for i in (0, 1)] == complete
+        assert len(calls) == (2 if hold else 3)  # the cut call streamed in part, flagged by "length"
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    responses = {"model": "x", "input": "Go.", "tool_choice": "required", "max_output_tokens": 64,
+                 "tools": [{"type": "function", "name": "get_weather", "parameters": schema}]}
+    finals = []
+    for stream in (False, True):
+        cut()
+        response = httpx.post(proxy.url + "/v1/responses", json={**responses, "stream": stream}, timeout=30)
+        if stream:
+            events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+            finals.append(events[-1]["response"])
+            assert events[-1]["type"] == "response.incomplete"
+        else:
+            finals.append(response.json())
+    for final in finals:
+        assert final["status"] == "incomplete"
+        assert [(o["type"], o["name"], o["arguments"], o["status"]) for o in final["output"]] == [
+            ("function_call", name, args, "completed") for name, args in complete]
+    messages = {"model": "x", "max_tokens": 64, "messages": MESSAGES, "tool_choice": {"type": "any"},
+                "tools": [{"name": "get_weather", "input_schema": schema}]}
+    cut()
+    whole_message = _anthropic(proxy).messages.create(**messages)
+    assert [(b.type, b.input) for b in whole_message.content] == [("tool_use", {"city": "Tokyo"}),
+                                                                   ("tool_use", {"city": "Berlin"})]
+    assert whole_message.stop_reason == "max_tokens"
+    cut()
+    streamed = httpx.post(proxy.url + "/v1/messages", json={**messages, "stream": True}, timeout=30)
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: ")]
+    inputs: dict[int, str] = {}
+    for item in events:
+        if item["type"] == "content_block_delta":
+            inputs[item["index"]] = inputs.get(item["index"], "") + item["delta"]["partial_json"]
+    assert [inputs[0], inputs[1]] == [args for _, args in complete]
+    assert [e["delta"]["stop_reason"] for e in events if e["type"] == "message_delta"] == ["max_tokens"]
