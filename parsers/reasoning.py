@@ -24,19 +24,22 @@ output: content) its text is held back, so a library user who knows the prompt s
 ``force_reasoning``) to stream from the first token.
 
 When the prompt itself opened the block (its tail is a start marker), a start marker the output
-begins with is text of the thought, kept (Qwen 3.5 sometimes writes ``<think>`` again); without such a
-prompt a start marker at the beginning opens the block. Reasoning text is trimmed of the whitespace
-next to its markers; the whitespace between the end
-marker and the answer is not content. A tool call written inside an open reasoning block is text
-of the thought when the block's end marker follows it — the model was thinking about the call
-(llama.cpp's rule) — and ends the block when the output ends without that marker (models that never
-close the block before calling: Qwen 3.5); so from a tool-call start marker inside a block, the
-text is held until the end marker or the end of the output decides which (the calls of a block left
-open reach the tool-call parser only at the end of the output). Formats that declare calls inside
-the thought keep them calls: a tool format with ``calls_in_thought`` (Arcee Trinity: the call
-start ends the block at once), ``answer_calls`` (Gemma 4), or ``passthrough`` blocks (Kimi K2
-Thinking's call sections, Apertus): such a block passes on as normal text and the reasoning resumes
-after it. With ``reopen`` a start marker later
+begins with is text of the thought, kept (Qwen 3.5 sometimes writes ``<think>`` again); without
+such a prompt a start marker at the beginning opens the block. Reasoning text is trimmed of the
+whitespace next to its markers; the whitespace between the end marker and the answer is not
+content.
+
+A tool call written inside an open reasoning block is text of the thought when the block's end
+marker follows it — the model was thinking about the call (llama.cpp's rule) — and ends the block
+when the output ends without that marker (models that never close the block before calling:
+Qwen 3.5); so from a tool-call start marker inside a block the text is held until the end marker
+or the end of the output decides which (the calls of a block left open reach the tool-call parser
+only at the end of the output). Formats that declare calls inside the thought keep them calls: a
+tool format with ``calls_in_thought`` (Arcee Trinity: the call start ends the block at once),
+``answer_calls`` (Gemma 4), or ``passthrough`` blocks (Kimi K2 Thinking's call sections, Apertus):
+such a block passes on as normal text and the reasoning resumes after it.
+
+With ``reopen`` a start marker later
 in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
 open block a start marker then repeats the opener and is markup, and the whitespace after a block
 opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
@@ -170,8 +173,8 @@ class ReasoningDetector:
         literal = frozenset() if self.reopen else frozenset(starts)
         # a call start inside the thought is held until the block's end shows it was thought
         # about (or the output's end that it was a call) — unless the formats declare calls there
-        calls_inside = frozenset() if self.calls_in_thought else frozenset(
-            m for m in stops if m not in passing and m not in dict.fromkeys(o for o, _, _ in self.answer_calls))
+        declared = {*passing, *(opener for opener, _, _ in self.answer_calls)}
+        calls_inside = frozenset() if self.calls_in_thought else frozenset(m for m in stops if m not in declared)
         end_set = MarkerSet(ends)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *starts))
         same_line = MarkerSet(("\n", *ends, *stops, *self.content_markup))
