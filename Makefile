@@ -5,6 +5,8 @@
 # and for contributors:
 #   make check      ruff + mypy (strict on parsers/, detectors/ and app/); CI runs it first
 #   make test-fast  every test but the end-to-end and scale tiers (no llama-server build, no balancer)
+#   make test-lowest  the app's unit tests, the library contracts and one end-to-end exchange per face
+#                   on the lowest versions pyproject.toml admits (a second venv; part of make test)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +14,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 
-.PHONY: run test test-fast check install artifacts bench clean
+LOWEST := .venv-lowest
+LOWEST_STAMP := $(LOWEST)/.installed
+#: what runs on the lowest versions: the app's unit tests, the library contracts and what they stand
+#: behind (head bounds, the FastAPI app, SSE, the fast render on every suite template), one exchange
+#: per face on the real llama-server
+LOWEST_TESTS := tests/app tests/test_hook_contracts.py tests/test_head_bounds.py tests/test_fastapi_app.py \
+	tests/test_sse.py tests/test_e2e_faces.py "tests/test_render_resume.py::test_the_fast_render_gives_what_jinja_gives"
+
+.PHONY: run test test-fast test-lowest check install artifacts bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +31,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# the lowest versions of toolwire's dependencies that pyproject.toml admits (uv's lowest-direct
+# resolution); the test tools at their newest that agree with those versions
+$(LOWEST_STAMP): pyproject.toml $(STAMP)
+	rm -rf $(LOWEST)
+	$(VENV)/bin/uv venv --quiet --python $(PY) $(LOWEST)
+	VIRTUAL_ENV=$(LOWEST) $(VENV)/bin/uv pip install --quiet --resolution lowest-direct -e .
+	VIRTUAL_ENV=$(LOWEST) $(VENV)/bin/uv pip freeze --exclude-editable > $(LOWEST)/lowest.txt
+	VIRTUAL_ENV=$(LOWEST) $(VENV)/bin/uv pip install --quiet -c $(LOWEST)/lowest.txt pytest pytest-asyncio \
+		hypothesis openai anthropic pyyaml
+	@touch $@
+
 # llama-server (built once per machine from PyPI's llama-cpp-python sdist), the SmolLM2 GGUF, and
 # the agents the tests drive, from npm (Claude Code, Codex CLI, opencode; skipped without npm)
 artifacts: $(STAMP)
@@ -28,6 +49,12 @@ artifacts: $(STAMP)
 
 test: $(STAMP) artifacts
 	$(PY) -m pytest
+	$(MAKE) test-lowest
+
+test-lowest: $(LOWEST_STAMP) artifacts
+	@echo "lowest versions: $$(grep -E -i '^(fastapi|starlette|uvicorn|pydantic|pydantic-settings|jinja2|httpx|orjson)==' $(LOWEST)/lowest.txt | tr '\n' ' ')"
+	$(LOWEST)/bin/toolwire serve --help > /dev/null
+	$(LOWEST)/bin/python -m pytest $(LOWEST_TESTS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not e2e and not scale"
@@ -50,4 +77,4 @@ bench: $(STAMP)
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) bench/out
+	rm -rf $(VENV) $(LOWEST) bench/out

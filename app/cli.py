@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 import types
@@ -98,13 +99,13 @@ def store_problem(settings: Settings) -> str | None:
     at start: requests that need it get 503 until it does."""
     import asyncio
 
-    from app.state import StoreUnavailable, open_store
+    from app.state import StoreUnavailable, open_stores
 
     try:
-        store = open_store(settings)
+        stores = open_stores(settings)
     except (StoreUnavailable, ValueError) as exc:
         return str(exc)
-    asyncio.run(store.close())
+    asyncio.run(stores.close())
     return None
 
 
@@ -114,11 +115,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"toolwire: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    from app.runtime import ParserConfigError, validate_parser_names
+    from app.runtime import NoTemplateError, ParserConfigError, validate_parser_names, validate_template_source
 
     try:
         validate_parser_names(settings)
-    except (UnknownParserError, ParserConfigError) as exc:
+        validate_template_source(settings)
+    except (UnknownParserError, ParserConfigError, NoTemplateError) as exc:
         print(f"toolwire: {exc}", file=sys.stderr)
         return 2
     problem = store_problem(settings)
@@ -165,8 +167,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             if settings.thinking_secret is None:  # workers must agree on thinking-block signatures
                 settings = settings.model_copy(update={"thinking_secret": SecretStr(secrets.token_urlsafe(32))})
             export_env(settings)
-            uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
-                        workers=settings.workers, log_config=None, **uvicorn_options(settings))
+            from app.metrics import shared_folder
+
+            metrics_folder, ours = shared_folder()  # one /metrics for the server, whichever worker answers
+            try:
+                uvicorn.run("app.api.server:app_from_env", factory=True, host=settings.host, port=settings.port,
+                            workers=settings.workers, log_config=None, **uvicorn_options(settings))
+            finally:
+                if ours:
+                    shutil.rmtree(metrics_folder, ignore_errors=True)
         else:
             from app.api.server import create_app
 

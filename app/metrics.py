@@ -1,5 +1,13 @@
-"""Prometheus metrics (``/metrics``). One registry per app instance, so several apps (tests, or
-workers — each worker process exposes its own) never collide.
+"""Prometheus metrics (``/metrics``). One registry per app instance, so several apps in one process
+(tests) never collide.
+
+With ``--workers N`` the metrics are the server's, not one worker's: ``toolwire serve`` gives the
+workers a shared folder (``PROMETHEUS_MULTIPROC_DIR``, ``shared_folder``) before they start, each
+worker's values live in files there (prometheus_client's multiprocess mode, chosen when the library
+is imported), and every worker's ``/metrics`` adds up all of them — counters and histograms summed,
+gauges summed over the workers alive. A scrape sees the same totals whichever worker answers, and
+a worker replaced after a crash keeps its counts in the sums (they never go down); its gauges are
+dropped by the next worker that starts.
 
 | metric | type | labels |
 |---|---|---|
@@ -16,8 +24,17 @@ workers — each worker process exposes its own) never collide.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import contextlib
+import glob
+import os
+import re
+import tempfile
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess, values
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: where prometheus_client's multiprocess mode keeps each process's values
+SHARED_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -36,14 +53,58 @@ class Metrics:
         self.ttft = Histogram("toolwire_time_to_first_token_seconds", "Time to the first generated text",
                               buckets=TTFT_BUCKETS, registry=r)
         self.tokens = Counter("toolwire_tokens", "Tokens reported by the backend", ("direction",), registry=r)
-        self.active_streams = Gauge("toolwire_active_streams", "Streaming responses in flight", registry=r)
-        self.background = Gauge("toolwire_background_responses", "Background responses generating in this process",
-                                registry=r)
+        self.active_streams = Gauge("toolwire_active_streams", "Streaming responses in flight", registry=r,
+                                    multiprocess_mode="livesum")
+        self.background = Gauge("toolwire_background_responses", "Background responses generating",
+                                registry=r, multiprocess_mode="livesum")
         self.backend_errors = Counter("toolwire_backend_errors", "Backend failures by kind", ("kind",), registry=r)
         self.rejected = Counter("toolwire_rejected", "Requests refused before work started", ("reason",),
                                 registry=r)
         self.parse_events = Counter("toolwire_parse_events", "Parser outcomes by detector", ("detector", "event"),
                                     registry=r)
 
+        self.shared = shared()
+        if self.shared is not None:
+            forget_dead_workers(self.shared)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition: this app's registry, or with workers every worker's values added up."""
+        if self.shared is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, self.shared)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+
+
+def shared() -> str | None:
+    """The shared folder, when this process records its values there (the variable was set before
+    prometheus_client was imported, as ``toolwire serve`` does for its workers)."""
+    folder = os.environ.get(SHARED_ENV)
+    return folder if folder and values.ValueClass is not values.MutexValue else None
+
+
+def shared_folder() -> tuple[str, bool]:
+    """Set up ``PROMETHEUS_MULTIPROC_DIR`` for worker processes about to start: the operator's, or
+    a fresh temporary folder (``True``: ours, to remove when the server stops)."""
+    given = os.environ.get(SHARED_ENV)
+    if given:
+        return given, False
+    folder = tempfile.mkdtemp(prefix="toolwire-metrics-")
+    os.environ[SHARED_ENV] = folder
+    return folder, True
+
+
+def forget_dead_workers(folder: str) -> None:
+    """Drop the live gauges of processes that are gone (a worker that crashed and was replaced)."""
+    for path in glob.glob(os.path.join(folder, "gauge_live*_*.db")):
+        found = re.search(r"_(\d+)\.db$", path)
+        if found is None:
+            continue
+        pid = int(found.group(1))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                multiprocess.mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
+        except PermissionError:  # alive, another user's
+            pass

@@ -20,14 +20,22 @@ from typing import Any
 import httpx
 
 from app.errors import APIError
-from app.served import ParserConfigError, ServedModel, probe, validate_parser_names
+from app.served import (
+    NoTemplateError,
+    ParserConfigError,
+    ServedModel,
+    probe,
+    validate_parser_names,
+    validate_template_source,
+)
 from app.services import Services
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate, TemplateError
 
 log = logging.getLogger("toolwire")
 
-__all__ = ["ParserConfigError", "Runtime", "render_error", "validate_parser_names"]
+__all__ = ["NoTemplateError", "ParserConfigError", "Runtime", "render_error", "validate_parser_names",
+           "validate_template_source"]
 
 SHARED_STORE_WITHOUT_SECRET = (
     "!!! --response-store is shared (Redis) but no --thinking-secret is set: this replica seals reasoning "
@@ -40,6 +48,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         validate_parser_names(settings)
+        validate_template_source(settings)
         self.settings = settings
         self.services = Services(settings)
         self.model: ServedModel | None = None

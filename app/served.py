@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -21,19 +21,48 @@ from app.formats import Formats, label_of
 from app.parser_choice import ParserChoice
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
+from app.templates.literal import ControlText
 from app.templates.prompt import profile_of
 from app.templates.resume import RenderCache
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
+
+if TYPE_CHECKING:
+    from app.vocab import TextTokenizer
 
 #: conversations shorter than this are rendered whole, not resumed: with a few messages the
 #: render cache's bookkeeping (digests, cut-out iterations) costs more than it saves
 RESUME_MIN_MESSAGES = 4
 
 log = logging.getLogger("toolwire")
+#: client text sent as it is (a model served without ``app.pipeline.literal.control_for``: tests, tools)
+NO_CONTROL = ControlText(mode="allow")
 
 
 class ParserConfigError(ValueError):
     """A parser that cannot be set up as configured (``response-schema`` without a schema)."""
+
+
+class NoTemplateError(ValueError):
+    """A configuration that can answer no chat: a backend kind that publishes no chat template, and
+    no ``--chat-template``."""
+
+
+#: how to give toolwire a chat template, in every message that asks for one
+TEMPLATE_HOW = "pass --chat-template (a .jinja file, a tokenizer_config.json or the model's directory)"
+
+
+def no_template(kind: str) -> str:
+    """Why a server on a backend of ``kind`` without a chat template answers no chat."""
+    return f"no chat template: the {kind} backend publishes none; {TEMPLATE_HOW}"
+
+
+def validate_template_source(settings: Settings) -> None:
+    """Raise ``NoTemplateError`` when the chat template can come from nowhere: ``--backend-type``
+    names a kind that publishes none, and there is no ``--chat-template``. (A kind that is detected
+    after start is checked then: the server stays not-ready, see ``ServedModel.problem``.)"""
+    kind = settings.backend_type
+    if settings.chat_template is None and kind is not None and not BACKEND_TYPES[kind].publishes_template:
+        raise NoTemplateError(f"--backend-type {kind} publishes no chat template: {TEMPLATE_HOW}")
 
 
 def validate_parser_names(settings: Settings) -> None:
@@ -107,22 +136,33 @@ def _auto_parsers(template: ChatTemplate | None) -> ParserChoice | None:
 @dataclass(frozen=True)
 class ServedModel:
     """The model requests are answered with: its name on ``/v1/models``, the backend that runs it,
-    its chat template (``None``: none known), the parsers chosen and the formats they resolve to."""
+    its chat template (``None``: none known), the parsers chosen and the formats they resolve to,
+    what is done with client text holding control tokens (``app.pipeline.literal``) and the model's
+    tokenizer in process, where there is one (never sent to worker processes)."""
 
     name: str
     backend: Backend
     template: ChatTemplate | None
     parsers: ParserChoice
     formats: Formats
+    control: ControlText = NO_CONTROL
+    tokenizer: TextTokenizer | None = None
 
     @classmethod
-    def of(cls, name: str, backend: Backend, template: ChatTemplate | None, parsers: ParserChoice) -> ServedModel:
-        return cls(name, backend, template, parsers, Formats.of(parsers))
+    def of(cls, name: str, backend: Backend, template: ChatTemplate | None, parsers: ParserChoice,
+           control: ControlText | None = None, tokenizer: TextTokenizer | None = None) -> ServedModel:
+        return cls(name, backend, template, parsers, Formats.of(parsers), control or NO_CONTROL,
+                   tokenizer)
+
+    @property
+    def problem(self) -> str | None:
+        """Why this model can answer no chat (readiness says so), or ``None``."""
+        return no_template(self.backend.kind) if self.template is None else None
 
     def require_template(self) -> ChatTemplate:
+        """The chat template; a 503 saying how to configure one when there is none."""
         if self.template is None:
-            raise APIError(500, "no chat template: pass --chat-template (the backend does not publish one)",
-                           "server_error", code="no_chat_template")
+            raise APIError(503, no_template(self.backend.kind), "server_error", code="no_chat_template")
         return self.template
 
     def marker_tokens(self, tools_active: bool) -> tuple[str, ...]:
@@ -165,8 +205,14 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
         if s.render_cache_bytes and template.cache is None:
             template.cache = RenderCache(s.render_cache_bytes, min_messages=RESUME_MIN_MESSAGES)
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
+    from app.pipeline.literal import control_for
+
+    control, tokenizer = await control_for(s, backend, template)
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
-                           choose_parsers(s, template))
+                           choose_parsers(s, template), control, tokenizer)
+    if model.problem is not None:
+        log.error("!!! %s — not ready: /readyz is 503 and every chat request answers 503 until restarted with one",
+                  model.problem)
     log.info("backend ready: %s (%s), model %s, parsers reasoning=%s tools=%s", s.backend, kind, model.name,
              model.parsers.reasoning, model.parsers.tools)
     return model

@@ -1,7 +1,8 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
 concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
-response store, the thinking signers and the detached tasks (background responses, ``app.detached``).
-``start()`` opens what needs opening (clients, store, workers), ``stop()`` closes it.
+stores (responses, conversations, runs) and their background check, the thinking signers and the
+detached tasks (background responses, ``app.detached``). ``start()`` opens what needs opening
+(clients, stores, workers), ``stop()`` closes it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from app.metrics import Metrics
 from app.pipeline.offload import Offloader, Turns
 from app.sched import set_slice
 from app.settings import Settings
-from app.state import ResponseStore, open_store
+from app.state import Stores, open_stores
+from app.state.health import StoreCheck, StoreState
 from app.thinking_signature import ThinkingSigner, signer_for
 
 log = logging.getLogger("toolwire")
@@ -83,7 +85,8 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     client: httpx.AsyncClient | None = None  # probes and short requests to the backend
     streaming: StreamingClient | None = None  # generation streams
-    store: ResponseStore | None = None  # stored Responses API responses
+    stores: Stores | None = None  # stored responses, conversations, background responses' runs
+    store_check: StoreCheck | None = None  # the store's background check (what readiness reports)
 
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
@@ -95,6 +98,10 @@ class Services:
     def signer(self, tenant: str) -> ThinkingSigner:
         """Seals and signatures for ``tenant``'s reasoning (``app.thinking_signature``)."""
         return signer_for(self.settings, tenant)
+
+    def store_state(self) -> StoreState | None:
+        """The store as its last background check found it (``None``: no store); never waits on it."""
+        return self.store_check.state if self.store_check is not None else None
 
     async def start(self) -> None:
         s = self.settings
@@ -108,14 +115,21 @@ class Services:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30)
         self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         self.streaming = StreamingClient(s.connect_timeout, s.read_timeout)
-        self.store = open_store(s)
+        self.stores = open_stores(s)
+        database = self.stores.database
+        self.store_check = StoreCheck(database.ping, database.guard.breaker, s.store_check_interval,
+                                      s.store_check_timeout)
+        await self.store_check.check()
+        self.store_check.start()
         self.offloader.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store
         self.offloader.close()
-        if self.store is not None:
-            await self.store.close()
+        if self.store_check is not None:
+            await self.store_check.stop()
+        if self.stores is not None:
+            await self.stores.close()
         if self.client is not None:
             await self.client.aclose()
         if self.streaming is not None:

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         "reasoning_content", description="delta field for reasoning: reasoning_content | reasoning | both")
     vllm_legacy_guided: bool = Field(
         False, description="send vLLM constraints as guided_json (vLLM < 0.12) instead of structured_outputs")
+    control_text: Literal["auto", "escape", "reject", "allow"] = Field(
+        "auto", description="client text holding a control token's string (<|im_end|>, [INST] …): auto sends "
+        "the prompt so it stays text — in tokens on llama.cpp, and on vLLM with the model's tokenizer.json "
+        "(--chat-template DIR) — else escapes it; escape: a zero-width space after its first character; reject: "
+        "400; allow: sent as is, where the model reads it as control tokens (unsafe)")
     hold_tool_calls: bool = Field(
         False, description="deliver each streamed tool call whole, once complete (never a partial call)")
     thinking_secret: SecretStr | None = Field(
@@ -90,6 +95,21 @@ class Settings(BaseSettings):
     background_events_max_bytes: int = Field(
         8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
         "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
+    store_timeout: float = Field(
+        2.0, gt=0, description="seconds one operation of a Redis response store may take (each command's socket "
+        "timeout too); past it the request that needed it answers 503 store_unavailable (a finished answer is "
+        "still returned, not stored)")
+    store_check_interval: float = Field(
+        1.0, gt=0, description="seconds between background checks of the response store; /readyz and /health "
+        "report the last one and never wait on the store, and while the store breaker is open the check is its "
+        "probe (an answer closes it)")
+    store_check_timeout: float = Field(
+        0.5, gt=0, description="seconds a background check of the response store may take before it counts as "
+        "failed")
+    store_breaker_failures: int = Field(
+        3, ge=1, description="store timeouts in a row (calls or checks that got no answer in time) that open the "
+        "store breaker: store calls are then refused at once (503 store_unavailable) until a check gets an "
+        "answer")
     hosted_tools: Literal["ignore", "reject"] = Field(
         "ignore", description="Responses API tools toolwire cannot run (web_search, file_search, …): left out of "
         "the prompt with a warning (ignore) or answered with a 400 (reject)")
@@ -102,6 +122,8 @@ class Settings(BaseSettings):
         default_factory=list, description="accepted bearer API key on /v1/* (repeatable; env: comma-separated)")
     api_keys_file: Path | None = Field(None, description="file with one accepted API key per line")
     metrics_open: bool = Field(False, description="serve /metrics without an API key")
+    openapi: bool = Field(False, description="serve an OpenAPI document of toolwire's API at /openapi.json "
+                          "(behind the API keys when keys are set)")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="allowed CORS origins (default: CORS off)")
 
@@ -127,6 +149,9 @@ class Settings(BaseSettings):
     max_calls_per_answer: int = Field(
         1024, ge=1, description="tool calls one answer may hold; the text of any beyond is content (logged)")
     header_timeout: float = Field(10.0, gt=0, description="seconds a connection has to send a request's headers")
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, description="bytes a request's head (request line and headers) may hold; beyond: 431")
+    max_headers: int = Field(100, ge=8, description="headers a request may send; beyond: 431")
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
     render_cache_bytes: int = Field(

@@ -7,6 +7,8 @@ toolwire with and without them, side by side.
   head goes.
 * ``slice100`` — not a patch: toolwire run with its own ``--sched-slice-us 100`` setting (opt-in;
   see ``app.sched``), to show what the setting does on this machine.
+* ``no_head_hold`` — a response head written as uvicorn writes it, on its own, not held back to
+  leave with the first body bytes (``app.api.http_protocol.HeadWithBody``): what that hook is worth.
 
 The first what-ifs measured here (a lean streaming HTTP client instead of httpx for the backend
 stream; a plain SSE response instead of sse-starlette's; the backend stream's first chunk handed on
@@ -142,3 +144,17 @@ def _apply_slice100() -> None:
 
 
 EXPERIMENTS["slice100"] = _apply_slice100
+
+
+def _apply_no_head_hold() -> None:
+    from app.api import http_protocol
+
+    def write(self: Any, data: Any) -> None:
+        self._transport.write(data)
+
+    if not hasattr(http_protocol, "HeadWithBody"):
+        raise ExperimentError("app.api.http_protocol has no HeadWithBody")
+    http_protocol.HeadWithBody.write = write  # type: ignore[method-assign]
+
+
+EXPERIMENTS["no_head_hold"] = _apply_no_head_hold

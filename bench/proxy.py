@@ -313,7 +313,7 @@ async def alternating_ttft(targets: list[Endpoint], n: int) -> list[list[float]]
 PACE_MS = 5.0  # the paced backend: 200 tokens/s per stream, like a real model
 # app-side what-ifs (``bench.experiments``) measured beside the app as is. The first round — a lean
 # streaming HTTP client instead of httpx, a plain SSE response — was adopted into app/.
-WHAT_IFS: tuple[tuple[str, ...], ...] = (("slice100",),)
+WHAT_IFS: tuple[tuple[str, ...], ...] = (("slice100",), ("no_head_hold",))
 
 
 def toolwire_load(proxy: Proc, streams: int, seconds: float, tokens: int, target: Endpoint | None = None) -> LoadResult:

@@ -1,5 +1,5 @@
 """Run toolwire for the proxy benchmark: ``create_app(Settings(...))`` under uvicorn, the way
-``toolwire serve`` does (one worker, default uvicorn loop and HTTP implementation, JSON logs at
+``toolwire serve`` does (one worker, toolwire's HTTP protocol and limits — ``uvicorn_options`` —, JSON logs at
 ``warning``), in its own process so its CPU time can be measured alone.
 
     python -m bench.proxy_main --backend http://127.0.0.1:PORT --port PORT [--profile FILE.prof]
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from app.api.server import create_app
+    from app.api.server import create_app, uvicorn_options
     from app.logs import configure
     from app.settings import Settings
 
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if profiler is not None:
         profiler.enable()
     try:
-        uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, timeout_graceful_shutdown=1)
+        options = {**uvicorn_options(settings), "timeout_graceful_shutdown": 1}  # toolwire's protocol and limits
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_config=None, **options)
     finally:
         if profiler is not None:
             profiler.disable()

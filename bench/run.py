@@ -39,6 +39,7 @@ SECTIONS: list[str] = [
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)
     "bench.offload",  # issue 28: a probe's worst wait while heavy requests are prepared, before and after
+    "bench.control_text",  # issue 38: the client control-text scan and trace against the render
     "bench.goals",  # issue 26's goals in one table (the figures above, and SMG's where its harness ran); last
 ]
 

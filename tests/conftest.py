@@ -11,6 +11,8 @@ import httpx
 import openai
 import pytest
 
+from app.local.artifacts import ensure_llama_server, ensure_model
+from app.local.llama_server import LlamaServerProcess
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import ScriptedBackend
 
@@ -30,6 +32,15 @@ def backend_factory() -> Iterator[Callable[..., ScriptedBackend]]:
     yield make
     for backend in started:
         backend.stop()
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServerProcess]:
+    """The end-to-end tier's real llama-server on SmolLM2, one per test module that asks for it."""
+    server = LlamaServerProcess(ensure_llama_server(), ensure_model(), ctx=2048, threads=2)
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

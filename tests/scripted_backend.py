@@ -2,7 +2,14 @@
 completion the way vLLM (``/v1/completions``), a generic OpenAI completions API, or llama-server
 (``/completion``) does — and that can misbehave on purpose (error status, drop, stall, garbage).
 
-It records every request body it receives and when each client connection went away.
+It records every request body it receives and when each client connection went away. A response
+can be held at a ``Gate`` (before its head, or after some pieces) until the test opens it: a test
+that needs work still under way holds it there, rather than hoping a delay outlasts its checks. As a
+llama-server it can also have a vocabulary of control tokens (``specials``): its ``/tokenize`` then
+parses their strings into ids (``SPECIAL_ID + index``) unless told ``parse_special: false``, every
+other byte is a token of its own, and ``evaluated(body)`` is the token list a generation request's
+prompt — a string or a mix of strings and ids — is read as (with ``specials``, ``tokens_evaluated``
+is its length).
 """
 
 from __future__ import annotations
@@ -14,6 +21,38 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+
+class Gate:
+    """A point scripted responses stop at until the test opens it (``open()``; never: they stay
+    held until their client leaves or the backend stops). ``reached`` is set once a response is
+    there (a ``threading.Event`` the test can wait on)."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self._open = threading.Event()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        return self._open.is_set()
+
+    def open(self) -> None:
+        with self._lock:
+            self._open.set()
+            for loop, event in self._waiters:
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        """Return once the gate is open (at once if it is)."""
+        event = asyncio.Event()
+        with self._lock:
+            self.reached.set()
+            if self._open.is_set():
+                return
+            self._waiters.append((asyncio.get_running_loop(), event))
+        await event.wait()
 
 
 @dataclass
@@ -31,6 +70,8 @@ class Script:
     fault_after: int = 0  # pieces sent before the fault
     stall_seconds: float = 30.0
     connect_delay: float = 0.0  # seconds before the response head is sent
+    hold: Gate | None = None  # where the response waits until the test opens it …
+    hold_after: int | None = None  # … after this many pieces (None: before its head)
     stop_word: str | None = None  # the request's stop string that ended the output (finish "stop")
     #: when the request asks for logprobs (vLLM ``logprobs``, llama.cpp ``n_probs``): the logprob of each
     #: piece's tokens (default: -0.1 × (piece number + 1)); alternatives are "alt1", "alt2" … below it
@@ -42,19 +83,28 @@ class Script:
     choices: list[Script] | None = None
 
 
+#: the id of a llama-server ``specials`` string is this plus its index
+SPECIAL_ID = 1_000_000
+
+
 @dataclass
 class Seen:
     path: str
     body: dict[str, Any]
     opened: float
     closed: float | None = None
+    finished: float | None = None  # when the whole answer had been sent
 
 
 class ScriptedBackend:
     def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
                  bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None,
-                 tokenizer: bool = True) -> None:
+                 tokenizer: bool = True, specials: list[str] | None = None,
+                 media_marker: str | None = None) -> None:
         self.kind = kind
+        #: llama-server control tokens (see the module docstring), and its ``/props`` ``media_marker``
+        self.specials = list(specials or [])
+        self.media_marker = media_marker
         #: ``False``: ``/tokenize`` answers 404, as a backend (or a gateway in front of one) without it
         self.tokenizer = tokenizer
         #: the context length it reports (llama-server ``/props`` ``n_ctx``, vLLM ``max_model_len``) and
@@ -89,6 +139,50 @@ class ScriptedBackend:
 
     def bodies(self) -> list[dict[str, Any]]:
         return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion")]
+
+    # ------------------------------------------------------------------ tokens (llama-server)
+
+    def tokenize(self, content: Any, parse_special: bool = True, add_special: bool = False) -> list[int]:
+        """llama-server's ``tokenize_mixed``: strings tokenized (``specials`` parsed when asked, each
+        other UTF-8 byte a token), ids kept; BOS first when the model adds one and the prompt opens
+        with a string."""
+        parts = content if isinstance(content, list) else [content]
+        out: list[int] = []
+        if add_special and self.adds_bos and parts and isinstance(parts[0], str):
+            out.append(1)
+        for part in parts:
+            if isinstance(part, str):
+                out.extend(self._tokenize_text(part, parse_special))
+            else:
+                out.append(int(part))
+        return out
+
+    def _tokenize_text(self, text: str, parse_special: bool) -> list[int]:
+        if not parse_special or not self.specials:
+            return list(text.encode())
+        ordered = sorted(range(len(self.specials)), key=lambda i: -len(self.specials[i]))
+        out: list[int] = []
+        at = 0
+        while at < len(text):
+            hit = next((i for i in ordered if text.startswith(self.specials[i], at)), None)
+            if hit is None:
+                out.extend(text[at].encode())
+                at += 1
+            else:
+                out.append(SPECIAL_ID + hit)
+                at += len(self.specials[hit])
+        return out
+
+    def evaluated(self, body: dict[str, Any]) -> list[int]:
+        """The tokens a ``/completion`` body's prompt is read as."""
+        return self.tokenize(body.get("prompt", ""), parse_special=True, add_special=True)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Tokens back to text: control ids as their strings, the rest as UTF-8 bytes."""
+        out = bytearray()
+        for token in tokens:
+            out += self.specials[token - SPECIAL_ID].encode() if token >= SPECIAL_ID else bytes([token])
+        return out.decode("utf-8", "replace")
 
     def start(self) -> ScriptedBackend:
         ready = threading.Event()
@@ -165,16 +259,19 @@ class ScriptedBackend:
             return await self._send_json(writer, 200, {"object": "list", "data": [model]})
         if method == "GET" and path == "/props" and self.kind == "llamacpp":
             settings = {"n_ctx": self.context} if self.context else {}
-            return await self._send_json(writer, 200, {
-                "default_generation_settings": settings, "chat_template": self.chat_template or "",
-                "bos_token": self.bos_token, "eos_token": self.eos_token})
+            props = {"default_generation_settings": settings, "chat_template": self.chat_template or "",
+                     "bos_token": self.bos_token, "eos_token": self.eos_token}
+            if self.media_marker:
+                props["media_marker"] = self.media_marker
+            return await self._send_json(writer, 200, props)
         if method == "POST" and path == "/tokenize":  # one token per UTF-8 byte (and BOS where added)
             self.tokenized.append(body)
             if not self.tokenizer:
                 return await self._send_json(writer, 404, {"detail": "Not Found"})
             if self.kind == "llamacpp":
-                bos = [1] if self.adds_bos and body.get("add_special") else []
-                return await self._send_json(writer, 200, {"tokens": bos + list(body.get("content", "").encode())})
+                tokens = self.tokenize(body.get("content", ""), bool(body.get("parse_special", True)),
+                                       bool(body.get("add_special")))
+                return await self._send_json(writer, 200, {"tokens": tokens})
             if self.kind == "vllm":
                 tokens = list(body.get("prompt", "").encode())
                 return await self._send_json(writer, 200, {"count": len(tokens), "max_model_len": 32768,
@@ -216,6 +313,9 @@ class ScriptedBackend:
                 return
             except TimeoutError:
                 pass
+        if script.hold is not None and script.hold_after is None and await self._held(script.hold, watcher):
+            seen.closed = time.monotonic()
+            return
         if script.status != 200:
             watcher.cancel()
             await self._send_json(writer, script.status, {"error": {"message": script.error_message,
@@ -243,15 +343,18 @@ class ScriptedBackend:
                         await asyncio.wait_for(asyncio.shield(watcher), script.delay)
                     except TimeoutError:
                         pass
+                if script.hold is not None and script.hold_after == i + 1:
+                    await self._held(script.hold, watcher)
                 if closed():
                     return
             if script.fault and script.fault_after >= len(script.pieces):
                 await self._fault(script, writer)
                 return
-            for event in self._final_events(llama, script, len(script.pieces)):
+            for event in self._final_events(llama, script, len(script.pieces), body):
                 await self._chunk(writer, event)
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+            seen.finished = time.monotonic()
         except (ConnectionError, RuntimeError):
             pass
         finally:
@@ -264,6 +367,15 @@ class ScriptedBackend:
                 except TimeoutError:
                     pass
             watcher.cancel()
+
+    @staticmethod
+    async def _held(gate: Gate, watcher: asyncio.Future[bytes]) -> bool:
+        """Wait at ``gate`` until it opens or the client leaves; whether the client left."""
+        opened = asyncio.ensure_future(gate.wait())
+        await asyncio.wait({opened, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not opened.done():
+            opened.cancel()
+        return watcher.done()
 
     async def _chunk(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -297,7 +409,7 @@ class ScriptedBackend:
         logprob = script.logprobs[i] if script.logprobs is not None else round(-0.1 * (i + 1), 6)
         if llama:
             payload: dict[str, Any] = {"index": 0, "content": piece, "tokens": [i], "stop": False, "id_slot": 0,
-                                       "tokens_predicted": i + 1, "tokens_evaluated": script.prompt_tokens}
+                                       "tokens_predicted": i + 1, "tokens_evaluated": self._prompt_tokens(script, body)}
             top = body.get("n_probs") or 0
             if top:
                 payload["completion_probabilities"] = [{
@@ -353,12 +465,15 @@ class ScriptedBackend:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    def _final_events(self, llama: bool, script: Script, n: int) -> list[bytes]:
+    def _prompt_tokens(self, script: Script, body: dict[str, Any]) -> int:
+        return len(self.evaluated(body)) if self.specials else script.prompt_tokens
+
+    def _final_events(self, llama: bool, script: Script, n: int, body: dict[str, Any] | None = None) -> list[bytes]:
         if llama:
             stop_type = "limit" if script.finish == "length" else ("word" if script.stop_word else "eos")
             payload = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0,
                        "stop_type": stop_type, "stopping_word": script.stop_word or "", "tokens_predicted": n,
-                       "tokens_evaluated": script.prompt_tokens, "timings": {"cache_n": 0, "prompt_n": 7}}
+                       "tokens_evaluated": self._prompt_tokens(script, body or {}), "timings": {"cache_n": 0, "prompt_n": 7}}
             return [b"data: " + json.dumps(payload).encode() + b"\n\n"]
         finish = {"id": "cmpl-scripted", "object": "text_completion", "created": 0, "model": self.model,
                   "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": script.finish,

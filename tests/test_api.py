@@ -12,9 +12,10 @@ import httpx
 import openai
 import pytest
 
+from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
-from tests.scripted_backend import Script
+from tests.scripted_backend import Gate, Script
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
@@ -97,19 +98,17 @@ def test_reasoning_and_incremental_tool_call_chunks(qwen3_vllm) -> None:
 
 
 def test_role_chunk_arrives_with_the_first_token_even_when_the_parser_holds_it(qwen3_vllm) -> None:
-    """The first token is a tool-call marker (nothing to show yet) and the backend then pauses:
-    the client still gets the response head and the role chunk at once, not after the pause."""
-    import time
-
+    """The first token is a tool-call marker (nothing to show yet) and the backend then pauses — here
+    until the client has its first chunk: the client still gets the response head and the role chunk,
+    not after the pause (it would wait for ever otherwise)."""
     backend, proxy = qwen3_vllm
+    paused = Gate()
     backend.script(Script(pieces=["<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
-                                  "</tool_call>"], delay=2.0))
-    started = time.monotonic()
+                                  "</tool_call>"], hold=paused, hold_after=1))
     stream = client_for(proxy).chat.completions.create(model="x", messages=MESSAGES, tools=TOOLS, stream=True)
     first = next(iter(stream))
-    waited = time.monotonic() - started
+    paused.open()
     assert first.choices[0].delta.role == "assistant" and not first.choices[0].delta.tool_calls
-    assert waited < 1.5, f"the role chunk waited {waited:.2f} s for the second token"
     rest = list(stream)
     assert rest[-1].choices[0].finish_reason == "tool_calls"
 
@@ -330,6 +329,43 @@ def test_unknown_parser_name_exits_with_known_names() -> None:
                             check=False)
     assert result.returncode == 2
     assert "no-such-parser" in result.stderr and "qwen25" in result.stderr and "mistral" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["vllm", "openai"])
+def test_a_backend_type_that_publishes_no_template_needs_one_to_start(kind: str) -> None:
+    """Known at start (the kind is named, it publishes no template, none is given): one line naming
+    --chat-template and exit 2, as for an unknown parser name — never a server that is "ready" and
+    then answers every chat with an error."""
+    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--backend", "http://127.0.0.1:9",
+                             "--backend-type", kind], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--chat-template" in lines[0] and kind in lines[0], result.stderr
+    from app.runtime import validate_template_source
+
+    validate_template_source(Settings(backend_type="llamacpp"))  # llama-server publishes its template
+    validate_template_source(Settings(backend_type=kind, chat_template=QWEN3_TEMPLATE))
+
+
+def test_a_detected_backend_without_a_template_stays_unready_and_answers_503(backend_factory, proxy_factory) -> None:
+    """Learnt only after start (the kind is detected): not ready, saying why, and every chat on
+    every face a 503 with the same message (never a 500)."""
+    backend = backend_factory("vllm")
+    proxy = proxy_factory(backend=backend.url)
+    ready = httpx.get(proxy.url + "/readyz", timeout=30)
+    assert ready.status_code == 503 and ready.json()["status"] == "unavailable"
+    assert "--chat-template" in ready.json()["detail"] and "vllm" in ready.json()["detail"]
+    health = httpx.get(proxy.url + "/health", timeout=30)
+    assert health.status_code == 503 and "--chat-template" in health.json()["detail"]
+    for path, body, status in [("/v1/chat/completions", {"model": "m", "messages": MESSAGES}, 503),
+                               ("/v1/responses", {"model": "m", "input": "hi"}, 503),
+                               # the Messages API's 503 is Anthropic's 529
+                               ("/v1/messages", {"model": "m", "max_tokens": 5, "messages": MESSAGES}, 529)]:
+        answer = httpx.post(proxy.url + path, json=body, timeout=30)
+        assert answer.status_code == status, (path, answer.text)
+        error = answer.json()["error"]
+        assert "--chat-template" in error["message"], (path, error)
+    assert not backend.bodies()  # nothing was generated
 
 
 def test_env_vars_configure_serve(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,7 @@ from app.pipeline.ask import Ask
 from app.pipeline.plan import plan_request
 from app.templates.autodetect import choose_parsers
 from app.templates.chat_template import ChatTemplate
+from app.templates.literal import ControlText
 from app.thinking_signature import ThinkingSigner
 from parsers import FoldedMessage, fold
 from tests.conftest import TEMPLATES
@@ -121,3 +122,17 @@ def test_the_data_is_llamacpps_whole_set() -> None:
     assert len(CASES) == 72
     assert {c["kind"] for c in CASES} == {"content", "reasoning"}
     assert all((TEMPLATES / c["template"]).is_file() for c in CASES)
+
+
+@pytest.mark.parametrize("kind", ["content", "reasoning"])
+def test_a_continuation_where_client_control_text_is_traced(kind: str) -> None:
+    """With the model's control strings traced (``app.templates.literal``), the continued message is
+    written the same: the markers around it are the model's own, its texts the client's."""
+    case = next(c for c in CASES if c["template"] == "Qwen3.5-4B.jinja" and c["kind"] == kind)
+    template, formats = _served(case["template"])
+    control = ControlText(("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>"), mode="tokens")
+    plain = plan_request(_ask(case, "chat"), formats, template, _backend())
+    traced = plan_request(_ask(case, "chat"), formats, template, _backend(), control=control)
+    assert (traced.prompt, traced.prefill) == (plain.prompt, plain.prefill)
+    assert plain.prefill == ("I'm thinking</think>Hello, " if kind == "content" else "I'm")
+    assert plain.prompt.endswith("<|im_start|>assistant\n<think>\n")

@@ -284,3 +284,34 @@ def test_caddy_accepts_the_caddyfile(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60, check=False,
                             env={**os.environ, **caddy_env, "HOME": str(tmp_path), "HEALTH_INTERVAL": "often"})
     assert broken.returncode != 0  # the check can fail
+
+
+def test_every_toolwire_in_front_of_vllm_has_a_chat_template() -> None:
+    """vLLM publishes no chat template, so toolwire there refuses to start without one: each
+    deployment mounts the model's template where its ``--chat-template`` points, from a file that
+    exists, and the start-up check passes with it."""
+    from app.cli import build_parser, settings_from_args
+    from app.runtime import validate_template_source
+
+    # compose: the flag, and the file mounted at that path
+    service = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())["services"]["toolwire-vllm"]
+    args = service["command"]
+    path = args[args.index("--chat-template") + 1]
+    mounts = dict(reversed(v.rsplit(":", 2)[:2]) for v in service["volumes"])
+    source = (ROOT / "deploy" / mounts[path]).resolve()
+    assert source.is_file()
+    settings = settings_from_args(build_parser().parse_args(["serve", *args]))
+    validate_template_source(settings.model_copy(update={"chat_template": source}))
+    # k8s: the environment's path, under a mount of a volume made from a ConfigMap the kustomization generates
+    deployment = _find("Deployment", "qwen3")
+    toolwire = _container(deployment, "toolwire")
+    env = _env(toolwire)
+    path = env["TOOLWIRE_CHAT_TEMPLATE"]
+    mount = next(m for m in toolwire["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    generator = next(g for g in kustomization["configMapGenerator"] if g["name"] == volume["configMap"]["name"])
+    files = dict(entry.split("=", 1) for entry in generator["files"])
+    source = K8S / files[path[len(mount["mountPath"]) + 1:]]
+    assert source.is_file()
+    validate_template_source(Settings(backend_type=env["TOOLWIRE_BACKEND_TYPE"], chat_template=source))

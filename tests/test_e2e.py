@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from app.backends import GenerationRequest, LlamaCppBackend, Sampling, TextDelta
-from app.local.artifacts import ensure_llama_server, ensure_model
+from app.local.artifacts import ensure_llama_server
 from app.local.llama_server import LlamaServerProcess
 from tests.conftest import client_for
 from tests.proxy_server import ProxyServer, free_port
@@ -29,14 +29,6 @@ from tests.proxy_server import ProxyServer, free_port
 pytestmark = pytest.mark.e2e
 
 GREETING = [{"role": "user", "content": "Say hello to Ada in one short sentence."}]
-
-
-@pytest.fixture(scope="module")
-def llama() -> Iterator[LlamaServerProcess]:
-    server = LlamaServerProcess(ensure_llama_server(), ensure_model(), ctx=2048, threads=2)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import QWEN3_TEMPLATE
 from tests.proxy_server import ProxyServer
-from tests.scripted_backend import Script, ScriptedBackend
+from tests.scripted_backend import Gate, Script, ScriptedBackend
 
 ORIGIN = "https://app.example"
 
@@ -72,14 +72,14 @@ def test_other_paths_answer_in_openai_shape(make, method: str, path: str, status
 def test_count_tokens_holds_a_concurrency_slot_and_stops_when_the_client_leaves(make) -> None:
     backend, proxy = make
     server = proxy(max_concurrency=1)
-    backend.script(Script(pieces=["slow", " answer"], delay=1.0))
+    held = Gate()  # the one slot stays taken until count_tokens has been refused
+    backend.script(Script(pieces=["slow", " answer"], hold=held, hold_after=1))
     body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     holder = threading.Thread(target=lambda: httpx.post(server.url + "/v1/messages", json=body, timeout=30))
     holder.start()
-    deadline = time.monotonic() + 10
-    while server.runtime.services.slots.used < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert held.reached.wait(30)
     counted = httpx.post(server.url + "/v1/messages/count_tokens", json={k: body[k] for k in ("model", "messages")})
+    held.open()
     assert counted.status_code == 429 and counted.json()["error"]["type"] == "rate_limit_error"
     holder.join(30)
     assert server.runtime.services.slots.used == 0

@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.proxy_server import free_port
-from tests.scripted_backend import Script
+from tests.scripted_backend import Gate, Script
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
@@ -139,13 +139,11 @@ def test_mid_stream_faults_without_streaming_are_502(setup, fault: str) -> None:
 
 
 def test_stalled_backend_hits_the_read_timeout(setup) -> None:
+    """The backend goes silent after one piece, for good: only the read timeout can end the request."""
     backend, proxy = setup(read_timeout=0.5)
-    backend.script(Script(pieces=["a", "b"], fault="stall", fault_after=1, stall_seconds=10),
-                   Script(pieces=["a", "b"], fault="stall", fault_after=1, stall_seconds=10))
-    started = time.monotonic()
+    backend.script(Script(pieces=["a", "b"], hold=Gate(), hold_after=1), Script(pieces=["a", "b"], hold=Gate()))
     events = sse_events(post(proxy, {"stream": True}))
     assert "read timeout" in events[-1]["error"]["message"]
-    assert time.monotonic() - started < 5
     response = post(proxy, {})
     assert response.status_code == 504
 
@@ -162,21 +160,23 @@ def test_the_sdk_raises_on_a_mid_stream_error(setup) -> None:
 
 
 def test_client_disconnect_closes_the_upstream_request_at_once(setup) -> None:
+    """The backend holds the rest of its answer for good after four pieces: only the proxy closing the
+    upstream request can end it (its read timeout is 300 s), and it does once the client leaves."""
     backend, proxy = setup()
-    backend.script(Script(pieces=[f"tok{i} " for i in range(400)], delay=0.02))
+    backend.script(Script(pieces=[f"tok{i} " for i in range(400)], hold=Gate(), hold_after=4))
     with httpx.Client(timeout=30) as client, client.stream("POST", proxy.url + "/v1/chat/completions",
                        json={"messages": MESSAGES, "stream": True}) as response:
         lines = response.iter_lines()
         for line in lines:
             if "tok3" in line:
                 break
-        closed_at = time.monotonic()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 10
     while backend.seen[-1].closed is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    seen = backend.seen[-1]
-    assert seen.closed is not None, "the backend never saw the connection close"
-    assert seen.closed - closed_at < 0.1, f"upstream closed {seen.closed - closed_at:.3f}s after the client left"
+    assert backend.seen[-1].closed is not None, "the backend never saw the connection close"
+    deadline = time.monotonic() + 10  # the stream's own end (its gauge) follows the close
+    while proxy.runtime.services.metrics.active_streams._value.get() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert proxy.runtime.services.metrics.active_streams._value.get() == 0
 
 
@@ -184,23 +184,18 @@ def test_client_disconnect_during_a_non_streaming_request_closes_upstream(setup)
     """The client hangs up once generation is under way (not on a timer: on a loaded machine the
     request may take a while to reach the backend): the upstream request is closed at once."""
     backend, proxy = setup()
-    backend.script(Script(pieces=[f"tok{i} " for i in range(400)], delay=0.02))
+    under_way = Gate()  # generation is under way, and stays so until the proxy closes the request
+    backend.script(Script(pieces=[f"tok{i} " for i in range(400)], hold=under_way, hold_after=4))
     host, port = proxy.url.removeprefix("http://").split(":")
     body = json.dumps({"messages": MESSAGES}).encode()
     with socket.create_connection((host, int(port)), timeout=10) as client:
         client.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        deadline = time.monotonic() + 10
-        while not backend.seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert backend.seen, "the request never reached the backend"
-        time.sleep(0.1)  # generation is under way, the answer (400 tokens at 20 ms) far from done
-    left_at = time.monotonic()
-    deadline = time.monotonic() + 3
+        assert under_way.reached.wait(30), "the request never reached the backend"
+    deadline = time.monotonic() + 10
     while backend.seen[-1].closed is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert backend.seen[-1].closed is not None
-    assert backend.seen[-1].closed - left_at < 0.5
+    assert backend.seen[-1].closed is not None, "the upstream request stayed open after the client left"
 
 
 # ------------------------------------------------------------------------------------ load
@@ -240,8 +235,10 @@ def test_concurrent_streams_no_errors_no_cross_talk_memory_returns(setup) -> Non
     results = asyncio.run(_many_streams(proxy.url, 120))
     for i, text in results:
         assert text == "".join(f"answer-{i}-{k} " for k in range(20)), f"stream {i} got {text[:80]!r}"
-    gc.collect()
-    time.sleep(0.2)
+    services = proxy.runtime.services
+    deadline = time.monotonic() + 10  # each stream lets go of its slot as its last bytes leave
+    while (services.slots.used or services.metrics.active_streams._value.get()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -251,7 +248,8 @@ def test_concurrent_streams_no_errors_no_cross_talk_memory_returns(setup) -> Non
 
 def test_max_concurrency_answers_429_with_retry_after(setup) -> None:
     backend, proxy = setup(max_concurrency=2)
-    backend.responder = lambda body: Script(pieces=["x"] * 50, delay=0.02)
+    held = Gate()  # both slots stay taken until the third request has been refused
+    backend.responder = lambda body: Script(pieces=["x"] * 50, hold=held, hold_after=1)
     responses: list[httpx.Response] = []
 
     def slow() -> None:
@@ -264,6 +262,7 @@ def test_max_concurrency_answers_429_with_retry_after(setup) -> None:
     while proxy.runtime.services.slots.used < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     refused = post(proxy, {})
+    held.open()
     assert refused.status_code == 429
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
@@ -417,16 +416,24 @@ def test_logs_are_json_with_request_ids_and_no_content(tmp_path) -> None:
 
 
 def test_graceful_shutdown_drains_in_flight_streams(setup) -> None:
-    backend, proxy = setup(shutdown_grace=5)
-    backend.script(Script(pieces=[f"t{i} " for i in range(30)], delay=0.03))
+    backend, proxy = setup(shutdown_grace=30)
+    held = Gate()  # the stream is in flight, and stays so until the shutdown has begun
+    backend.script(Script(pieces=[f"t{i} " for i in range(30)], hold=held, hold_after=3))
     result: list[httpx.Response] = []
     thread = threading.Thread(target=lambda: result.append(post(proxy, {"stream": True})))
     thread.start()
-    deadline = time.monotonic() + 5
-    while proxy.runtime.services.metrics.active_streams._value.get() < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert held.reached.wait(30)
     proxy.server.should_exit = True  # what SIGTERM does
-    thread.join(15)
+    host, port = proxy.url.removeprefix("http://").split(":")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the shutdown has begun: no new connection is accepted
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except OSError:
+            break
+        time.sleep(0.01)
+    held.open()
+    thread.join(30)
     assert result and result[0].status_code == 200
     events = sse_events(result[0])
     assert events[-1] == "[DONE]", "the in-flight stream was cut instead of drained"

@@ -9,6 +9,7 @@ durations, so a loaded machine does not make them flaky.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -24,7 +25,7 @@ import pytest
 
 from tests.conftest import QWEN3_TEMPLATE, client_for, sse_events
 from tests.proxy_server import ProxyServer
-from tests.scripted_backend import Script, ScriptedBackend
+from tests.scripted_backend import Gate, Script, ScriptedBackend
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -262,16 +263,18 @@ def test_wrong_shaped_backend_json(kind: str, raw: bytes, backend_factory, proxy
 def test_leaving_before_the_first_byte_closes_upstream_and_frees_the_slot(vllm, path: str, stream: bool) -> None:
     backend, make = vllm
     proxy = make(max_concurrency=1)
-    backend.script(Script(pieces=["late"], connect_delay=8))
+    held = Gate()  # the backend sends nothing until the client has left (never, here)
+    backend.script(Script(pieces=["late"], hold=held))
     body = {"model": "m", "messages": MESSAGES, "stream": stream} if "chat" in path else \
         {"model": "m", "prompt": "hi", "stream": stream}
 
     async def leave_early() -> None:
         async with httpx.AsyncClient(timeout=60) as client:
-            try:
-                await asyncio.wait_for(client.post(proxy.url + path, json=body), 0.5)
-            except TimeoutError:
-                pass
+            asking = asyncio.ensure_future(client.post(proxy.url + path, json=body))
+            await asyncio.to_thread(held.reached.wait, 30)  # the request is at the backend, no byte back yet
+            asking.cancel()  # the client leaves
+            with contextlib.suppress(asyncio.CancelledError):
+                await asking
 
     asyncio.run(leave_early())
     deadline = time.monotonic() + 4
@@ -356,7 +359,7 @@ def test_sse_lines_split_over_many_reads_are_joined_once() -> None:
 def test_a_stream_still_open_at_shutdown_ends_with_an_error_event(vllm) -> None:
     backend, make = vllm
     proxy = make()
-    backend.script(Script(pieces=["Hello", " world"], fault="stall", fault_after=1, stall_seconds=30))
+    backend.script(Script(pieces=["Hello", " world"], hold=Gate(), hold_after=1))  # stalls after one piece, for good
     received: list[bytes] = []
     done = threading.Event()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +19,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from tests.conftest import QWEN3_TEMPLATE, TEMPLATES
 from tests.proxy_server import ProxyServer, free_port
-from tests.scripted_backend import Script, ScriptedBackend
+from tests.scripted_backend import Gate, Script, ScriptedBackend
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
 WEATHER = {"name": "get_weather", "description": "Weather for a city",
@@ -562,10 +561,18 @@ def test_pings_keep_a_silent_stream_alive(qwen3_vllm, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(sse.SSEResponse, "__init__", quick_pings)
     backend, proxy = qwen3_vllm
-    backend.script(Script(pieces=["Thinking", " slowly."], delay=0.5))
-    events = raw_events(proxy, {"model": "m", "max_tokens": 50, "messages": ASK})
-    assert ("ping", {"type": "ping"}) in events
-    backend.script(Script(pieces=["Thinking", " slowly."], delay=0.5))
+    silent = Gate()  # the backend says nothing more until the client has seen a ping
+    backend.script(Script(pieces=["Thinking", " slowly."], hold=silent, hold_after=1))
+    names = []
+    with httpx.stream("POST", proxy.url + "/v1/messages", timeout=30,
+                      json={"model": "m", "max_tokens": 50, "messages": ASK, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("event: "):
+                names.append(line[7:])
+                if line == "event: ping":
+                    silent.open()
+    assert "ping" in names and names[-1] == "message_stop"
+    backend.script(Script(pieces=["Thinking", " slowly."], delay=0.5))  # the SDK over a stream with pings
     with client_for(proxy).messages.stream(model="m", max_tokens=50, messages=ASK) as stream:
         assert stream.get_final_text() == "Thinking slowly."
 
@@ -643,18 +650,18 @@ def test_limits_answer_in_anthropic_shape(backend_factory, proxy_factory) -> Non
                           max_concurrency=1)
     big = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x" * 4096}]}
     assert error_of(httpx.post(proxy.url + "/v1/messages", json=big, timeout=30))[:2] == (413, "request_too_large")
-    backend.script(Script(pieces=["slow"] * 20, delay=0.05))
+    held = Gate()  # the one slot stays taken until the second request has been refused
+    backend.script(Script(pieces=["slow"] * 20, hold=held, hold_after=1))
     first = threading.Thread(target=lambda: httpx.post(proxy.url + "/v1/messages", timeout=30, json={
         "model": "m", "max_tokens": 50, "messages": ASK, "stream": True}))
     first.start()
     try:
-        deadline = time.monotonic() + 5
-        while proxy.runtime.services.slots.used < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert held.reached.wait(30)
         with pytest.raises(anthropic.RateLimitError) as limited:
             client_for(proxy).messages.create(model="m", max_tokens=5, messages=ASK)
         assert limited.value.response.headers["retry-after"] == "1"
     finally:
+        held.open()
         first.join()
 
 

@@ -20,6 +20,14 @@ def test_every_parser_name_and_alias_is_documented() -> None:
         assert f"`{name}`" in README, name
 
 
+def test_every_serve_line_in_front_of_vllm_gives_a_chat_template() -> None:
+    """vLLM publishes no chat template: a recipe without one would start a server that answers no chat."""
+    lines = [line for line in README.splitlines() if line.startswith("toolwire serve --backend http://vllm")]
+    assert len(lines) >= 4  # Running in front of your backend, Codex, Claude Code, opencode
+    for line in lines:
+        assert "--chat-template " in line, line
+
+
 def test_the_two_setup_commands_come_first() -> None:
     head = README.split("## ", 2)[1]
     assert "make run" in head and "make test" in head

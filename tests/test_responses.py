@@ -420,7 +420,7 @@ def test_hosted_tool_items_are_stored_as_stubs(proxy) -> None:
 async def _stored(server: ProxyServer, response_id: str) -> Any:
     from app.tenancy import SINGLE
 
-    return await server.runtime.services.store.get(response_id, SINGLE)
+    return await server.runtime.services.stores.responses.get(response_id, SINGLE)
 
 
 def test_a_stored_response_is_bounded_in_bytes(backend_factory, proxy_factory) -> None:
@@ -516,3 +516,53 @@ def test_two_replicas_share_a_redis_store(redis: RedisServer, backend_factory, p
     assert second.output_text == "Sunny in Lyon."
     assert "Weather in Lyon?" in backend.bodies()[-1]["prompt"]
     assert client_for(one).responses.retrieve(second.id).output_text == "Sunny in Lyon."
+
+
+BAD_NUMBERS = [" 3 ", "+2", "1_0", "٣", "³", "-1", "", "3.0", "1e3", "0x10", "9" * 30]
+
+
+def test_the_stored_response_routes_read_their_query_strictly(qwen3_vllm) -> None:
+    """A query value that is not exactly a valid one is a 400 naming the parameter — never read as
+    something else (``stream=yes`` streamed; ``1_0`` was 10, ``٣`` was 3)."""
+    backend, proxy = qwen3_vllm
+    backend.script(Script(pieces=["Kept."]))
+    kept = client_for(proxy).responses.create(model="m", input="hi")
+    url = f"{proxy.url}/v1/responses/{kept.id}"
+
+    def refused(path: str, param: str) -> None:
+        answer = httpx.get(path, timeout=30)
+        assert answer.status_code == 400, (path, answer.text)
+        assert answer.json()["error"]["param"] == param, (path, answer.json())
+
+    for value in ("yes", "no", "", "True", "on", " true"):
+        refused(f"{url}?stream={value}", "stream")
+        refused(f"{url}?include_obfuscation={value}", "include_obfuscation")
+    for value in BAD_NUMBERS:
+        refused(f"{url}?stream=true&starting_after={value}", "starting_after")
+        refused(f"{url}/input_items?limit={value}", "limit")
+    refused(f"{url}?stream=false&stream=true", "stream")
+    refused(f"{url}/input_items?limit=0", "limit")
+    refused(f"{url}/input_items?limit=101", "limit")
+    refused(f"{url}/input_items?order=ASC", "order")
+    refused(f"{url}/input_items?after=", "after")
+    # the valid spellings
+    for value in ("false", "0"):
+        answer = httpx.get(f"{url}?stream={value}&include_obfuscation=false", timeout=30)
+        assert answer.status_code == 200 and answer.json()["id"] == kept.id
+    not_background = httpx.get(f"{url}?stream=true&starting_after=3", timeout=30)  # read, then refused for what it is
+    assert not_background.status_code == 400 and "background" in not_background.json()["error"]["message"]
+    page = httpx.get(f"{url}/input_items?limit=100&order=asc", timeout=30)
+    assert page.status_code == 200 and page.json()["data"][0]["content"][0]["text"] == "hi"
+
+
+def test_the_conversation_item_listing_reads_its_query_strictly(qwen3_vllm) -> None:
+    _, proxy = qwen3_vllm
+    conversation = client_for(proxy).conversations.create(items=[{"role": "user", "content": "kept"}])
+    url = f"{proxy.url}/v1/conversations/{conversation.id}/items"
+    for value in BAD_NUMBERS:
+        answer = httpx.get(f"{url}?limit={value}", timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "limit", (value, answer.text)
+    for bad in ("order=Desc", "after=", "limit=2&limit=3"):
+        answer = httpx.get(f"{url}?{bad}", timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == bad.split("=")[0], (bad, answer.text)
+    assert len(httpx.get(f"{url}?limit=1&order=asc", timeout=30).json()["data"]) == 1

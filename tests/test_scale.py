@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import socketserver
 import threading
 import time
@@ -339,7 +341,8 @@ def test_sigterm_drains_a_replica_out_of_the_balancer(cluster: Cluster) -> None:
             said = draining.status_code == 503 and draining.json()["status"] == "draining"
             in_a_row = in_a_row + 1 if said else 0
             time.sleep(0.02)
-        time.sleep(0.6)  # two probe intervals: out of the rotation
+        # out of the rotation once the balancer's probes have seen it (whatever the machine's load)
+        wait_for(lambda: cluster.served_by() == survivors, 30, "the balancer kept sending to the draining replica")
         during = [httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
             "model": "m", "messages": [{"role": "user", "content": "quick-3"}]}) for _ in range(6)]
         assert all(r.status_code == 200 for r in during)
@@ -481,11 +484,12 @@ def test_sigkill_one_replica_under_300_concurrent_streams(cluster: Cluster) -> N
     statuses = sorted({status for status, _ in found})
     assert lost == [], f"{len(lost)} acknowledged responses not read back (statuses seen: {statuses})"
 
-    # the balancer's probes take the dead replica out: a listener on its port gets probes, no requests
-    time.sleep(1.0)
+    # the balancer's probes take the dead replica out: a listener on its port gets probes (each a 503,
+    # so it stays out), no requests
     tomb = Tombstone(victim.port)
     try:
-        time.sleep(0.6)
+        wait_for(lambda: any(line.startswith(f"GET {cluster.health_uri}") for line in tomb.lines), 30,
+                 "the balancer did not probe the dead replica's port")
         after: list[str] = []
         for i in range(30):
             response = httpx.post(cluster.url + "/v1/chat/completions", headers=AUTH, timeout=30, json={
@@ -502,6 +506,61 @@ def test_sigkill_one_replica_under_300_concurrent_streams(cluster: Cluster) -> N
     print(f"\nSIGKILL under {count} streams: {len(acknowledged)} completed (all retrievable), "
           f"{len(cut)} cut on the killed replica (all seen as errors: "
           f"{sorted({s.error or '' for s in cut})}), {len(unrouted)} refused at the balancer, 0 hung")
+
+
+# ----------------------------------------------------------------------------- Redis hung
+
+
+def store_reported(replica: Replica, state: str) -> None:
+    """Wait until ``/readyz`` of ``replica`` reports the store ``state`` four times in a row (each
+    worker checks the store on its own; the answers come from whichever worker takes them)."""
+    seen: list[str] = []
+
+    def reported() -> bool:
+        seen.append(httpx.get(replica.url + "/readyz", timeout=5).json()["store"])
+        return seen[-4:] == [state] * 4
+    wait_for(reported, 30, f"{replica.address} did not report the store {state}")
+
+
+def test_a_hung_redis_keeps_every_replica_in_the_balancer(cluster: Cluster) -> None:
+    """Redis stopped rather than gone (SIGSTOP: a stuck Redis or a partition looks the same). The
+    readiness answers never wait on it (each within a Kubernetes probe's 1 s), so the balancer —
+    probing with the compose Caddyfile's 2 s timeout — keeps all three replicas and chat goes on
+    through it; once each replica's store breaker has opened, a request that needs the store is a
+    503 at once (within 1 s, where ``--store-timeout`` is 2 s); after SIGCONT what was stored is
+    read back through any replica."""
+    cluster.ensure_up()
+    everyone = {r.address for r in cluster.replicas}
+    client = httpx.Client(timeout=30, headers=AUTH)
+    kept = client.post(cluster.url + "/v1/responses", json={"model": "m", "input": "quick-1"})
+    assert kept.status_code == 200
+    stored = f"{cluster.url}/v1/responses/{kept.json()['id']}"
+    os.kill(cluster.redis.process.pid, signal.SIGSTOP)
+    try:
+        for replica in cluster.replicas:
+            for _ in range(4):  # whichever worker answers
+                ready = httpx.get(replica.url + "/readyz", timeout=1)
+                assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        for replica in cluster.replicas:
+            store_reported(replica, "unavailable")  # their checks have seen the hang, many probes ago
+        assert cluster.served_by() == everyone
+        chats = [client.post(cluster.url + "/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": f"quick-{i}"}]}) for i in range(6)]
+        assert [c.status_code for c in chats] == [200] * 6
+        assert {c.headers.get(REPLICA_HEADER) for c in chats} == everyone
+
+        def all_refused_at_once() -> bool:  # every worker's breaker is open: twelve 503s in a row
+            return all(httpx.get(stored, headers=AUTH, timeout=1).status_code == 503 for _ in range(12))
+        wait_for(all_refused_at_once, 60, "the replicas' store breakers did not open")
+        for _ in range(12):
+            refused = httpx.get(stored, headers=AUTH, timeout=1)
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "store_unavailable"
+    finally:
+        os.kill(cluster.redis.process.pid, signal.SIGCONT)
+    for replica in cluster.replicas:
+        store_reported(replica, "ok")
+    wait_for(lambda: all(client.get(stored).status_code == 200 for _ in range(12)), 30,
+             "the stored response was not read back")
 
 
 # ----------------------------------------------------------------------------- Redis restarted (on the survivors)
@@ -560,8 +619,8 @@ def test_redis_restart_mid_run_is_503_then_recovers_by_itself(cluster: Cluster) 
                          if line.startswith("data: ")]
                 assert kinds[-2:] == ["error", "response.failed"]
             for replica in cluster.alive():
-                ready = httpx.get(replica.url + "/readyz", timeout=5)
-                assert ready.status_code == 200 and ready.json()["store"] == "unavailable"
+                store_reported(replica, "unavailable")  # from the background checks, never waited on
+                assert httpx.get(replica.url + "/readyz", timeout=5).status_code == 200
         finally:
             _restart_redis(cluster)
         for i in range(6):  # several per replica: each one's pooled connections went stale and are retried

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.sched import set_slice
+from tests.conftest import QWEN3_TEMPLATE
 from tests.proxy_server import ProxyServer
 
 
@@ -58,7 +59,8 @@ def test_out_of_range_slices_are_refused_with_a_reason() -> None:
 
 @needs_slices
 def test_the_served_app_runs_its_event_loop_with_the_configured_slice() -> None:
-    proxy = ProxyServer(backend="http://127.0.0.1:9", backend_type="vllm", sched_slice_us=250).start()
+    proxy = ProxyServer(backend="http://127.0.0.1:9", backend_type="vllm", chat_template=str(QWEN3_TEMPLATE),
+                        sched_slice_us=250).start()
     try:
         assert proxy.thread.native_id is not None
         assert slice_ns(proxy.thread.native_id) == 250_000

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,8 @@ import pytest
 from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.proxy_server import ProxyServer, free_port
 from tests.redis_server import RedisServer
-from tests.scripted_backend import Script, ScriptedBackend
+from tests.scale_cluster import wait_for
+from tests.scripted_backend import Gate, Script, ScriptedBackend
 
 TOOLS: list[dict[str, Any]] = [{"type": "function", "name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
@@ -40,6 +42,13 @@ def on_redis(backend_factory: Callable[..., ScriptedBackend],
                           response_store=redis.url, thinking_secret="s")
     yield backend, proxy, redis
     redis.stop()
+
+
+def _store_reported(proxy: ProxyServer, state: str) -> None:
+    """Wait until ``/health`` reports the store ``state``: the background check has seen it (it
+    checks every ``--store-check-interval``; the probes report its last result, never wait on it)."""
+    wait_for(lambda: httpx.get(proxy.url + "/health", timeout=5).json()["store"] == state, 20,
+             f"the store was not reported {state}")
 
 
 def _assert_store_unavailable(response: httpx.Response) -> None:
@@ -81,19 +90,64 @@ def test_redis_down_keeps_answers_and_says_what_needs_the_store(on_redis) -> Non
     chat = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert chat.choices[0].message.content == "Chat works."
     assert client.responses.create(model="m", input="x", store=False).output_text == "Unstored works."
-    health = httpx.get(proxy.url + "/health", timeout=30)
-    assert health.status_code == 200 and health.json()["store"] == "unavailable"
+    _store_reported(proxy, "unavailable")
+    assert httpx.get(proxy.url + "/health", timeout=30).status_code == 200
     ready = httpx.get(proxy.url + "/readyz", timeout=30)
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "backend": "ok", "store": "unavailable"}
     # Redis back (empty, at the same address): service recovers by itself, stale connections retried
+    # (a Redis that refused at once never opened the store's breaker: the first request finds it back)
     restarted = RedisServer(port=port)
     try:
         backend.script(Script(pieces=["Back."]))
         again = client.responses.create(model="m", input="again")
         assert client.responses.retrieve(again.id).output_text == "Back."
-        assert httpx.get(proxy.url + "/health", timeout=30).json()["store"] == "ok"
+        _store_reported(proxy, "ok")
     finally:
         restarted.stop()
+
+
+def test_a_hung_redis_never_holds_the_probes_and_store_calls_fail_fast(
+        backend_factory: Callable[..., ScriptedBackend], proxy_factory: Callable[..., ProxyServer]) -> None:
+    """Redis stopped rather than gone (SIGSTOP: a stuck Redis or a partition looks the same).
+    ``/readyz`` and ``/health`` answer within the shipped probes' timeout (Kubernetes': 1 s) with the
+    last background check's finding; once the store's breaker has opened, a request that needs the
+    store is a 503 at once (well within 1 s, against a ``--store-timeout`` of 10 s here); what does
+    not need the store goes on; and after SIGCONT the store is back by itself."""
+    redis = RedisServer()
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), response_store=redis.url,
+                          store_timeout=10)
+    client = client_for(proxy)
+    backend.script(Script(pieces=["Stored."]))
+    kept = client.responses.create(model="m", input="first")
+    stored_url = f"{proxy.url}/v1/responses/{kept.id}"
+    os.kill(redis.process.pid, signal.SIGSTOP)
+    try:
+        for _ in range(3):  # never waiting on the store: each within a Kubernetes readiness probe's timeout
+            ready = httpx.get(proxy.url + "/readyz", timeout=1)
+            assert ready.status_code == 200 and ready.json()["status"] == "ready"
+            assert httpx.get(proxy.url + "/health", timeout=1).status_code == 200
+        _store_reported(proxy, "unavailable")
+        # a request that meets the hung store waits (up to --store-timeout); failed checks and calls
+        # open the breaker, and from then on every one is refused at once
+        wait_for(lambda: httpx.get(stored_url, timeout=1).status_code == 503, 30, "the store's breaker did not open")
+        for _ in range(5):
+            _assert_store_unavailable(httpx.get(stored_url, timeout=1))
+            _assert_store_unavailable(httpx.post(proxy.url + "/v1/responses", timeout=1, json={
+                "model": "m", "input": "more", "previous_response_id": kept.id}))
+        backend.script(Script(pieces=["Answered."]), Script(pieces=["Chat works."]))
+        answered = httpx.post(proxy.url + "/v1/responses", json={"model": "m", "input": "x"}, timeout=1)
+        assert answered.status_code == 200 and "not stored" in answered.headers["x-toolwire-warning"]
+        assert answered.json()["output"][0]["content"][0]["text"] == "Answered."
+        chat = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert chat.choices[0].message.content == "Chat works."
+    finally:
+        os.kill(redis.process.pid, signal.SIGCONT)
+    try:
+        _store_reported(proxy, "ok")
+        assert client.responses.retrieve(kept.id).output_text == "Stored."
+    finally:
+        redis.stop()
 
 
 def _serve(args: list[str], cwd: Path, limit_kb: int | None = None) -> subprocess.Popen[bytes]:
@@ -171,14 +225,17 @@ def test_redis_down_conversations_say_what_needs_the_store(on_redis) -> None:
     item = client.conversations.items.list(conv.id).data[0]
     backend.script(Script(pieces=["Stored."]))
     kept = client.responses.create(model="m", input="first")
-    # the store fails while a conversation response streams (slowly): the answer is still whole
-    backend.script(Script(pieces=["Slow ", "answer ", "here."], delay=0.4))
+    # the store fails while a conversation response streams (held after its first piece until Redis
+    # has stopped): the answer is still whole
+    held = Gate()
+    backend.script(Script(pieces=["Slow ", "answer ", "here."], hold=held, hold_after=1))
     with httpx.stream("POST", proxy.url + "/v1/responses", timeout=30,
                       json={"model": "m", "input": "x", "conversation": conv.id, "stream": True}) as streamed:
         lines = streamed.iter_lines()
         first = next(line for line in lines if line.startswith("data: ") and "output_text.delta" in line)
         port = redis.port
         redis.stop()
+        held.open()
         events = [json.loads(first[6:])] + [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Slow answer here."
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"] and events[-2]["code"] == "store_unavailable"

@@ -31,6 +31,13 @@ async def serve(handler: Handler) -> tuple[asyncio.AbstractServer, str]:
     return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
 
 
+async def drained(client: StreamingClient) -> None:
+    """Wait for the client's background drains (``aclose(finished=True)``) to be over: the connection
+    is back in the pool, or closed."""
+    while client._draining:
+        await asyncio.gather(*list(client._draining))
+
+
 def chunked(*pieces: bytes) -> bytes:
     return b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces) + b"0\r\n\r\n"
 
@@ -113,7 +120,7 @@ def test_a_stream_left_after_its_first_chunk_drains_from_where_it_stopped() -> N
             assert piece == EVENTS[0]
             break
         await response.aclose(finished=True)
-        await asyncio.sleep(0.1)
+        await drained(client)
         response = await client.post(url, b"{}", {})
         assert await response.aread() == b"".join(EVENTS)
         await response.aclose()
@@ -197,32 +204,35 @@ def test_late_terminator_after_last_event_keeps_the_connection() -> None:
 
     async def run() -> None:
         connections: list[asyncio.StreamWriter] = []
+        let_go = [asyncio.Event() for _ in range(5)]  # request k's caller has let go: its terminator comes now
 
         async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
             connections.append(writer)
             writer.write(HEAD + b"c\r\ndata: [DONE]\r\n")
             await writer.drain()
-            await asyncio.sleep(0.05)
+            await let_go[len(connections) - 1].wait()
             writer.write(b"0\r\n\r\n")
             await writer.drain()
             return True
 
         server, url = await serve(handler)
         client = StreamingClient(2, 2)
-        for _ in range(3):
+        for k in range(3):
             response = await client.post(url, b"{}", {})
             async for piece in response.aiter_bytes():
                 assert piece == b"data: [DONE]"
                 break
             await response.aclose(finished=True)
-            await asyncio.sleep(0.1)
+            let_go[k].set()
+            await drained(client)
         assert len({id(w) for w in connections}) == 1, "one connection, reused after each drain"
 
         response = await client.post(url, b"{}", {})
         async for _ in response.aiter_bytes():
             break
         await response.aclose()  # not finished: the connection goes away now
-        await asyncio.sleep(0.1)
+        let_go[3].set()
+        let_go[4].set()
         response = await client.post(url, b"{}", {})
         await response.aread()
         await response.aclose()
@@ -262,7 +272,7 @@ def test_read_timeout_and_broken_streams() -> None:
         async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
             writer.write(HEAD + b"2\r\nab\r\n")
             await writer.drain()
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # silent until the connection goes away
             return False
 
         server, url = await serve(stall)

@@ -24,6 +24,7 @@ from app.errors import APIError, BackendError
 from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
+from app.pipeline.literal import encode_prompt
 from app.pipeline.offload import is_light
 from app.pipeline.plan import Plan, plan_request
 from app.pipeline.run import Finished, Run
@@ -81,7 +82,7 @@ def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -
     check_ask(ask, settings, schema_key=schema_key)
     try:
         return plan_request(ask, model.formats, model.require_template(), model.backend,
-                            settings.max_calls_per_answer)
+                            settings.max_calls_per_answer, model.control)
     except TemplateError as exc:
         raise render_error(exc) from None
 
@@ -111,14 +112,15 @@ async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
 async def fit(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> None:
     """Fit the request's ``max_tokens`` to the cap and the context (``app.pipeline.budget``; the
     headers saying so go on the exchange)."""
-    ex.headers.update(await fit_max_tokens(ask.sampling, planned.prompt + planned.prefill, model.backend,
-                                           ex.settings))
+    ex.headers.update(await fit_max_tokens(ask.sampling, planned, model, ex.settings))
 
 
 async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
     """Start the ``ask.n`` answers of a request already planned and fitted (each choice's first
     backend item has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
     settings, metrics = ex.settings, ex.services.metrics
+    if planned.spans:  # client control text kept text: the prompt in tokens (app.pipeline.literal); rare
+        await encode_prompt(planned, model)
     if settings.log_content:
         log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
     # the backend is asked first; the parsers are built while it works on the first token

@@ -1,21 +1,26 @@
-"""uvicorn's HTTP/1.1 protocol (httptools), with a deadline for a request's headers, and response
-heads that leave with the body's first bytes.
+"""uvicorn's HTTP/1.1 protocol (httptools), with bounds on a request's head — a deadline for its
+headers, a size and a header count — and response heads that leave with the body's first bytes.
 
-uvicorn closes idle keep-alive connections, but not one that sends its request line and headers a
-byte at a time (slowloris): each such connection would stay open for good. Here a connection must
-complete a request's headers within ``header_timeout`` seconds of opening (or of the request's
-first byte, on a kept-alive connection), or it is closed. The body has its own deadline in
-``app.api.server.read_json``.
+This subclasses uvicorn's ``HttpToolsProtocol`` (not a public API: ``pyproject.toml`` bounds
+uvicorn to the versions tested, and ``tests/app/api/test_hook_contracts.py`` fails when what this
+relies on changes — the callbacks it extends, ``self.transport`` / ``self.loop`` / ``self.logger``,
+a response head written alone and first). uvicorn offers none of these bounds for httptools.
 
-uvicorn writes a response's head as soon as the app starts the response, and its body in writes
-of its own: two packets, and a client that wakes up for the head only to wait for the body (a
-streamed answer's first token). ``HeadWithBody`` holds the head back until the next write, which
-it joins, or until the event loop's current pass ends (a head with no body ready leaves then).
-
-A connection's two addresses (the ASGI scope's ``server`` and ``client``) are read from the
-transport's own extra info (``sockname``, ``peername``), not through a socket object made for the
-purpose as uvicorn does: the same values (a test compares them, TCP over IPv4 and IPv6 and a Unix
-socket), at a sixth of the cost, before each connection's first byte is read.
+* **Header deadline** (slowloris). uvicorn closes idle keep-alive connections, but not one that
+  sends its request line and headers a byte at a time. Here a connection must complete a request's
+  headers within ``header_timeout`` seconds of opening (or of the request's first byte, on a
+  kept-alive connection), or it is closed. The body has its own deadline in
+  ``app.api.server.read_json``.
+* **Head size and header count.** httptools buffers a header until it ends, so a 64 MB header was
+  read whole (and its memory kept), and 5000 headers were answered. Here the bytes of a head are
+  counted as they arrive, before the parser sees them: past ``max_header_bytes`` (request line and
+  headers) or ``max_headers`` header lines the connection gets a 431 (an OpenAI-shaped error: the
+  head is not complete, so no route is known) and is closed, having held at most one read beyond
+  the bound.
+* **Head with body.** uvicorn writes a response's head as soon as the app starts the response, and
+  its body in writes of its own: two packets, and a client that wakes up for the head only to wait
+  for the body (a streamed answer's first token). ``HeadWithBody`` holds the head back until the
+  next write, which it joins, or until the event loop's current pass ends.
 """
 
 from __future__ import annotations
@@ -23,55 +28,76 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.logging import TRACE_LOG_LEVEL
-from uvicorn.protocols.http.flow_control import FlowControl
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-from uvicorn.protocols.utils import is_ssl
 
 #: what every response head uvicorn writes begins with (its status lines)
 _HEAD = b"HTTP/1.1 "
 HEADER_TIMEOUT = 10.0
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADERS = 100
+_END = b"\r\n\r\n"
 
 
-def with_header_timeout(seconds: float) -> type[HttpToolsProtocol]:
-    """The protocol class, with ``seconds`` as its header deadline. uvicorn takes a class, and hands
-    it to worker processes by reference, so the deadline is the class's (each worker's app factory
-    sets it again from the settings)."""
-    HeaderDeadlineProtocol.header_timeout = seconds
-    return HeaderDeadlineProtocol
+def protocol(header_timeout: float = HEADER_TIMEOUT, max_header_bytes: int = MAX_HEADER_BYTES,
+             max_headers: int = MAX_HEADERS) -> type[HttpToolsProtocol]:
+    """The protocol class with these bounds. uvicorn takes a class, and hands it to worker
+    processes by reference, so the bounds are the class's (each worker's app factory sets them
+    again from the settings)."""
+    BoundedHeadProtocol.header_timeout = header_timeout
+    BoundedHeadProtocol.max_header_bytes = max_header_bytes
+    BoundedHeadProtocol.max_headers = max_headers
+    return BoundedHeadProtocol
 
 
-def local_address(transport: asyncio.BaseTransport) -> tuple[str, int | None] | None:
-    """Where a connection arrived, as uvicorn gives it: ``(host, port)``, ``(path, None)`` for a
-    Unix socket, else ``None``."""
-    info = transport.get_extra_info("sockname")
-    if isinstance(info, tuple) and len(info) >= 2:
-        return str(info[0]), int(info[1])
-    return (info, None) if isinstance(info, str) else None
+def _refusal(status: int, reason: str, message: str, code: str) -> bytes:
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                   "code": code}})
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode("latin-1") + body
 
 
-def remote_address(transport: asyncio.BaseTransport) -> tuple[str, int] | None:
-    """Who connected, as uvicorn gives it: ``(host, port)``, else ``None`` (a Unix socket's peer)."""
-    info = transport.get_extra_info("peername")
-    return (str(info[0]), int(info[1])) if isinstance(info, tuple) and len(info) >= 2 else None
-
-
-class HeaderDeadlineProtocol(HttpToolsProtocol):
+class BoundedHeadProtocol(HttpToolsProtocol):
     header_timeout: float = HEADER_TIMEOUT
+    max_header_bytes: int = MAX_HEADER_BYTES
+    max_headers: int = MAX_HEADERS
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        # uvicorn's own set-up, the addresses aside (see the module docstring)
-        self.connections.add(self)
-        self.transport = transport
-        self.flow = FlowControl(transport)
-        self.server = local_address(transport)
-        self.client = remote_address(transport)
-        self.scheme = "https" if is_ssl(transport) else "http"
-        if self.logger.level <= TRACE_LOG_LEVEL:
-            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
-            self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", prefix)
+        super().connection_made(transport)
         self.transport = HeadWithBody(transport, self.loop)
+        self._in_head = True  # between requests, or inside a head: the bytes that arrive are counted
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._tail = b""  # the last 3 bytes counted: a head's end may straddle two reads
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head and not self._within_bounds(data):
+            return
+        super().data_received(data)
+
+    def _within_bounds(self, data: bytes) -> bool:
+        """Count the head's part of ``data``; past a bound, answer 431, close, and say so."""
+        seen = self._tail + data
+        end = seen.find(_END)
+        part = data if end < 0 else data[:max(0, end + len(_END) - len(self._tail))]
+        self._head_bytes += len(part)
+        self._head_lines += part.count(b"\n")
+        self._tail = seen[-3:]
+        # lines: the request line, the headers, and (once the head is complete) the empty line
+        headers = self._head_lines - (2 if end >= 0 else 1)
+        if self._head_bytes <= self.max_header_bytes and headers <= self.max_headers:
+            return True
+        self._disarm()
+        message = (f"the request's head is larger than {self.max_header_bytes} bytes"
+                   if self._head_bytes > self.max_header_bytes
+                   else f"the request has more than {self.max_headers} headers")
+        self.logger.info("refused a request head: %s", message)
+        self._in_head = False
+        self.transport.write(_refusal(431, "Request Header Fields Too Large", message,
+                                      "request_header_fields_too_large"))
+        self.transport.close()
+        return False
 
     def _arm(self) -> None:
         self._header_deadline: Any = self.loop.call_later(self.header_timeout, self._too_slow)
@@ -94,7 +120,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._in_head = False
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head_bytes, self._head_lines, self._tail = True, 0, 0, b""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

@@ -1,9 +1,19 @@
-"""The ASGI application (Starlette): the faces' routes (``FACES``, each mounted the same way), the process's
+"""The ASGI application (FastAPI): the faces' routes (``FACES``, each mounted the same way), the process's
 own routes (health, readiness, models, metrics), the edge middleware (request ids, auth, tenants,
 metrics, access log) and errors in each face's shape.
 
-``create_app(settings)`` builds an app; ``app_from_env()`` is the factory uvicorn workers use
-(settings from ``TOOLWIRE_*``).
+``create_app(settings)`` builds a ``fastapi.FastAPI``: add routes, dependencies and middleware to it
+as to any FastAPI app, or mount it in one of yours (its lifespan is ``app.router.lifespan_context``).
+``create_router(settings)`` gives the same routes as an ``APIRouter`` to ``include_router`` in an
+app of yours, each route behind the edge of its own (auth, request ids, metrics), with the lifespan
+that starts toolwire. ``app_from_env()`` is the factory uvicorn workers use (settings from
+``TOOLWIRE_*``).
+
+toolwire's own routes are plain ASGI routes (``starlette.routing.Route`` with an ASGI endpoint, in
+``app.router.routes``): each reads its body, decodes it with the face's own pydantic models and
+answers every error in its face's shape, so FastAPI's per-route machinery (dependency resolution,
+response validation) would only add work on the first token's path. The OpenAPI document
+(``--openapi``) is generated from the same request models.
 """
 
 from __future__ import annotations
@@ -15,23 +25,31 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import orjson
-from starlette.applications import Starlette
+from fastapi import APIRouter, FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import compile_path
+from starlette.routing import BaseRoute, compile_path
+from starlette.routing import Route as ASGIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import chat, completions, conversations, messages, responses
 from app.api.answer import ClientGone, Exchange
+from app.api.chat.protocol import ChatCompletionRequest
+from app.api.completions.protocol import CompletionRequest
 from app.api.face import Face, Route, face_for, openai_error
-from app.api.http_protocol import with_header_timeout
+from app.api.http_protocol import protocol
+from app.api.messages.protocol import Conversation, MessagesRequest
+from app.api.responses.protocol import ResponsesRequest
 from app.errors import APIError, BackendError, bad_request
 from app.logs import request_id
 from app.metrics import Metrics
@@ -48,11 +66,17 @@ FACES: tuple[Face, ...] = (chat.FACE, completions.FACE, responses.FACE, conversa
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+def http_protocol(settings: Settings) -> type:
+    """The HTTP protocol class uvicorn serves with, bounded as ``settings`` says."""
+    return protocol(settings.header_timeout, settings.max_header_bytes, settings.max_headers)
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """How uvicorn serves the app: a deadline for request headers (slowloris), a bound on open
-    connections, idle keep-alive connections closed after 5 s, the shutdown grace. (uvicorn's own
-    access log is off through ``app.logs.configure``, which every process that serves runs.)"""
-    return {"http": with_header_timeout(settings.header_timeout), "limit_concurrency": settings.max_connections,
+    """How uvicorn serves the app: bounds on a request's head (a deadline, a size, a header count), a
+    bound on open connections, idle keep-alive connections closed after 5 s, the shutdown grace.
+    (uvicorn's own access log is off through ``app.logs.configure``, which every process that
+    serves runs.)"""
+    return {"http": http_protocol(settings), "limit_concurrency": settings.max_connections,
             "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace)}
 
 
@@ -117,22 +141,22 @@ def _presented_key(headers: dict[bytes, bytes]) -> bytes:
 
 class EdgeMiddleware:
     """Pure ASGI middleware: request id (``X-Request-ID`` honoured and returned), bearer auth on
-    ``/v1/*`` (and ``/metrics`` unless open) and the request's tenant, request counts and latency by
-    route, one access-log line per request (method, path, status, duration — never content).
-    Refusals take the shape of the face whose path was asked for.
+    ``/v1/*`` (and ``/metrics`` unless open, and the OpenAPI document) and the request's tenant,
+    request counts and latency by route, one access-log line per request (method, path, status,
+    duration — never content). Refusals take the shape of the face whose path was asked for.
 
-    A ``POST`` to a path in ``direct`` (the faces' fixed paths: the answer routes) goes straight to
-    its endpoint, past Starlette's exception layer and router: those endpoints answer every error
-    themselves, and on the first token's path each layer is a few more cold-cache microseconds."""
+    As an app's middleware it sees every path (relative to the app's ``root_path`` when mounted);
+    wrapped around one route (``route``: its path, as ``create_router`` does) it decides protection,
+    label and error shape by that route's path."""
 
     def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics, faces: Sequence[Face],
-                 default: Face, direct: dict[str, ASGIApp] | None = None) -> None:
+                 default: Face, route: str | None = None) -> None:
         self.app = app
-        self.direct = direct if direct is not None else {}
         self.settings = settings
         self.metrics = metrics
         self.faces = faces
         self.default = default
+        self.route = route
         self.keys = [k.encode() for k in settings.accepted_keys()]
         self.labels = [(compile_path(route.path)[0], route.path) for face in (*faces, default) for route in face.routes]
 
@@ -153,11 +177,15 @@ class EdgeMiddleware:
                 return label
         return "other"
 
+    def _protected(self, path: str) -> bool:
+        return path.startswith("/v1/") or (path == OPENAPI_PATH and self.settings.openapi) or (
+            path == "/metrics" and not self.settings.metrics_open)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
+        path: str = self.route or _route_path(scope)
         headers = dict(scope["headers"])
         given = headers.get(b"x-request-id", b"").decode("latin-1")
         rid = given if _REQUEST_ID.fullmatch(given) else secrets.token_hex(16)
@@ -179,7 +207,7 @@ class EdgeMiddleware:
 
         state = scope.setdefault("state", {})
         try:
-            protected = path.startswith("/v1/") or (path == "/metrics" and not self.settings.metrics_open)
+            protected = self._protected(path)
             credentials = [v for k, v in scope["headers"] if k in (b"authorization", b"x-api-key")]
             authorized = len(credentials) <= 1 and self._authorized(headers)
             state["authorized"] = authorized
@@ -196,8 +224,7 @@ class EdgeMiddleware:
                 response = refuse(APIError(415, "send the request body as JSON (Content-Type: application/json)",
                                            code="unsupported_media_type"))
             else:
-                app = self.direct.get(path) if scope.get("method") == "POST" else None
-                await (app or self.app)(scope, receive, send_with_id)
+                await self.app(scope, receive, send_with_id)
                 return
             await response(scope, receive, send_with_id)
         except Exception:
@@ -206,19 +233,42 @@ class EdgeMiddleware:
                 await refuse(APIError(500, "internal error", "server_error", code="internal_error"))(
                     scope, receive, send_with_id)
         finally:
-            endpoint = state.get("endpoint") or self._label(path)
+            endpoint = state.get("endpoint") or self.route or self._label(path)
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
             access.info("request", extra={"fields": {
-                "method": scope.get("method"), "path": path, "status": status, "duration_ms": round(elapsed * 1000, 1)}})
+                "method": scope.get("method"), "path": scope["path"], "status": status,
+                "duration_ms": round(elapsed * 1000, 1)}})
             request_id.reset(token)
 
 
-def mount(app: Starlette, face: Face, route: Route, runtime: Runtime) -> ASGIApp:
+def _route_path(scope: Scope) -> str:
+    """The path as the app's routes see it: without the ``root_path`` it is mounted under (as
+    Starlette's router takes it)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
+class Endpoint:
+    """One route's endpoint as an ASGI app: the request handed to the face's handler, its response
+    sent. An ASGI app, not a function, so that Starlette's ``Route`` serves it as it is (no
+    per-request wrapping of its own)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Callable[[Request], Awaitable[Response]]) -> None:
+        self.handle = handle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.handle(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+
+def endpoint_of(face: Face, route: Route, runtime: Runtime) -> Endpoint:
     """Serve ``route``: a JSON body read (``generate`` and ``body`` routes) and a concurrency slot
-    leased (``generate`` routes), the exchange handed to the face, every error in the face's shape.
-    Returns the route's endpoint as an ASGI app of its own (what ``EdgeMiddleware`` may call directly)."""
+    leased (``generate`` routes), the exchange handed to the face, every error in the face's shape."""
     services = runtime.services
     settings = runtime.settings
 
@@ -240,29 +290,24 @@ def mount(app: Starlette, face: Face, route: Route, runtime: Runtime) -> ASGIApp
             log.exception("unexpected error")
             return face.error_response(APIError(500, "internal error", "server_error", code="internal_error"))
 
-    app.add_route(route.path, endpoint, methods=list(route.methods))
-
-    async def direct(scope: Scope, receive: Receive, send: Send) -> None:
-        response = await endpoint(Request(scope, receive, send))
-        await response(scope, receive, send)
-
-    return direct
+    return Endpoint(endpoint)
 
 
 def process_face(runtime: Runtime) -> Face:
     """The process's own routes: liveness, readiness, health, models, metrics (OpenAI's error shape)."""
     services = runtime.services
 
-    async def store_state() -> str:
-        if services.store is None:
-            return "none"
-        return "ok" if await services.store.ping() else "unavailable"
+    def store_state() -> str:
+        """The store as its background check last found it (never a store round trip)."""
+        return services.store_state() or "none"
 
     async def backend_state() -> tuple[bool, str]:
         try:
             model = await runtime.ready()
         except APIError as exc:
             return False, exc.message
+        if model.problem is not None:  # a configuration that can answer no chat is not ready
+            return False, model.problem
         return (True, "ok") if await model.backend.health() else (False, "backend is not answering")
 
     async def livez(ex: Exchange) -> Response:
@@ -270,11 +315,14 @@ def process_face(runtime: Runtime) -> Face:
         return JSONResponse({"status": "ok"})
 
     async def readyz(ex: Exchange) -> Response:
-        """Ready for traffic: the backend answers and the replica is not draining. The store is
+        """Ready for traffic: the backend answers, the model can be answered with and the replica is
+        not draining (why not, as ``detail``, to a caller with a key when keys are set). The store is
         reported, but does not make a replica unready (chat and ``store: false`` still work)."""
-        up, _ = await backend_state()
+        assert ex.request is not None
+        up, detail = await backend_state()
         status = "draining" if runtime.draining else "ready" if up else "unavailable"
-        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": await store_state()},
+        why = {"detail": detail} if not up and ex.request.scope.get("state", {}).get("authorized", True) else {}
+        return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": store_state(), **why},
                             status_code=200 if status == "ready" else 503)
 
     async def health(ex: Exchange) -> Response:
@@ -283,7 +331,7 @@ def process_face(runtime: Runtime) -> Face:
         assert ex.request is not None
         detailed = ex.request.scope.get("state", {}).get("authorized", True)
         up, detail = await backend_state()
-        store = await store_state()
+        store = store_state()
         if not up:
             return JSONResponse({"status": "unavailable", "detail": detail if detailed else "backend not ready",
                                  "store": store}, status_code=503)
@@ -321,43 +369,86 @@ def process_face(runtime: Runtime) -> Face:
     ), openai_error)
 
 
-class EdgedStarlette(Starlette):
-    """Starlette with toolwire's edge (``outermost``: CORS when configured, then ``EdgeMiddleware``)
-    outside Starlette's own error layer rather than inside it. The edge answers every error itself
-    (a request id on each, the face's shape), so Starlette's layer, which wraps each ``send`` of a
-    stream in a function of its own, is left out of the answer routes' path; every other path
-    still runs through it, behind the edge."""
-
-    outermost: Callable[[ASGIApp], ASGIApp] | None = None
-
-    def build_middleware_stack(self) -> ASGIApp:
-        inner = super().build_middleware_stack()
-        return self.outermost(inner) if self.outermost is not None else inner
-
-
-def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
-    runtime = runtime or Runtime(settings)
-
+def _lifespan(runtime: Runtime) -> Callable[[Any], AbstractAsyncContextManager[None]]:
     @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_: Any) -> AsyncIterator[None]:
         await runtime.start()
         try:
             yield
         finally:
             await runtime.stop()
 
-    # plain Starlette, not FastAPI: no OpenAPI document or docs pages (the API is OpenAI's and
-    # Anthropic's, and an open schema endpoint would be served to anyone, keys or not), and none of
-    # FastAPI's per-request middleware layers on the first token's path
-    app = EdgedStarlette(lifespan=lifespan)
+    return lifespan
+
+
+def _routes(runtime: Runtime, process: Face, edge: Callable[[ASGIApp, str], ASGIApp] | None = None
+            ) -> list[BaseRoute]:
+    """Every face's routes and the process's, as plain ASGI routes (the faces first: the router
+    tries routes in order); each wrapped by ``edge`` when given."""
+    routes: list[BaseRoute] = []
+    for face in (*FACES, process):
+        for route in face.routes:
+            endpoint: ASGIApp = endpoint_of(face, route, runtime)
+            routes.append(ASGIRoute(route.path, edge(endpoint, route.path) if edge else endpoint,
+                                    methods=list(route.methods), name=f"{face.name}:{route.path}"))
+    return routes
+
+
+#: where the OpenAPI document is served (``--openapi``)
+OPENAPI_PATH = "/openapi.json"
+
+
+#: the request models the OpenAPI document shows for the routes that take a body (the faces' own
+#: ``protocol.py`` models, the ones their decoders validate with)
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "/v1/chat/completions": ChatCompletionRequest, "/v1/completions": CompletionRequest,
+    "/v1/responses": ResponsesRequest, "/v1/messages": MessagesRequest, "/v1/messages/count_tokens": Conversation,
+}
+
+
+def _documented(route: Route) -> APIRoute:
+    """A stand-in FastAPI route for the OpenAPI document: ``route``'s path and methods, with its
+    request model as the body. Documentation only: never served."""
+    model = REQUEST_MODELS.get(route.path) if "POST" in route.methods else None
+
+    async def plain() -> None: ...
+
+    async def with_body(body: Any) -> None: ...
+
+    with_body.__annotations__["body"] = model  # (this module's annotations are strings)
+    return APIRoute(route.path, plain if model is None else with_body, methods=list(route.methods),
+                    summary=_summary(route))
+
+
+def _summary(route: Route) -> str:
+    doc = (route.handler.__doc__ or "").strip()
+    return doc.split("\n", 1)[0].rstrip(".") if doc else f"{'/'.join(route.methods)} {route.path}"
+
+
+def openapi_document(app: FastAPI, faces: Sequence[Face]) -> dict[str, Any]:
+    """The OpenAPI document: toolwire's routes with their request models, then the app's own
+    FastAPI routes (any you added)."""
+    ours = [_documented(route) for face in faces for route in face.routes]
+    return get_openapi(title=app.title, version=app.version, routes=[*ours, *app.routes],
+                       description="OpenAI-compatible Chat Completions, Responses and Anthropic Messages over "
+                                   "raw-completion backends")
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    """toolwire as a FastAPI app (see the module docstring)."""
+    runtime = runtime or Runtime(settings)
+    app = FastAPI(title="toolwire", lifespan=_lifespan(runtime), docs_url=None, redoc_url=None,
+                  openapi_url=OPENAPI_PATH if settings.openapi else None)
     app.state.runtime = runtime
     process = process_face(runtime)
-    direct: dict[str, ASGIApp] = {}  # POST paths served without the router (see EdgeMiddleware)
-    for face in (*FACES, process):  # the faces first: the router tries routes in order
-        for route in face.routes:
-            endpoint = mount(app, face, route, runtime)
-            if "POST" in route.methods and "{" not in route.path and route.path not in direct:
-                direct[route.path] = endpoint
+    app.router.routes.extend(_routes(runtime, process))
+
+    def openapi() -> dict[str, Any]:  # FastAPI's documented way to shape the document: replace app.openapi
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_document(app, (*FACES, process))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     async def http_error(request: Request, exc: Exception) -> Response:
         """A path or method no route serves (404, 405), in the shape of the face the path belongs to."""
@@ -366,32 +457,43 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
         kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
         message = (f"{request.method} {request.url.path} is not served here" if exc.status_code in (404, 405)
                    else str(exc.detail))
-        return face_for(request.url.path, FACES, process).error_response(
+        return face_for(_route_path(request.scope), FACES, process).error_response(
             APIError(exc.status_code, message, kind, code=code, headers=dict(exc.headers or {})))
 
     app.add_exception_handler(StarletteHTTPException, http_error)
-
-    def outermost(inner: ASGIApp) -> ASGIApp:
-        # CORS sits outside the edge middleware: preflights are answered, and refusals carry its headers
-        edge: ASGIApp = EdgeMiddleware(inner, settings=settings, metrics=runtime.services.metrics, faces=FACES,
-                                       default=process, direct=direct)
-        if not settings.cors_origins:
-            return edge
-        return CORSMiddleware(edge, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"],
-                              expose_headers=["X-Request-ID"])
-
-    app.outermost = outermost
+    app.add_middleware(EdgeMiddleware, settings=settings, metrics=runtime.services.metrics, faces=FACES,
+                       default=process)
+    if settings.cors_origins:  # outside the edge: preflights are answered, and refusals carry its headers
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["X-Request-ID"])
     return app
 
 
-def app_from_env() -> Starlette:
-    """uvicorn factory for worker processes: settings come from ``TOOLWIRE_*``."""
+def create_router(settings: Settings, runtime: Runtime | None = None) -> APIRouter:
+    """toolwire's routes as an ``APIRouter`` for ``app.include_router`` in a FastAPI app of yours:
+    each route behind the edge (auth, request ids, metrics, access log), the router's lifespan
+    starting and stopping toolwire (FastAPI runs an included router's lifespan with the app's).
+    Paths the routes do not serve are your app's (its 404s, its CORS)."""
+    runtime = runtime or Runtime(settings)
+    process = process_face(runtime)
+    metrics = runtime.services.metrics
+
+    def edge(endpoint: ASGIApp, path: str) -> ASGIApp:
+        return EdgeMiddleware(endpoint, settings=settings, metrics=metrics, faces=FACES, default=process, route=path)
+
+    router = APIRouter(lifespan=_lifespan(runtime))
+    router.routes.extend(_routes(runtime, process, edge))
+    return router
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory for worker processes: settings from ``TOOLWIRE_*``."""
     from app.logs import configure
 
     settings = Settings()
     configure(settings.log_level)
-    with_header_timeout(settings.header_timeout)
+    http_protocol(settings)  # the head's bounds are the protocol class's: set them in this process too
     return create_app(settings)
 
 
-__all__ = ["FACES", "create_app", "read_json", "uvicorn_options"]
+__all__ = ["FACES", "create_app", "create_router", "read_json", "uvicorn_options"]

@@ -25,22 +25,17 @@ from starlette.types import Receive, Scope, Send
 
 PING = b": ping\n\n"
 log = logging.getLogger("toolwire")
-#: every SSE response's own headers, encoded once
-_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
-            (b"content-type", b"text/event-stream; charset=utf-8")]
+#: every SSE response's own headers (the content type is Starlette's: ``text/event-stream; charset=utf-8``)
+_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class SSEResponse(StreamingResponse):
     def __init__(self, body: AsyncIterable[bytes], headers: Mapping[str, str] | None = None,
                  ping_interval: float = 15.0, lead: bytes = b"", ping: bytes = PING,
                  on_interrupt: Callable[[], bytes] | None = None) -> None:
-        # StreamingResponse's attributes, with the headers encoded once per process, not per response
-        self.body_iterator = body
-        self.status_code = 200
-        self.media_type = "text/event-stream"
-        self.background = None
-        self.raw_headers = [*_HEADERS, *((k.lower().encode("latin-1"), v.encode("latin-1"))
-                                         for k, v in (headers or {}).items())]
+        # StreamingResponse's own set-up (1–2 µs more than setting its attributes here: measured,
+        # not worth depending on what its __init__ sets)
+        super().__init__(body, media_type="text/event-stream", headers={**_HEADERS, **(headers or {})})
         self.events = body
         self.ping_interval = ping_interval
         self.lead = lead

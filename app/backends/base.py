@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -139,7 +139,7 @@ class Backend:
         lacks it would otherwise cost every request that needs a count a round trip)."""
         return self.dialect.tokenizes and time.monotonic() >= self._tokenizer_missing_until
 
-    async def count_tokens(self, prompt: str) -> int:
+    async def count_tokens(self, prompt: str | Sequence[str | int]) -> int:
         """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of
         a generation request); a clear 400 when the backend has no tokenizer endpoint."""
         if not self.counts_tokens:
@@ -154,6 +154,12 @@ class Backend:
                                f"({request.path}: HTTP {exc.upstream})", code="count_tokens_unsupported",
                                kind="rejected") from exc
         return self.dialect.token_count(answer)
+
+    async def tokenize_plain(self, text: str) -> list[int]:
+        """``text``'s token ids as plain text (its control-token strings not parsed), by the backend's
+        tokenizer (only for a dialect that takes mixed prompts: ``app.pipeline.literal``)."""
+        request = self.dialect.tokenize_plain(text, self.model)
+        return self.dialect.token_ids(await self._post_json(request.path, request.body or {}))
 
     async def probe(self) -> BackendFacts:
         """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON

@@ -19,7 +19,7 @@ error mapping. Dialects are frozen dataclasses; their options (``--vllm-legacy-g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -59,6 +59,8 @@ class BackendFacts:
     #: tokens one sequence may hold, prompt and output together (llama-server: the slot's ``n_ctx``;
     #: vLLM: ``max_model_len``)
     context_length: int | None = None
+    #: the text that places an image in a multimodal prompt (llama-server ``/props`` ``media_marker``)
+    media_marker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,8 @@ class Dialect:
     probes: ClassVar[tuple[Probe, ...]] = (Probe("models", "/v1/models"),)
     #: the backend has a tokenizer endpoint (``tokenize``)
     tokenizes: ClassVar[bool] = False
+    #: the backend may publish the model's chat template (``facts``); without it, ``--chat-template`` is needed
+    publishes_template: ClassVar[bool] = False
     #: what ``detect_backend_type`` GETs to recognise this kind (``None``: the fallback kind)
     sniff: ClassVar[str | None] = None
 
@@ -133,13 +137,23 @@ class Dialect:
         """What the probe's answers say (by ``Probe.name``); the base reads the model id."""
         return BackendFacts(model=first_model_id(answers.get("models")))
 
-    def tokenize(self, prompt: str, model: str | None) -> Probe:
+    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
         """The request that counts ``prompt``'s tokens as a generation request's prompt would be
-        counted (only asked of a dialect that ``tokenizes``)."""
+        counted (only asked of a dialect that ``tokenizes``; a list only of one that takes mixed
+        prompts)."""
+        raise NotImplementedError
+
+    def tokenize_plain(self, text: str, model: str | None) -> Probe:
+        """The request that tokenizes ``text`` as plain text — control-token strings in it not parsed,
+        no BOS — answered with its ids (only asked of a dialect that takes mixed prompts)."""
         raise NotImplementedError
 
     def token_count(self, answer: Any) -> int:
         """The token count in the tokenizer's JSON answer (``BackendError`` 502 when it has none)."""
+        raise NotImplementedError
+
+    def token_ids(self, answer: Any) -> list[int]:
+        """The token ids in the answer to ``tokenize_plain`` (``BackendError`` 502 when it has none)."""
         raise NotImplementedError
 
 

@@ -58,6 +58,15 @@ class GenerationRequest:
     logprobs: int | None = None
     #: answers to generate from the one prompt (only backends with ``native_n`` are sent more than 1)
     n: int = 1
+    #: the prompt in tokens, sent instead of ``prompt`` when set — llama-server's mix of strings and
+    #: token ids, or token ids (vLLM) — so client text holding control strings stays text
+    #: (``app.pipeline.literal``)
+    tokens: list[str | int] | list[int] | None = None
+
+    @property
+    def sent_prompt(self) -> str | list[str | int] | list[int]:
+        """What goes upstream as the prompt: ``tokens`` where set, else ``prompt``."""
+        return self.tokens if self.tokens is not None else self.prompt
 
 
 @dataclass

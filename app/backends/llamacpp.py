@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -79,6 +79,7 @@ class LlamaCpp(Dialect):
     path: ClassVar[str] = "/completion"
     tokenizes: ClassVar[bool] = True
     sniff: ClassVar[str | None] = "/props"
+    publishes_template: ClassVar[bool] = True
     probes: ClassVar[tuple[Probe, ...]] = (
         Probe("models", "/v1/models"),
         Probe("props", "/props"),
@@ -97,7 +98,7 @@ class LlamaCpp(Dialect):
     def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
         return _drop_none({
-            "prompt": request.prompt,
+            "prompt": request.sent_prompt,
             "stream": True,
             "n_predict": s.max_tokens if s.max_tokens is not None else -1,
             "temperature": s.temperature,
@@ -137,13 +138,25 @@ class LlamaCpp(Dialect):
             meta = (first_model(answers.get("models")) or {}).get("meta")
             context = positive_int(meta.get("n_ctx")) if isinstance(meta, dict) else None
         bos = answers.get("bos")
+        marker = props.get("media_marker")
         return BackendFacts(model=first_model_id(answers.get("models")), template=template,
-                            adds_bos=isinstance(bos, dict) and bool(bos.get("tokens")), context_length=context)
+                            adds_bos=isinstance(bos, dict) and bool(bos.get("tokens")), context_length=context,
+                            media_marker=marker if isinstance(marker, str) and marker else None)
 
-    def tokenize(self, prompt: str, model: str | None) -> Probe:
+    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
         """``POST /tokenize`` with the special-token handling ``/completion`` applies to a prompt (BOS
-        added where the model adds one, special tokens parsed)."""
+        added where the model adds one, special tokens parsed; a mixed prompt as ``/completion`` reads it)."""
         return Probe("tokenize", "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
+
+    def tokenize_plain(self, text: str, model: str | None) -> Probe:
+        """``POST /tokenize`` with ``parse_special: false``: control-token strings as text."""
+        return Probe("tokenize", "/tokenize", {"content": text, "add_special": False, "parse_special": False})
+
+    def token_ids(self, answer: Any) -> list[int]:
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise BackendError(502, "backend /tokenize answered without token ids", kind="bad_json")
+        return tokens
 
     def token_count(self, answer: Any) -> int:
         tokens = answer.get("tokens") if isinstance(answer, dict) else None

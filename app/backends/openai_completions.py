@@ -23,7 +23,7 @@ class OpenAICompletions(Dialect):
         s = request.sampling
         return _drop_none({
             "model": model,
-            "prompt": request.prompt,
+            "prompt": request.sent_prompt,
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": s.max_tokens,

@@ -5,6 +5,11 @@ bookkeeping each; a token stream is thousands of tiny chunks. This client reads 
 pieces and returns everything a read brought (chunk framing removed), so a proxy that falls behind
 a fast backend handles many tokens per wake-up. Probes and health checks keep using httpx.
 
+Why it is kept, measured (``python -m bench.transport``: the same streams read through both, side
+by side in one run; 2026-11-28, the 2-core VM, busy): CPU per 1 000 tokens 2.45 ms here against
+17.7 ms with httpx (``aiter_raw``, a kept-alive connection) when the backend bursts (7.2×), 84 against
+197 ms when it paces its tokens 1 ms apart (2.4×); first body bytes p50 0.30 against 1.99 ms paced.
+
 Contracts:
 
 * connections are kept alive and reused per (scheme, host, port); a pooled connection the backend

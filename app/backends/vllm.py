@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -58,7 +59,7 @@ class Vllm(OpenAICompletions):
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         return body
 
-    def tokenize(self, prompt: str, model: str | None) -> Probe:
+    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
         """vLLM's ``POST /tokenize``, without added special tokens (as generation requests are sent)."""
         return Probe("tokenize", "/tokenize", _drop_none({"model": model, "prompt": prompt, "add_special_tokens": False}))
 

@@ -10,19 +10,25 @@ cap's 400 and leaves the context to the backend.
 A request never costs a round trip when it obviously fits: a prompt of B UTF-8 bytes is at most B
 tokens (every token covers at least one byte; ``MARGIN`` covers the BOS and other tokens a
 tokenizer adds), so ``B + MARGIN + max_tokens <= context`` needs nothing. Otherwise the prompt is
-counted by the backend's tokenizer (``Backend.count_tokens``); a prompt that leaves no room for any
-output is a 400 naming the context length.
+counted exactly as the backend will read it (``app.pipeline.literal.count_prompt``: by the model's
+tokenizer in process where there is one — no round trip — else by the backend's); a prompt that
+leaves no room for any output is a 400 naming the context length.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from app.backends.base import Backend
 from app.backends.generation import Sampling
 from app.errors import APIError, BackendError, bad_request
+from app.pipeline.literal import count_prompt, counts_in_process
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.pipeline.plan import Plan
+    from app.served import ServedModel
 
 log = logging.getLogger("toolwire")
 
@@ -65,16 +71,20 @@ def obviously_fits(prompt: str, max_tokens: int, context: int) -> bool:
     return 4 * len(prompt) <= room or len(prompt.encode("utf-8", "surrogatepass")) <= room
 
 
-async def fit_to_context(requested: int, prompt: str, backend: Backend) -> Clamp | None:
-    """``requested`` lowered to what the backend's context holds after ``prompt`` (``None``: it fits,
-    or the backend's context or tokenizer is unknown — the backend then decides as it would have). A
-    backend whose tokenizer endpoint answered "not found" is not asked again for a while
+async def fit_to_context(requested: int, planned: Plan, model: ServedModel) -> Clamp | None:
+    """``requested`` lowered to what the backend's context holds after the planned prompt (``None``:
+    it fits, or the backend's context or tokenizer is unknown — the backend then decides as it would
+    have). A backend whose tokenizer endpoint answered "not found" is not asked again for a while
     (``Backend.counts_tokens``): that request and the next ones go on as asked, logged once."""
+    backend = model.backend
     context = backend.facts.context_length
-    if context is None or obviously_fits(prompt, requested, context) or not backend.counts_tokens:
+    prompt = planned.prompt + planned.prefill
+    if context is None or obviously_fits(prompt, requested, context):
+        return None
+    if not counts_in_process(model) and not backend.counts_tokens:
         return None
     try:
-        prompt_tokens = await backend.count_tokens(prompt)
+        prompt_tokens = await count_prompt(planned, model)
     except BackendError as exc:
         log.warning("max_tokens not fitted to the context: counting the prompt failed (%s)", exc.message)
         return None
@@ -87,13 +97,13 @@ async def fit_to_context(requested: int, prompt: str, backend: Backend) -> Clamp
     return Clamp(requested, room, f"context {context}, prompt {prompt_tokens} tokens")
 
 
-async def fit_max_tokens(sampling: Sampling, prompt: str, backend: Backend, settings: Settings) -> dict[str, str]:
+async def fit_max_tokens(sampling: Sampling, planned: Plan, model: ServedModel, settings: Settings) -> dict[str, str]:
     """Apply the cap, then (policy ``clamp``) the context, to ``sampling.max_tokens`` in place; the
     response headers that say what was lowered (empty when nothing was)."""
     requested = sampling.max_tokens
     granted, clamp = cap_max_tokens(requested, settings)
     if settings.max_tokens_policy == "clamp" and granted:
-        fitted = await fit_to_context(granted, prompt, backend)
+        fitted = await fit_to_context(granted, planned, model)
         if fitted is not None:
             clamp = Clamp(requested or granted, fitted.granted, fitted.why)
             granted = fitted.granted

@@ -123,11 +123,11 @@ def _ship_template(template: ChatTemplate) -> tuple[Any, ...]:
 
 
 def _served_model(name: str, backend: Any, template: ChatTemplate | None, parsers: ParserChoice | None,
-                  settings: Settings | None) -> ServedModel:
+                  settings: Settings | None, control: Any = None) -> ServedModel:
     if parsers is None:  # parsers built at run time (auto, response-schema): built here the same way
         assert settings is not None
         parsers = choose_parsers(settings, template)
-    return ServedModel.of(name, backend, template, parsers)
+    return ServedModel.of(name, backend, template, parsers, control)
 
 
 def reducers(settings: Settings | None) -> dict[type, Callable[[Any], tuple[Any, ...]]]:
@@ -142,7 +142,7 @@ def reducers(settings: Settings | None) -> dict[type, Callable[[Any], tuple[Any,
         except Exception:  # noqa: BLE001 — classes made at run time do not pickle
             parsers = None
         return (_served_model, (model.name, model.backend, model.template, parsers,
-                                settings if parsers is None else None))
+                                settings if parsers is None else None, model.control))
 
     return {httpx.AsyncClient: lambda _: (_nothing, ()), StreamingClient: lambda _: (_nothing, ()),
             ChatTemplate: _ship_template, ServedModel: ship_model}

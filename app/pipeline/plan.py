@@ -3,7 +3,9 @@ resolved once and read by the constraint builder, the parsers and the backend al
 
 ``Plan`` adds to the server's ``Formats`` (``app.formats``) one request's prompt, whether the
 output starts inside a reasoning block (from the rendered prompt's tail, else the parser's default
-— decided in ``Formats`` and nowhere else), and the constraint.
+— decided in ``Formats`` and nowhere else), and the constraint. The prompt is rendered through
+``ControlText`` (``app.templates.literal``): where client text holds a control token's string, the
+plan also says which spans of it must be read as plain text (``app.pipeline.literal`` sends them so).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from app.backends.base import Backend
 from app.backends.generation import GenerationRequest
 from app.constraints.tools import Constraint, ConstraintRequest
 from app.conversation import Turn
+from app.errors import bad_request
 from app.formats import Formats
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
+from app.templates.literal import ControlText, ControlTextRejected, Span
 from app.templates.prompt import render_conversation
 from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
@@ -44,6 +48,10 @@ class Plan:
     parse_tools: bool  # tool calls are parsed out of the output
     max_calls: int | None = None  # calls one answer may hold; the text of any beyond is content
     prefill: str = ""  # the assistant text the answer continues (``Ask.continue_final``), after ``prompt``
+    #: stretches of ``prompt + prefill`` that came from a client and spell a control token: read as text
+    spans: tuple[Span, ...] = ()
+    #: the prompt in tokens when it has spans (``app.pipeline.literal.encode_prompt``)
+    tokens: list[str | int] | list[int] | None = None
 
     @property
     def named_tool(self) -> str | None:
@@ -118,29 +126,54 @@ class Plan:
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
         prompt = self.prompt + self.prefill if self.prefill else self.prompt  # a JsonText stays one
         return GenerationRequest(prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
-                                 self.constraint.fields, budget, gate, self.ask.top_logprobs)
+                                 self.constraint.fields, budget, gate, self.ask.top_logprobs, tokens=self.tokens)
 
 
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
-                 max_calls: int | None = None) -> Plan:
-    """Render the prompt and resolve the start state and the constraint (``TemplateError`` if the
-    template refuses the conversation)."""
+                 max_calls: int | None = None, control: ControlText | None = None) -> Plan:
+    """Render the prompt (traced by ``control``) and resolve the start state and the constraint
+    (``TemplateError`` if the template refuses the conversation; a 400 if ``control`` rejects it)."""
     tools: list[Tool] = []
     if ask.tools and ask.tool_choice != "none":
         tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
-    kwargs = {**thinking_kwargs(template, ask.thinking), **ask.template_kwargs}
-    turns, final = continued(ask)
-    prompt = render_conversation(template, turns, [t.shown for t in tools] or None, formats.call_text(), **kwargs)
+    prompt, prefill, spans = _render(ask, formats, template, [t.shown for t in tools] or None, control)
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
-        prompt = prompt[len(template.bos_token):]  # the backend adds its own BOS token
+        cut = len(template.bos_token)  # the backend adds its own BOS token
+        prompt, spans = prompt[cut:], tuple((a - cut, b - cut) for a, b in spans)
     inside = formats.starts_inside_reasoning(prompt)
-    prefill = formats.continuation(final, inside) if final is not None else ""
     specs = tuple(t.spec for t in tools)
     request = ConstraintRequest.of(ask.tool_choice, ask.named_tool, specs, formats.wire, ask.parallel_tool_calls,
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill, spans)
+
+
+def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict[str, Any]] | None,
+            control: ControlText | None) -> tuple[str, str, tuple[Span, ...]]:
+    """The prompt, the prefill after it and their client control spans (``app.templates.literal``).
+    The prefill is the continued message written for the prompt's tail (``Formats.continuation``:
+    inside a thought the generation prompt opened, or not), so where control text is traced a
+    continuation's prompt is first rendered plainly to read that tail."""
+    server_kwargs = thinking_kwargs(template, ask.thinking)
+    call_text = formats.call_text()
+    turns, final = continued(ask)
+
+    def render(turns: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
+        return render_conversation(template, turns, tools, call_text, **{**server_kwargs, **client_kwargs})
+
+    def prefill_after(prompt: str) -> str:
+        return formats.continuation(final, formats.starts_inside_reasoning(prompt)) if final is not None else ""
+
+    if control is None or not control.active:
+        prompt = render(turns, shown, ask.template_kwargs)
+        return prompt, prefill_after(prompt), ()
+    prefill = prefill_after(render(turns, shown, ask.template_kwargs)) if final is not None else ""
+    try:
+        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True))
+    except ControlTextRejected as exc:
+        raise bad_request(str(exc), code="control_text_rejected") from None
+    return rendered.prompt, rendered.prefill, rendered.spans
 
 
 def continued(ask: Ask) -> tuple[list[Turn], Turn | None]:

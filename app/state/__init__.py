@@ -1,107 +1,84 @@
-"""Stored responses (the Responses API's ``store: true``), behind one small interface.
+"""What toolwire keeps: stored responses, conversations and the runs of background responses, each
+behind a small interface of its own, and one database under all three.
 
-A ``ResponseStore`` keeps ``StoredResponse`` records (``app.state.records``) for ``ttl`` seconds,
-each readable only by the tenant that stored it (``tenant``: the request's tenant id, see
-``app.tenancy``; the store keeps a keyed digest of it, never the id itself):
+* ``ResponseStore`` (``app.state.responses``): stored responses, the chains continuations read, and
+  the item index (``app.state.items``) that ``item_reference`` goes through;
+* ``ConversationStore`` (``app.state.conversations``): conversations and their items;
+* ``RunStore`` (``app.state.runs``): background responses' runs — status, heartbeat, events;
+* ``StoreDatabase``: what the three share — the ``guard`` (``app.state.health``: the breaker and
+  time bound every operation runs through), ``ping()`` (past the guard: the background check's
+  probe) and ``close()``.
 
-* ``put(record, tenant)`` stores (replacing a record with the same id);
-* ``get(id, tenant)`` → the record, or ``None`` when it is absent, expired or another tenant's;
-* ``delete(id, tenant)`` → whether it was there (and the tenant's);
-* ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
-  read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
-* ``items(ids, tenant, limits)`` → the tenant's stored items with those ids (the item index: every
-  item of a stored response or conversation, by id), toolwire's own copy when there is one;
-* conversations (``app.state.conversations``): ``create_conversation``, ``get_conversation``,
-  ``update_conversation`` (its metadata), ``delete_conversation``, ``add_items``, ``list_items``,
-  ``get_item``, ``delete_item``, and ``conversation_items`` (all of them, in order, for a prompt) —
-  each within the conversation's ``ConversationLimits``, refused whole when it would pass one;
-* ``ping()`` → whether the store answers now (readiness); ``close()``;
-* the runs of background responses (``app.state.runs``): ``open_run``, ``append_run``,
-  ``settle_run``, ``read_run``.
+``open_stores`` opens the configured database and its three stores (``Stores``): an embedded SQLite
+file in ``--state-dir`` (``app.state.sqlite``), or Redis (``--response-store redis://…``,
+``app.state.redis``) when several replicas share what they stored. Both implement every interface,
+and the contract suite (``tests/app/state/``) runs on both.
 
-Every operation is one round trip (SQLite: one transaction; Redis: one script — settling a run:
-one watched transaction), and every failure to reach or use the store is ``StoreUnavailable``. The
-store is bounded: by age (``ttl``; a conversation's counts from its last write), by record count
-(responses and conversations) and by the bytes of all its records (the oldest go first, on every
-write); runs by their own budget of the same size. ``open_store`` picks the implementation: an
-embedded SQLite file in ``--state-dir``, or Redis (``--response-store redis://…``) when several
-replicas share what they stored.
+Rules every store keeps. Records belong to their tenant: each carries a keyed digest of it
+(``app.state.base.owner_digest``), and another tenant gets what a missing id gets. Every operation
+is one round trip (SQLite: one transaction; Redis: one script — settling a run: one watched
+transaction), and every failure to reach or use the store is ``StoreUnavailable``. Everything is
+bounded: by age (``ttl``; a conversation and a run count from their last write), and stored
+responses and conversations share one budget of records and bytes (the oldest of either go first,
+on every write); runs have a budget of their own of the same size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from app.settings import Settings
-from app.state.conversations import (
-    Appended,
-    ConversationLimits,
-    Found,
-    ItemPage,
-    StoredConversation,
-    StoredItem,
-)
-from app.state.records import Chain, ChainLimits, StoredResponse, StoreUnavailable
+from app.state.base import StoreTimeout, StoreUnavailable
+from app.state.conversations import Appended, ConversationLimits, ConversationStore, ItemPage, StoredConversation
+from app.state.health import Breaker, Guard
+from app.state.items import Found, StoredItem
+from app.state.responses import Chain, ChainLimits, ResponseStore, StoredResponse
 from app.state.runs import Batch, RunLimits, RunRead, RunState, RunStore
 
 
-class ResponseStore(RunStore, Protocol):
-    async def put(self, record: StoredResponse, tenant: str) -> None: ...
+class StoreDatabase(Protocol):
+    """The database under the three stores (see the module docstring)."""
 
-    async def get(self, response_id: str, tenant: str) -> StoredResponse | None: ...
-
-    async def delete(self, response_id: str, tenant: str) -> bool: ...
-
-    async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
-
-    async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
-
-    async def create_conversation(self, conversation: StoredConversation, items: list[StoredItem], tenant: str,
-                                  limits: ConversationLimits) -> Appended: ...
-
-    async def get_conversation(self, conversation_id: str, tenant: str) -> StoredConversation | None: ...
-
-    async def update_conversation(self, conversation_id: str, tenant: str, metadata: dict[str, Any],
-                                  limits: ConversationLimits) -> Appended: ...
-
-    async def delete_conversation(self, conversation_id: str, tenant: str) -> bool: ...
-
-    async def add_items(self, conversation_id: str, items: list[StoredItem], tenant: str,
-                        limits: ConversationLimits, skip_existing: bool = False) -> Appended: ...
-
-    async def list_items(self, conversation_id: str, tenant: str, after: str | None, limit: int,
-                         descending: bool) -> ItemPage | None: ...
-
-    async def get_item(self, conversation_id: str, item_id: str,
-                       tenant: str) -> tuple[StoredConversation | None, StoredItem | None]: ...
-
-    async def delete_item(self, conversation_id: str, item_id: str,
-                          tenant: str) -> tuple[StoredConversation | None, bool]: ...
-
-    async def conversation_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None: ...
+    guard: Guard
 
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
 
 
-def open_store(settings: Settings) -> ResponseStore:
-    """The configured store (``StoreUnavailable`` with a one-line reason when it cannot be opened)."""
-    url = settings.response_store
-    if url and url.startswith(("redis://", "rediss://", "unix://")):
-        from app.state.redis import RedisStore
+@dataclass(frozen=True)
+class Stores:
+    """The three stores of one database, and the database."""
 
-        return RedisStore(url, settings.response_ttl, settings.response_store_max,
-                          settings.response_store_max_bytes)
+    responses: ResponseStore
+    conversations: ConversationStore
+    runs: RunStore
+    database: StoreDatabase
+
+    async def close(self) -> None:
+        await self.database.close()
+
+
+def open_stores(settings: Settings) -> Stores:
+    """The configured stores (``StoreUnavailable`` with a one-line reason when they cannot be opened,
+    ``ValueError`` for a malformed ``--response-store``)."""
+    url = settings.response_store
+    breaker = Breaker(settings.store_breaker_failures)
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        from app.state.redis import open_redis
+
+        return open_redis(url, settings.response_ttl, settings.response_store_max, settings.response_store_max_bytes,
+                          guard=Guard(breaker, settings.store_timeout))
     if url:
         raise ValueError(f"--response-store: expected redis://HOST:PORT/DB, got {url!r}")
-    from app.state.sqlite import SqliteStore
+    from app.state.sqlite import open_sqlite
 
-    return SqliteStore(settings.state_dir / "responses.sqlite3", settings.response_ttl, settings.response_store_max,
-                       settings.response_store_max_bytes)
+    return open_sqlite(settings.state_dir / "responses.sqlite3", settings.response_ttl, settings.response_store_max,
+                       settings.response_store_max_bytes, guard=Guard(breaker, None))
 
 
-__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "Found", "ItemPage", "ResponseStore",
-           "RunLimits", "RunRead", "RunState", "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse",
-           "open_store"]
+__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "ConversationStore", "Found", "ItemPage",
+           "ResponseStore", "RunLimits", "RunRead", "RunState", "RunStore", "StoreDatabase",
+           "StoreTimeout", "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse", "Stores",
+           "open_stores"]

@@ -1,49 +1,31 @@
-"""What the store holds for the Conversations API, typed, and what its item index answers.
+"""Conversations (the Conversations API): ``StoredConversation``, what a write did (``Appended``), a
+page of items (``ItemPage``), and the ``ConversationStore`` that keeps them.
 
-A conversation (``StoredConversation``) is its id, owner digest, creation time and metadata, and an
-ordered list of items. Each item is a ``StoredItem``: the item as the API shows it, and whether
-toolwire wrote it (``trusted``: an output item of a response; a client's items, however they
-arrived, are not). Only trusted reasoning reaches a prompt as the model's own thinking.
+A conversation is its id, owner digest, creation time and metadata, and an ordered list of items
+(``app.state.items.StoredItem``); its size is its metadata's encoding plus its items'. Each write is
+within the conversation's ``ConversationLimits`` and refused whole when it would pass one. A
+``ConversationStore`` keeps a conversation ``ttl`` seconds from its last write, readable only by
+the tenant that made it:
 
-The item index maps an item id to the stored responses and conversations of the same owner that
-hold an item with that id; ``found`` (``ResponseStore.items``) answers through it. Every byte bound
-counts ``StoredItem.encode()``: a conversation's size is its metadata's encoding plus its items'.
+* ``create(conversation, items, tenant, limits)`` → ``Appended`` (refused whole past a limit);
+* ``get(id, tenant)`` → the conversation, or ``None`` (absent, expired, another tenant's);
+* ``update(id, tenant, metadata, limits)`` → ``Appended`` (its metadata replaced);
+* ``delete(id, tenant)`` → whether it was there;
+* ``add_items(id, items, tenant, limits, skip_existing=False)`` → ``Appended``;
+* ``list_items(id, tenant, after, limit, descending)`` → an ``ItemPage``, or ``None``;
+* ``get_item(id, item_id, tenant)`` and ``delete_item(id, item_id, tenant)`` → the conversation
+  (``None`` when it is not there) with the item, or whether it was deleted;
+* ``all_items(id, tenant)`` → every item in order (for a prompt), or ``None``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
-#: the one-byte prefix of an encoded item: written by toolwire, or by a client
-_TRUSTED, _CLIENT = b"1", b"0"
-#: the longest item id the index keeps (a longer one, or one with a line break, cannot be referred to)
-MAX_ID = 256
-
-
-def indexable(item_id: object) -> bool:
-    return isinstance(item_id, str) and 0 < len(item_id) <= MAX_ID and "\n" not in item_id
-
-
-@dataclass(frozen=True, slots=True)
-class StoredItem:
-    """One stored item: the item object, and whether toolwire wrote it."""
-
-    item: dict[str, Any]
-    trusted: bool = False
-
-    @property
-    def id(self) -> str:
-        return str(self.item.get("id") or "")
-
-    def encode(self) -> bytes:
-        return (_TRUSTED if self.trusted else _CLIENT) + orjson.dumps(self.item)
-
-    @classmethod
-    def decode(cls, body: bytes) -> StoredItem:
-        return cls(orjson.loads(body[1:]), body[:1] == _TRUSTED)
+from app.state.items import StoredItem
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,39 +87,6 @@ class ItemPage:
     has_more: bool = False
 
 
-@dataclass(slots=True)
-class Found:
-    """Stored items by id (``ResponseStore.items``): for each id the store holds for the owner, one
-    copy — toolwire's own (``trusted``) when any copy is. ``over`` is set when reading the stored
-    responses that hold them would pass the byte limit (nothing is returned then)."""
-
-    items: dict[str, StoredItem] = field(default_factory=dict)
-    over: bool = False
-
-
-def response_items(response: dict[str, Any], inputs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
-    """The ids a stored response indexes (``indexable`` ones), each with whether toolwire wrote it:
-    its input items (the client's) and its output items (toolwire's). An id in both counts as
-    toolwire's."""
-    seen: dict[str, bool] = {}
-    for item in inputs:
-        if isinstance(item, dict) and indexable(item.get("id")):
-            seen.setdefault(item["id"], False)
-    for item in response.get("output") or ():
-        if isinstance(item, dict) and indexable(item.get("id")):
-            seen[item["id"]] = True
-    return list(seen.items())
-
-
-def item_in(response: dict[str, Any], inputs: list[dict[str, Any]], item_id: str,
-            trusted: bool) -> StoredItem | None:
-    """The item ``item_id`` of a stored response: from its output when ``trusted``, else its input."""
-    for item in (response.get("output") or ()) if trusted else inputs:
-        if isinstance(item, dict) and item.get("id") == item_id:
-            return StoredItem(item, trusted)
-    return None
-
-
 def plan_append(conversation: StoredConversation, items: list[StoredItem], present: set[str],
                 limits: ConversationLimits, skip_existing: bool) -> tuple[list[StoredItem], Appended | None]:
     """Which of ``items`` a conversation takes (``present``: the ids among them it already holds),
@@ -159,20 +108,33 @@ def plan_append(conversation: StoredConversation, items: list[StoredItem], prese
     return taken, None
 
 
-def found_items(best: dict[str, tuple[bool, str, Any]], bodies: dict[str, Any]) -> Found:
-    """Stored items from the copies a store chose: ``best`` maps an id to ``(trusted, kind, what)``
-    — ``kind`` ``"c"`` with the encoded conversation item, or ``"r"`` with the id of the stored
-    response that holds it, whose encoded body is in ``bodies``."""
-    found = Found()
-    records: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-    for key, (trusted, kind, holder) in best.items():
-        if kind == "c":
-            found.items[key] = StoredItem.decode(bytes(holder))
-            continue
-        if holder not in records:
-            data = orjson.loads(bodies[holder])
-            records[holder] = (data.get("response") or {}, data.get("input") or [])
-        item = item_in(*records[holder], key, trusted)
-        if item is not None:
-            found.items[key] = item
-    return found
+class ConversationStore(Protocol):
+    """See the module docstring."""
+
+    async def create(self, conversation: StoredConversation, items: list[StoredItem], tenant: str,
+                     limits: ConversationLimits) -> Appended: ...
+
+    async def get(self, conversation_id: str, tenant: str) -> StoredConversation | None: ...
+
+    async def update(self, conversation_id: str, tenant: str, metadata: dict[str, Any],
+                     limits: ConversationLimits) -> Appended: ...
+
+    async def delete(self, conversation_id: str, tenant: str) -> bool: ...
+
+    async def add_items(self, conversation_id: str, items: list[StoredItem], tenant: str,
+                        limits: ConversationLimits, skip_existing: bool = False) -> Appended: ...
+
+    async def list_items(self, conversation_id: str, tenant: str, after: str | None, limit: int,
+                         descending: bool) -> ItemPage | None: ...
+
+    async def get_item(self, conversation_id: str, item_id: str,
+                       tenant: str) -> tuple[StoredConversation | None, StoredItem | None]: ...
+
+    async def delete_item(self, conversation_id: str, item_id: str,
+                          tenant: str) -> tuple[StoredConversation | None, bool]: ...
+
+    async def all_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None: ...
+
+
+__all__ = ["Appended", "ConversationLimits", "ConversationStore", "ItemPage", "Over", "StoredConversation",
+           "plan_append"]

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.state.records import StoredResponse
+from app.state.responses import StoredResponse
 
 #: statuses of a run that has not ended
 UNFINISHED = frozenset({"queued", "in_progress"})

@@ -19,7 +19,7 @@ import marshal
 import sys
 import threading
 import types
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
@@ -30,7 +30,7 @@ import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.runtime import LoopContext
-from jinja2.sandbox import SandboxedEnvironment, _mutable_spec, modifies_known_mutable
+from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from jinja2.utils import Namespace
 
 from app.templates.fastrender import render
@@ -184,8 +184,10 @@ def _container_ids(value: Any) -> Iterator[int]:
             stack.extend(item)
 
 
-#: every method name that changes a builtin mutable (``modifies_known_mutable`` is false for any other)
-_MUTATORS = frozenset(name for _spec, names in _mutable_spec for name in names)
+#: every method name that changes a builtin mutable (``modifies_known_mutable`` is false for any other),
+#: asked of jinja's public ``modifies_known_mutable`` for one of each kind it knows
+_KNOWN_MUTABLES: tuple[object, ...] = ([], {}, set(), deque())
+_MUTATORS = frozenset(name for obj in _KNOWN_MUTABLES for name in dir(obj) if modifies_known_mutable(obj, name))
 #: attributes of a plain ``dict`` (any other ``dict.attr`` in a template is an item lookup)
 _DICT_ATTRS = frozenset(dir(dict))
 #: public ``str`` methods the sandbox lets through unchanged (``format`` and ``format_map`` it wraps)

@@ -12,8 +12,9 @@ from typing import Any
 
 from starlette.datastructures import QueryParams
 
+from app.api import query
 from app.errors import bad_request
-from app.state.conversations import MAX_ID, indexable
+from app.state.items import MAX_ID, indexable
 
 MAX_BATCH = 20
 MAX_METADATA = 16
@@ -61,11 +62,11 @@ def batch(raw: Any, where: str = "items") -> list[dict[str, Any]]:
     return raw
 
 
-def includes(query: QueryParams) -> set[str]:
+def includes(params: QueryParams) -> set[str]:
     """The ``include`` values of a query (``include=a&include=b``, or ``include[]=…``). Only
     ``reasoning.encrypted_content`` changes anything here; the others name outputs of hosted tools,
     images and logprobs, which toolwire's items never hold."""
-    return set(query.getlist("include")) | set(query.getlist("include[]"))
+    return set(params.getlist("include")) | set(params.getlist("include[]"))
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,9 @@ class PageQuery:
     descending: bool
 
 
-def page_query(query: QueryParams) -> PageQuery:
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise bad_request("order: expected asc or desc", "order")
-    try:
-        limit = int(query.get("limit", "20"))
-    except ValueError:
-        raise bad_request("limit: expected an integer from 1 to 100", "limit") from None
-    if not 1 <= limit <= 100:
-        raise bad_request("limit: expected an integer from 1 to 100", "limit")
-    return PageQuery(query.get("after") or None, limit, order == "desc")
+def page_query(params: QueryParams) -> PageQuery:
+    """An item listing's ``order``, ``limit`` and ``after``, read strictly (``app.api.query``)."""
+    order = query.choice(params, "order", "desc", ("asc", "desc"))
+    limit = query.number(params, "limit", 20, 1, 100)
+    assert limit is not None
+    return PageQuery(query.text(params, "after"), limit, order == "desc")

@@ -30,10 +30,10 @@ from app.api.responses.context import (
 )
 from app.api.responses.decode import Decoder, normalised_input
 from app.api.responses.encode import new_id
-from app.api.responses.history import store_unavailable
+from app.api.responses.history import store_unavailable, stores_of
 from app.api.responses.protocol import ToolSet
 from app.errors import APIError, bad_request
-from app.state import Appended, ResponseStore, StoredConversation, StoredItem, StoreUnavailable
+from app.state import Appended, ConversationStore, StoredConversation, StoredItem, StoreUnavailable
 from app.thinking_signature import ThinkingSigner
 
 ENCRYPTED = "reasoning.encrypted_content"
@@ -51,10 +51,8 @@ async def _call(work: Any) -> Any:
         raise store_unavailable(exc) from None
 
 
-def _store(ex: Exchange) -> ResponseStore:
-    if ex.services.store is None:
-        raise APIError(503, "the response store is not open", "server_error", code="store_unavailable")
-    return ex.services.store
+def _conversations(ex: Exchange) -> ConversationStore:
+    return stores_of(ex.services).conversations
 
 
 def _path(ex: Exchange, name: str) -> str:
@@ -92,7 +90,7 @@ async def checked_items(raw: list[dict[str, Any]], ex: Exchange, where: str) -> 
     """A client's items as a conversation keeps them (see the module docstring)."""
     items = normalised_input(raw)
     refs = [i["id"] for i in items if i.get("type") in ("item_reference", "reasoning") and isinstance(i.get("id"), str)]
-    stored = await found_items(ex.services.store, refs, ex.tenant, ex.settings)
+    stored = await found_items(stores_of(ex.services).responses, refs, ex.tenant, ex.settings)
     items = resolved(items, stored, where)
     Decoder(ToolSet(), ex.signer).decode(items, where)  # a 400 naming any item /v1/responses could not read
     out = []
@@ -122,14 +120,14 @@ async def create_conversation(body: Any, ex: Exchange) -> Response:
     meta = metadata(request.get("metadata"))
     items = await checked_items(batch(request.get("items")), ex, "items")
     made = StoredConversation(new_id("conv_"), int(time.time()), meta)
-    appended = await _call(_store(ex).create_conversation(made, items, ex.tenant, conversation_limits(ex.settings)))
+    appended = await _call(_conversations(ex).create(made, items, ex.tenant, conversation_limits(ex.settings)))
     _refused(appended, ex, "items")
     return JSONResponse(made.view())
 
 
 async def retrieve_conversation(ex: Exchange) -> Response:
     conversation = _path(ex, "id")
-    found = await _call(_store(ex).get_conversation(conversation, ex.tenant))
+    found = await _call(_conversations(ex).get(conversation, ex.tenant))
     if found is None:
         raise conversation_not_found(conversation)
     return JSONResponse(found.view())
@@ -141,7 +139,7 @@ async def update_conversation(body: Any, ex: Exchange) -> Response:
     if "metadata" not in request:
         raise bad_request("metadata: Field required", "metadata")
     conversation = _path(ex, "id")
-    appended = await _call(_store(ex).update_conversation(conversation, ex.tenant, metadata(request["metadata"]),
+    appended = await _call(_conversations(ex).update(conversation, ex.tenant, metadata(request["metadata"]),
                                                           conversation_limits(ex.settings)))
     if appended.conversation is None:
         raise conversation_not_found(conversation)
@@ -153,7 +151,7 @@ async def delete_conversation(ex: Exchange) -> Response:
     """``DELETE /v1/conversations/{id}``: the conversation and its items (stored responses that
     made some of them keep their own copies)."""
     conversation = _path(ex, "id")
-    if not await _call(_store(ex).delete_conversation(conversation, ex.tenant)):
+    if not await _call(_conversations(ex).delete(conversation, ex.tenant)):
         raise conversation_not_found(conversation)
     return JSONResponse({"id": conversation, "object": "conversation.deleted", "deleted": True})
 
@@ -162,7 +160,8 @@ async def list_items(ex: Exchange) -> Response:
     """``GET /v1/conversations/{id}/items``: a page (``after``, ``limit``, ``order``; newest first)."""
     conversation = _path(ex, "id")
     query: PageQuery = page_query(_query(ex))
-    page = await _call(_store(ex).list_items(conversation, ex.tenant, query.after, query.limit, query.descending))
+    page = await _call(_conversations(ex).list_items(conversation, ex.tenant, query.after, query.limit,
+                                                     query.descending))
     if page is None:
         raise conversation_not_found(conversation)
     include, signer = includes(_query(ex)), ex.signer
@@ -173,7 +172,8 @@ async def add_items(body: Any, ex: Exchange) -> Response:
     """``POST /v1/conversations/{id}/items``: up to 20 items added at the end, listed back."""
     conversation = _path(ex, "id")
     items = await checked_items(batch(body_object(body).get("items")), ex, "items")
-    appended = await _call(_store(ex).add_items(conversation, items, ex.tenant, conversation_limits(ex.settings)))
+    appended = await _call(_conversations(ex).add_items(conversation, items, ex.tenant,
+                                                        conversation_limits(ex.settings)))
     if appended.conversation is None:
         raise conversation_not_found(conversation)
     _refused(appended, ex, "items")
@@ -183,7 +183,7 @@ async def add_items(body: Any, ex: Exchange) -> Response:
 
 async def retrieve_item(ex: Exchange) -> Response:
     conversation, item_id = _path(ex, "id"), _path(ex, "item_id")
-    found, item = await _call(_store(ex).get_item(conversation, item_id, ex.tenant))
+    found, item = await _call(_conversations(ex).get_item(conversation, item_id, ex.tenant))
     if found is None:
         raise conversation_not_found(conversation)
     if item is None:
@@ -194,7 +194,7 @@ async def retrieve_item(ex: Exchange) -> Response:
 async def delete_item(ex: Exchange) -> Response:
     """``DELETE /v1/conversations/{id}/items/{item_id}``: the conversation, without the item."""
     conversation, item_id = _path(ex, "id"), _path(ex, "item_id")
-    found, deleted = await _call(_store(ex).delete_item(conversation, item_id, ex.tenant))
+    found, deleted = await _call(_conversations(ex).delete_item(conversation, item_id, ex.tenant))
     if found is None:
         raise conversation_not_found(conversation)
     if not deleted:

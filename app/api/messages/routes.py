@@ -14,6 +14,7 @@ from app.api.answer import Exchange, plan, start, stream, until_gone, whole
 from app.api.messages.decode import messages_ask, omits_thinking
 from app.api.messages.encode import PING, MessageBuilder, MessageEvents, new_message_id
 from app.api.messages.protocol import Conversation, MessagesRequest, parse
+from app.pipeline.literal import count_prompt
 from app.pipeline.run import Finished
 from parsers.events import Event
 from parsers.fold import CallHolder
@@ -41,12 +42,13 @@ async def create_message(body: Any, ex: Exchange) -> Response:
 
 
 async def count_tokens(body: Any, ex: Exchange) -> Response:
-    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the backend's tokenizer."""
+    """``POST /v1/messages/count_tokens``: the rendered prompt's length by the model's tokenizer (in
+    process where there is one, else the backend's), as the backend will read it."""
     request: Conversation = parse(Conversation, body, ex.settings)
     ask = messages_ask(request, ex.signer)
 
     async def count() -> int:
         planned, model = await plan(ask, ex, "input_schema")
-        return await model.backend.count_tokens(planned.prompt + planned.prefill)
+        return await count_prompt(planned, model)
 
     return JSONResponse({"input_tokens": await until_gone(ex, count())})

@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, fit, launch, plan
 from app.api.responses.encode import ResponseItems, failed_response, finished_response, sse_event
-from app.api.responses.history import store_unavailable
+from app.api.responses.history import store_unavailable, stores_of
 from app.api.sse import SSEResponse
 from app.errors import APIError, BackendError, bad_request
 from app.pipeline.ask import Ask
@@ -52,7 +52,7 @@ from app.pipeline.plan import Plan
 from app.served import ServedModel
 from app.services import Services
 from app.settings import Settings
-from app.state import Batch, ResponseStore, RunLimits, RunState, StoredResponse, StoreUnavailable
+from app.state import Batch, RunLimits, RunState, RunStore, StoredResponse, StoreUnavailable
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
@@ -113,11 +113,9 @@ async def store_call(call: Awaitable[T]) -> T:
         raise store_unavailable(exc) from None
 
 
-def store_of(services: Services) -> ResponseStore:
-    """The process's store (a 503 ``store_unavailable`` when there is none open)."""
-    if services.store is None:
-        raise store_unavailable(StoreUnavailable("the response store is not open"))
-    return services.store
+def runs_of(services: Services) -> RunStore:
+    """The process's store of runs (a 503 ``store_unavailable`` when there is none open)."""
+    return stores_of(services).runs
 
 
 # ------------------------------------------------------------------------------------- creating
@@ -133,7 +131,7 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
     if settings.max_background == 0:
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
                           "request without background and keep the connection open", "background")
-    store = store_of(ex.services)
+    runs = runs_of(ex.services)
     planned, model = await plan(ask, ex)
     await fit(ask, planned, model, ex)
     headers = {**ex.headers, **(headers or {})}
@@ -143,8 +141,8 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
         items.event("response.queued", {"response": queued})
         lead = items.take()
         record = StoredResponse(head["id"], "", queued, inputs, previous)
-        await store_call(store.open_run(record, ex.tenant, Batch(0, lead, items.seq), run_limits(settings)))
-        generation = Generation(ex, store, ask, planned, model, record, items, conversation)
+        await store_call(runs.open_run(record, ex.tenant, Batch(0, lead, items.seq), run_limits(settings)))
+        generation = Generation(ex, runs, ask, planned, model, record, items, conversation)
         listener = generation.listen() if stream else None
         ticket.start(record.id, generation.run())
     if listener is None:
@@ -160,12 +158,12 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
 class Generation:
     """One background response being generated: the detached task (``run``) and what it keeps."""
 
-    def __init__(self, ex: Exchange, store: ResponseStore, ask: Ask, planned: Plan, model: ServedModel,
+    def __init__(self, ex: Exchange, runs: RunStore, ask: Ask, planned: Plan, model: ServedModel,
                  record: StoredResponse, items: ResponseItems, conversation: Ending | None = None) -> None:
         self.conversation = conversation
         self.services = ex.services
         self.ready = ex.ready
-        self.store = store
+        self.runs = runs
         self.tenant = ex.tenant
         self.settings = ex.settings
         self.limits = run_limits(ex.settings)
@@ -256,7 +254,7 @@ class Generation:
         for _ in range(3):
             n = len(self.pending)
             batch = self._batch(n)
-            state = await self.store.append_run(self.id, self.tenant, batch, self.status, self.limits)
+            state = await self.runs.append_run(self.id, self.tenant, batch, self.status, self.limits)
             self.last_write = time.monotonic()
             if state is None or state.ended or self._written(state, n, batch):
                 return state
@@ -299,7 +297,7 @@ class Generation:
             written = self._batch(n)
             batch = Batch(written.first, written.data + data, written.count + count)
             try:
-                state = await self.store.settle_run(self.id, self.tenant, batch, record, self.limits,
+                state = await self.runs.settle_run(self.id, self.tenant, batch, record, self.limits,
                                                     if_cancelled=cancelled)
             except StoreUnavailable as exc:
                 if time.monotonic() + RETRY > deadline:
@@ -425,4 +423,4 @@ class Generation:
 
 
 __all__ = ["Generation", "begin", "cancelled_event", "drop_events", "error_event", "failed_events", "run_limits",
-           "store_call", "store_of", "with_status"]
+           "runs_of", "store_call", "with_status"]

@@ -29,6 +29,7 @@ from app.settings import Settings
 from app.state import (
     ChainLimits,
     ConversationLimits,
+    ConversationStore,
     ResponseStore,
     StoredItem,
     StoredResponse,
@@ -91,12 +92,13 @@ def _reasoning_ids(items: list[dict[str, Any]]) -> list[str]:
     return [item["id"] for item in items if item.get("type") == "reasoning" and isinstance(item.get("id"), str)]
 
 
-async def found_items(store: ResponseStore | None, ids: list[str], tenant: str, settings: Settings) -> dict[str, StoredItem]:
+async def found_items(responses: ResponseStore | None, ids: list[str], tenant: str,
+                      settings: Settings) -> dict[str, StoredItem]:
     """The tenant's stored items with these ids (toolwire's own copy where there is one)."""
-    if not ids or store is None:
+    if not ids or responses is None:
         return {}
     try:
-        found = await store.items(ids, tenant, ChainLimits(settings.max_chain_links, settings.max_chain_bytes))
+        found = await responses.items(ids, tenant, ChainLimits(settings.max_chain_links, settings.max_chain_bytes))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if found.over:
@@ -136,21 +138,22 @@ class Context:
     conversation: str | None = None
 
 
-async def context(store: ResponseStore | None, settings: Settings, request: ResponsesRequest, tenant: str) -> Context:
+async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
+                  request: ResponsesRequest, tenant: str) -> Context:
     """Read what the request builds on (see the module docstring)."""
     conversation = conversation_id(request.conversation)
     if conversation is not None and request.previous_response_id is not None:
         raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
     ctx = Context(conversation=conversation)
-    chain = await history(store, settings, request.previous_response_id, tenant)
+    chain = await history(responses, settings, request.previous_response_id, tenant)
     for n, (inputs, outputs) in enumerate(chain):
         ctx.before.append((f"previous response {n} input", inputs, False))
         ctx.before.append((f"previous response {n} output", outputs, True))
     own: dict[str, StoredItem] = {}
     if conversation is not None:
         try:
-            items = await store.conversation_items(conversation, tenant) if store is not None else None
+            items = await conversations.all_items(conversation, tenant) if conversations is not None else None
         except StoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if items is None:
@@ -164,7 +167,7 @@ async def context(store: ResponseStore | None, settings: Settings, request: Resp
     for _, items_before, trusted in ctx.before:
         if not trusted:
             wanted += [key for key in _reasoning_ids(items_before) if key not in own]
-    stored = await found_items(store, wanted, tenant, settings)
+    stored = await found_items(responses, wanted, tenant, settings)
     ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
@@ -186,9 +189,10 @@ class Keeper:
     ``None``. ``stored``: whether the response itself was stored; ``warning``: what went wrong, for
     a header."""
 
-    def __init__(self, store: ResponseStore | None, keep: bool, ctx: Context, settings: Settings, tenant: str,
-                 response_id: str, previous: str | None) -> None:
-        self.store = store
+    def __init__(self, responses: ResponseStore | None, conversations: ConversationStore | None, keep: bool,
+                 ctx: Context, settings: Settings, tenant: str, response_id: str, previous: str | None) -> None:
+        self.responses = responses
+        self.conversations = conversations
         self.keep = keep
         self.ctx = ctx
         self.settings = settings
@@ -199,7 +203,7 @@ class Keeper:
         self.warning = ""
 
     async def __call__(self, final: dict[str, Any]) -> APIError | None:
-        if self.store is None:
+        if self.responses is None or self.conversations is None:
             return None
         if self.keep:
             record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
@@ -212,7 +216,7 @@ class Keeper:
                                 f"response may be ({limit} bytes, --max-stored-response-bytes); it cannot be "
                                 "retrieved or continued", code="stored_response_too_large")
             try:
-                await self.store.put(record, self.tenant)
+                await self.responses.put(record, self.tenant)
             except StoreUnavailable as exc:
                 self.warning = "response not stored: the response store is unavailable"
                 return store_unavailable(exc)
@@ -225,11 +229,11 @@ class Keeper:
         return problem
 
     async def _append(self, final: dict[str, Any]) -> APIError | None:
-        assert self.store is not None and self.ctx.conversation is not None
+        assert self.conversations is not None and self.ctx.conversation is not None
         items = [self._own(item) or StoredItem(conversation_item(item)) for item in self.ctx.input]
         items += [StoredItem(conversation_item(item), True) for item in final.get("output") or ()]
         try:
-            appended = await self.store.add_items(self.ctx.conversation, items, self.tenant,
+            appended = await self.conversations.add_items(self.ctx.conversation, items, self.tenant,
                                                   conversation_limits(self.settings), skip_existing=True)
         except StoreUnavailable as exc:
             return store_unavailable(exc)

@@ -26,16 +26,15 @@ from app.api.responses.background import (
     failed_events,
     run_limits,
     store_call,
-    store_of,
     with_status,
 )
 from app.api.responses.encode import failed_response
-from app.api.responses.history import not_found
+from app.api.responses.history import not_found, stores_of
 from app.api.sse import SSEResponse
 from app.errors import bad_request
 from app.services import Services
 from app.settings import Settings
-from app.state import Batch, ResponseStore, RunState, StoredResponse, StoreUnavailable
+from app.state import Batch, ResponseStore, RunState, RunStore, StoredResponse, StoreUnavailable
 from app.state.runs import UNFINISHED
 
 log = logging.getLogger("toolwire")
@@ -45,14 +44,14 @@ T = TypeVar("T")
 POLL = 0.25
 
 
-async def _get(store: ResponseStore, response_id: str, tenant: str) -> StoredResponse:
-    record = await store_call(store.get(response_id, tenant))
+async def _get(responses: ResponseStore, response_id: str, tenant: str) -> StoredResponse:
+    record = await store_call(responses.get(response_id, tenant))
     if record is None:
         raise not_found(response_id)
     return record
 
 
-async def declare_failed(store: ResponseStore, record: StoredResponse, state: RunState, tenant: str,
+async def declare_failed(runs: RunStore, record: StoredResponse, state: RunState, tenant: str,
                          settings: Settings) -> RunState | None:
     """End the run of ``record`` ``failed`` if its heartbeat is (still) stale: its replica stopped."""
     stale = settings.background_stale_seconds
@@ -62,60 +61,54 @@ async def declare_failed(store: ResponseStore, record: StoredResponse, state: Ru
     data, failed = failed_events(state.seq, shell, list(record.response.get("output") or []), "server_error",
                                  message)
     log.warning("background response %s declared failed: no heartbeat for %.0f s", record.id, state.age)
-    return await store.settle_run(record.id, tenant, Batch(state.seq, data, 2), with_status(record, failed),
+    return await runs.settle_run(record.id, tenant, Batch(state.seq, data, 2), with_status(record, failed),
                                   run_limits(settings), stale=stale)
 
 
 async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
     """The response object ``GET /v1/responses/{id}`` answers: as stored, with a background
     response's status as its run has it (a stale run declared failed first)."""
-    store = store_of(ex.services)
+    stores = stores_of(ex.services)
     tenant = ex.tenant
-    record = await _get(store, response_id, tenant)
+    record = await _get(stores.responses, response_id, tenant)
     response = record.response
     if not response.get("background") or response.get("status") not in UNFINISHED:
         return response
-    read = await store_call(store.read_run(response_id, tenant, None))
+    read = await store_call(stores.runs.read_run(response_id, tenant, None))
     if read is None:
         return failed_response(response, list(response.get("output") or []),
                                "the state of this background response is no longer kept (it expired, or the "
                                "store's bounds dropped it)")
     state = read.state
     if not state.ended and state.age >= ex.settings.background_stale_seconds:
-        settled: RunState | None = await store_call(declare_failed(store, record, state, tenant, ex.settings))
+        settled: RunState | None = await store_call(declare_failed(stores.runs, record, state, tenant,
+                                                                   ex.settings))
         state = settled or state
     if state.ended:  # the response as stored with the ending (read after the run, so never older)
-        again = await _get(store, response_id, tenant)
+        again = await _get(stores.responses, response_id, tenant)
         ended = again.response.get("status") not in UNFINISHED
         return again.response if ended else {**again.response, "status": state.status}
     return {**response, "status": state.status}
 
 
-async def resume(ex: Exchange, response_id: str) -> Response:
-    """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N``."""
-    assert ex.request is not None
-    raw = ex.request.query_params.get("starting_after")
-    try:
-        after = -1 if raw is None else int(raw)
-    except ValueError:
-        after = -2
-    if after < -1:
-        raise bad_request("starting_after: expected the sequence number (an integer ≥ 0) of the last event seen",
-                          "starting_after")
-    store = store_of(ex.services)
+async def resume(ex: Exchange, response_id: str, starting_after: int | None) -> Response:
+    """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N`` (all
+    of them without it)."""
+    after = -1 if starting_after is None else starting_after
+    stores = stores_of(ex.services)
     tenant = ex.tenant
-    record = await _get(store, response_id, tenant)
+    record = await _get(stores.responses, response_id, tenant)
     if not record.response.get("background"):
         raise bad_request(f"response {response_id!r} was not created with background: true; only background "
                           "responses can be streamed again (retrieve it without stream)", "stream")
-    read = await store_call(store.read_run(response_id, tenant, 0))
+    read = await store_call(stores.runs.read_run(response_id, tenant, 0))
     if read is None:
         raise bad_request(f"the events of response {response_id!r} are no longer kept (expired, or dropped by "
                           "the store's bounds); retrieve it without stream", "stream", code="stream_unavailable")
-    return SSEResponse(follow(store, record, tenant, ex.settings, after, read.state, read.batches))
+    return SSEResponse(follow(stores.runs, record, tenant, ex.settings, after, read.state, read.batches))
 
 
-async def follow(store: ResponseStore, record: StoredResponse, tenant: str, settings: Settings, after: int,
+async def follow(runs: RunStore, record: StoredResponse, tenant: str, settings: Settings, after: int,
                  state: RunState, batches: list[bytes]) -> AsyncIterator[bytes]:
     """The logged events numbered after ``after`` (``state`` and ``batches``: the first read), then
     each new batch as it is logged, until the run ends. A run whose replica stopped is declared
@@ -139,10 +132,10 @@ async def follow(store: ResponseStore, record: StoredResponse, tenant: str, sett
             return
         if state.age >= settings.background_stale_seconds:
             with contextlib.suppress(StoreUnavailable):
-                await declare_failed(store, record, state, tenant, settings)
+                await declare_failed(runs, record, state, tenant, settings)
         await asyncio.sleep(POLL)
         try:
-            read = await store.read_run(record.id, tenant, read_from)
+            read = await runs.read_run(record.id, tenant, read_from)
         except StoreUnavailable as exc:
             log.warning("resumed stream of %s ended: %s", record.id, exc)
             yield error_event(state.logged, "store_unavailable",
@@ -160,29 +153,28 @@ async def follow(store: ResponseStore, record: StoredResponse, tenant: str, sett
 async def cancel_run(services: Services, record: StoredResponse, tenant: str) -> None:
     """End the run of a background response ``cancelled`` unless it ended already, and cancel its
     task when it runs in this process (the backend request closed at once)."""
-    store = store_of(services)
+    stores = stores_of(services)
     settings = services.settings
     for _ in range(8):
         if record.response.get("status") not in UNFINISHED:
             break
-        read = await store_call(store.read_run(record.id, tenant, None))
+        read = await store_call(stores.runs.read_run(record.id, tenant, None))
         if read is None or read.state.ended:
             break
         seq = read.state.seq
         cancelled = with_status(record, {**record.response, "status": "cancelled"})
-        state = await store_call(store.settle_run(record.id, tenant, Batch(seq, cancelled_event(seq), 1), cancelled,
-                                               run_limits(settings)))
+        state = await store_call(stores.runs.settle_run(record.id, tenant, Batch(seq, cancelled_event(seq), 1),
+                                                        cancelled, run_limits(settings)))
         if state is None or state.ended:
             break
-        record = await _get(store, record.id, tenant)  # its log moved on meanwhile: again, from where it ends
+        record = await _get(stores.responses, record.id, tenant)  # its log moved on: again, from where it ends
     services.detached.cancel(record.id)
 
 
 async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
     """``POST /v1/responses/{id}/cancel``: the response, cancelled unless it had ended (then as it
     ended: cancelling twice is cancelling once)."""
-    store = store_of(ex.services)
-    record = await _get(store, response_id, ex.tenant)
+    record = await _get(stores_of(ex.services).responses, response_id, ex.tenant)
     if not record.response.get("background"):
         raise bad_request(f"response {response_id!r} was not created with background: true; only background "
                           "responses can be cancelled", code="not_background")
@@ -193,8 +185,7 @@ async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
 async def before_delete(ex: Exchange, response_id: str) -> None:
     """A background response still under way is cancelled before it is deleted (else its task would
     store it again when it ends)."""
-    store = store_of(ex.services)
-    record = await store_call(store.get(response_id, ex.tenant))
+    record = await store_call(stores_of(ex.services).responses.get(response_id, ex.tenant))
     if record is not None and record.response.get("background") and record.response.get("status") in UNFINISHED:
         await cancel_run(ex.services, record, ex.tenant)
 

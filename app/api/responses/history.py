@@ -8,8 +8,9 @@ import logging
 from typing import Any
 
 from app.errors import APIError, bad_request
+from app.services import Services
 from app.settings import Settings
-from app.state import ChainLimits, ResponseStore, StoredResponse, StoreUnavailable
+from app.state import ChainLimits, ResponseStore, StoredResponse, Stores, StoreUnavailable
 
 log = logging.getLogger("toolwire")
 
@@ -24,16 +25,24 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
                     code="store_unavailable", headers={"Retry-After": "1"})
 
 
-async def history(store: ResponseStore | None, settings: Settings, previous: str | None,
+def stores_of(services: Services) -> Stores:
+    """The process's stores (a 503 ``store_unavailable`` when none are open)."""
+    if services.stores is None:
+        raise store_unavailable(StoreUnavailable("the response store is not open"))
+    return services.stores
+
+
+async def history(responses: ResponseStore | None, settings: Settings, previous: str | None,
                   tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     """The stored chain before this request, oldest first: (input items, output items) per response.
     A chain that is broken (a link expired or deleted) or beyond the limits — links, bytes, items
     (inputs and outputs together) — is a 4xx naming it."""
-    if previous is None or store is None:
+    if previous is None or responses is None:
         return []
     s = settings
     try:
-        chain = await store.chain(previous, tenant, ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items))
+        limits = ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items)
+        chain = await responses.chain(previous, tenant, limits)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -64,10 +73,10 @@ async def history(store: ResponseStore | None, settings: Settings, previous: str
     return [(record.input, record.response.get("output") or []) for record in chain.responses]
 
 
-async def stored(store: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:
+async def stored(responses: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:
     """A stored response of ``tenant``'s (404 for any other, as for an id that does not exist)."""
     try:
-        record = await store.get(response_id, tenant) if store is not None else None
+        record = await responses.get(response_id, tenant) if responses is not None else None
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if record is None:

@@ -26,12 +26,13 @@ from typing import Any
 import orjson
 from starlette.responses import JSONResponse, Response
 
+from app.api import query
 from app.api.answer import Exchange, start, stream, whole
 from app.api.responses import background, follow
 from app.api.responses.context import Keeper, context
 from app.api.responses.decode import Decoder, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
-from app.api.responses.history import not_found, store_unavailable, stored
+from app.api.responses.history import not_found, store_unavailable, stored, stores_of
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
 from app.conversation import Turn
 from app.errors import APIError, bad_request
@@ -85,11 +86,12 @@ def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
 async def create_response(body: Any, ex: Exchange) -> Response:
     """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
     signer = ex.signer
-    store = ex.services.store
+    stores = ex.services.stores
+    responses, conversations = (stores.responses, stores.conversations) if stores is not None else (None, None)
     tenant = ex.tenant
     request = parse_request(body, ex.settings)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
-    ctx = await context(store, ex.settings, request, tenant)
+    ctx = await context(responses, conversations, ex.settings, request, tenant)
     decoder = Decoder(tools, signer, ctx.stored)
     if request.instructions:
         decoder.turns.append(Turn("system", request.instructions))
@@ -109,13 +111,13 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
     size = encoded_size(head, ctx.input)  # what the response echoes and stores can be encoded at all
     limit = ex.settings.max_stored_response_bytes
-    if store is not None and request.store is not False and size > limit:  # it could never be stored
+    if responses is not None and request.store is not False and size > limit:  # it could never be stored
         raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
                        f"included), more than a stored response may hold ({limit}, --max-stored-response-bytes); "
                        "send less input, or store: false", param="input", code="stored_response_too_large")
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
-    save = Keeper(store, request.store is not False, ctx, ex.settings, tenant, response_id,
+    save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
                   request.previous_response_id)
 
     def items_for(events: bool) -> ResponseItems:
@@ -123,7 +125,8 @@ async def create_response(body: Any, ex: Exchange) -> Response:
                              encrypted="reasoning.encrypted_content" in include, signer=signer)
 
     if request.background:  # stored by its run; only its items still go to its conversation
-        keeper = Keeper(store, False, ctx, ex.settings, tenant, response_id, None) if ctx.conversation else None
+        keeper = (Keeper(responses, conversations, False, ctx, ex.settings, tenant, response_id, None)
+                  if ctx.conversation else None)
         return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
                                       request.stream, keeper, headers)
     choices = await start(ask, ex)
@@ -143,11 +146,17 @@ async def create_response(body: Any, ex: Exchange) -> Response:
 
 
 async def retrieve_response(ex: Exchange) -> Response:
-    """The stored response (a background one as its run has it), or with ``stream=true`` its events."""
+    """The stored response (a background one as its run has it), or with ``stream=true`` its events
+    (after ``starting_after``). ``include_obfuscation`` is read (a malformed one is a 400) and has no
+    effect: toolwire's events carry no padding."""
     response_id = _path_id(ex)
     assert ex.request is not None
-    if ex.request.query_params.get("stream", "false").lower() not in ("false", "0"):
-        return await follow.resume(ex, response_id)
+    params = ex.request.query_params
+    streamed = query.flag(params, "stream")
+    after = query.number(params, "starting_after", None)
+    query.flag(params, "include_obfuscation", True)
+    if streamed:
+        return await follow.resume(ex, response_id, after)
     return JSONResponse(await follow.current(ex, response_id))
 
 
@@ -157,10 +166,10 @@ async def cancel_response(ex: Exchange) -> Response:
 
 async def delete_response(ex: Exchange) -> Response:
     response_id = _path_id(ex)
-    store = ex.services.store
+    responses = stores_of(ex.services).responses
     await follow.before_delete(ex, response_id)
     try:
-        deleted = store is not None and await store.delete(response_id, ex.tenant)
+        deleted = await responses.delete(response_id, ex.tenant)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if not deleted:
@@ -170,18 +179,17 @@ async def delete_response(ex: Exchange) -> Response:
 
 async def input_items(ex: Exchange) -> Response:
     assert ex.request is not None
-    query = ex.request.query_params
-    items = list((await stored(ex.services.store, _path_id(ex), ex.tenant)).input)
-    if query.get("order", "desc") != "asc":
+    params = ex.request.query_params
+    order = query.choice(params, "order", "desc", ("asc", "desc"))
+    after = query.text(params, "after")
+    limit = query.number(params, "limit", 20, 1, 100)
+    assert limit is not None
+    items = list((await stored(stores_of(ex.services).responses, _path_id(ex), ex.tenant)).input)
+    if order == "desc":
         items.reverse()
-    after = query.get("after")
-    if after:
+    if after is not None:
         ids = [i.get("id") for i in items]
         items = items[ids.index(after) + 1:] if after in ids else []
-    try:
-        limit = max(1, min(100, int(query.get("limit", "20"))))
-    except ValueError:
-        raise bad_request("limit: expected an integer from 1 to 100", "limit") from None
     page = items[:limit]
     return JSONResponse({"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
                          "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit})

@@ -149,18 +149,23 @@ def test_too_large_bodies_are_refused_as_declared_and_as_they_arrive() -> None:
     assert declared.value.status == streamed.value.status == 413
 
 
-def test_the_answer_routes_are_served_past_the_router() -> None:
-    """``EdgeMiddleware`` calls the faces' fixed POST paths directly; a path with parameters, and any
-    other method, goes through Starlette's router as before."""
-    from app.api.server import EdgeMiddleware, create_app
+def test_the_answer_routes_are_plain_asgi_routes_of_the_fastapi_app() -> None:
+    """toolwire's routes sit in the FastAPI app's own router as plain ASGI routes: Starlette's
+    ``Route`` serves an ``Endpoint`` as it is (no per-request wrapping, no FastAPI dependency
+    resolution or response validation)."""
+    from fastapi import FastAPI
+    from starlette.routing import Route
+
+    from app.api.server import Endpoint, create_app
     from app.settings import Settings
 
     app = create_app(Settings(backend="http://127.0.0.1:9"))
-    layer: Any = app.build_middleware_stack()
-    while not isinstance(layer, EdgeMiddleware):
-        layer = layer.app
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"} <= set(layer.direct)
-    assert not any("{" in path for path in layer.direct)
+    assert isinstance(app, FastAPI)
+    served = {route.path: route for route in app.router.routes if isinstance(route, Route)}
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"):
+        assert isinstance(served[path].app, Endpoint), path
+    # the faces first: an answer route is the router's first match
+    assert app.router.routes[0].path == "/v1/chat/completions"  # type: ignore[attr-defined]
 
 
 LISTENERS = ["tcp4", "tcp6", "unix"]
@@ -169,9 +174,9 @@ LISTENERS = ["tcp4", "tcp6", "unix"]
 @pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_a_connection_is_set_up_as_uvicorn_sets_it_up(listener: str, loop_kind: str, tmp_path: Any) -> None:
-    """Our ``connection_made`` (the addresses read from the transport's extra info) leaves the
-    protocol as uvicorn's own would: the same attributes, the same ``server``, ``client`` and
-    ``scheme`` — over IPv4, IPv6 and a Unix socket, on uvloop and on asyncio's own loop."""
+    """Our ``connection_made`` leaves the protocol as uvicorn's own does — the same ``server``,
+    ``client`` and ``scheme``, over IPv4, IPv6 and a Unix socket, on uvloop and on asyncio's own
+    loop — with its transport wrapped (``HeadWithBody``) and the head's bookkeeping added."""
     import socket
 
     import uvicorn
@@ -179,7 +184,7 @@ def test_a_connection_is_set_up_as_uvicorn_sets_it_up(listener: str, loop_kind: 
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.server import ServerState
 
-    from app.api.http_protocol import HeaderDeadlineProtocol
+    from app.api.http_protocol import BoundedHeadProtocol
 
     if listener == "tcp6" and not socket.has_ipv6:
         pytest.skip("no IPv6 here")
@@ -189,8 +194,8 @@ def test_a_connection_is_set_up_as_uvicorn_sets_it_up(listener: str, loop_kind: 
 
     class Both(asyncio.Protocol):
         def connection_made(self, transport: Any) -> None:
-            theirs = HeaderDeadlineProtocol(config=config, server_state=ServerState(), app_state={})
-            ours = HeaderDeadlineProtocol(config=config, server_state=ServerState(), app_state={})
+            theirs = BoundedHeadProtocol(config=config, server_state=ServerState(), app_state={})
+            ours = BoundedHeadProtocol(config=config, server_state=ServerState(), app_state={})
             HttpToolsProtocol.connection_made(theirs, transport)
             ours.connection_made(transport)
             ours._disarm()
@@ -222,7 +227,8 @@ def test_a_connection_is_set_up_as_uvicorn_sets_it_up(listener: str, loop_kind: 
     runner(go())
     assert len(seen) == 1
     theirs, ours = seen[0]
-    assert set(ours) - set(theirs) == {"_header_deadline"} and set(theirs) <= set(ours)
+    assert set(ours) - set(theirs) == {"_header_deadline", "_in_head", "_head_bytes", "_head_lines", "_tail"}
+    assert set(theirs) <= set(ours)
     for name in ("server", "client", "scheme"):
         assert ours[name] == theirs[name], name
     assert type(ours["flow"]) is type(theirs["flow"])

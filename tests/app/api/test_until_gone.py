@@ -13,17 +13,18 @@ from app.api.answer import ClientGone, Exchange, until_gone
 
 
 class Client:
-    """A request whose client leaves after ``stay`` seconds (never, when ``None``); counts reads."""
+    """A request whose client leaves once ``leaves`` is set (never, when ``None``); counts reads and
+    sets ``read`` at the first."""
 
-    def __init__(self, stay: float | None) -> None:
-        self.stay = stay
+    def __init__(self, leaves: asyncio.Event | None) -> None:
+        self.leaves = leaves
         self.reads = 0
+        self.read = asyncio.Event()
 
     async def receive(self) -> dict[str, Any]:
         self.reads += 1
-        if self.stay is None:
-            await asyncio.Event().wait()
-        await asyncio.sleep(self.stay or 0)
+        self.read.set()
+        await (self.leaves or asyncio.Event()).wait()
         return {"type": "http.disconnect"}
 
 
@@ -32,45 +33,61 @@ def exchange(client: Client) -> Exchange:
 
 
 def test_a_client_that_leaves_cancels_the_work() -> None:
-    client, log = Client(stay=0.01), []
-
-    async def work() -> str:
-        try:
-            await asyncio.sleep(5)  # the backend, silent
-        finally:
-            log.append("upstream closed")
-        return "answer"
+    log: list[str] = []
 
     async def go() -> None:
-        await until_gone(exchange(client), work())
+        started = asyncio.Event()
+        client = Client(leaves=started)  # it leaves once the work is under way
+
+        async def work() -> str:
+            started.set()
+            try:
+                await asyncio.Event().wait()  # the backend, silent until the client has left
+            finally:
+                log.append("upstream closed")
+            return "answer"
+
+        try:
+            await until_gone(exchange(client), work())
+        finally:
+            log.append(f"{client.reads} read")
 
     with pytest.raises(ClientGone):
         asyncio.run(go())
-    assert log == ["upstream closed"] and client.reads == 1
+    assert log == ["upstream closed", "1 read"]
 
 
 def test_the_watcher_starts_only_once_the_work_waits() -> None:
-    client, log = Client(stay=None), []
+    log: list[str] = []
 
-    async def work() -> str:
-        log.append(f"before the first wait: {len(asyncio.all_tasks())} tasks")
-        await asyncio.sleep(0.01)
-        log.append(f"after it: {len(asyncio.all_tasks())} tasks, {client.reads} reads")
-        return "answer"
+    async def go() -> str:
+        client = Client(leaves=None)
 
-    assert asyncio.run(until_gone(exchange(client), work())) == "answer"
-    assert log == ["before the first wait: 1 tasks", "after it: 2 tasks, 1 reads"]
+        async def work() -> str:
+            log.append(f"before the first wait: {len(asyncio.all_tasks())} tasks, {client.reads} reads")
+            await client.read.wait()  # the work waits: the watcher starts and reads (it would hang otherwise)
+            log.append(f"after it: {len(asyncio.all_tasks())} tasks, {client.reads} reads")
+            return "answer"
+
+        async with asyncio.timeout(30):  # (no task of its own, unlike wait_for)
+            return await until_gone(exchange(client), work())
+
+    assert asyncio.run(go()) == "answer"
+    assert log == ["before the first wait: 1 tasks, 0 reads", "after it: 2 tasks, 1 reads"]
 
 
 def test_work_that_never_waits_starts_no_watcher() -> None:
-    client = Client(stay=None)
-
-    async def work() -> str:
-        return "answer"
+    reads: list[int] = []
 
     async def go() -> str:
+        client = Client(leaves=None)
+
+        async def work() -> str:
+            return "answer"
+
         answer = await until_gone(exchange(client), work())
-        await asyncio.sleep(0.01)  # the cancelled callback does not start one late
+        await asyncio.sleep(0.01)  # a chance for the cancelled callback to start one late (it must not)
+        reads.append(client.reads)
         return answer
 
-    assert asyncio.run(go()) == "answer" and client.reads == 0
+    assert asyncio.run(go()) == "answer" and reads == [0]

@@ -1,4 +1,4 @@
-"""The runs of background responses (``app.state.runs``) in the shared Redis store.
+"""The runs of background responses (``app.state.runs.RunStore``) in the Redis database.
 
 A run is a hash ``toolwire:run:ID`` (owner digest, status, heartbeat, event counters) and its log a
 list ``toolwire:runlog:ID`` of batches, both expiring with the run's time to live (renewed on every
@@ -8,8 +8,8 @@ opens a run or grows a log drop aged and then least recently written runs until 
 and byte bounds hold — in the same script as the write. Heartbeats and ages are Redis' own clock
 (``TIME``), so replicas whose clocks disagree still agree on which run is stale.
 
-Opening a run and storing its response are one ``MULTI`` (the run's script and the store's own
-``put`` script, so the response is stored exactly as any other). Settling a run decides on the run's
+Opening a run and storing its response are one ``MULTI`` (the run's script and the stored
+responses' own ``put`` script, so the response is stored exactly as any other). Settling a run decides on the run's
 state and then writes the run and the response in one ``MULTI`` under ``WATCH`` of both keys: a run
 or response that changed meanwhile (another replica cancelled it, the client deleted it) makes the
 transaction fail, and the decision is taken again on what is there now.
@@ -17,20 +17,21 @@ transaction fail, and the decision is taken again on what is there now.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import WatchError
 
-from app.state.records import StoredResponse, StoreUnavailable
+from app.state.base import StoreUnavailable
+from app.state.redis.database import COMMON, RedisDatabase
+from app.state.redis.responses import RedisResponses
+from app.state.responses import StoredResponse
 from app.state.runs import Batch, RunLimits, RunRead, RunState, settle_status
 
 # scripts of runs call TIME and then write: effects replication (the default from Redis 5) says so first
 _HEAD = "redis.replicate_commands()\n"
 
-# Lua functions of every run script (after the store's _COMMON: p, owner). ARGV[4] is the run's id.
+# Lua functions of every run script (after the database's COMMON: p, owner). ARGV[4] is the run's id.
 _RUNS = """
 local id = ARGV[4]
 local key, log = p .. 'run:' .. id, p .. 'runlog:' .. id
@@ -135,54 +136,48 @@ def _state(reply: list[Any]) -> RunState | None:
 
 
 class RedisRuns:
-    """The run operations of ``RedisStore`` (which provides the client, its scripts and ``_put_call``)."""
+    """See the module docstring (``responses``: the stored responses a run's response is stored with)."""
 
-    _client: aioredis.Redis
-    prefix: str
-    ttl: int
-    max_rows: int
-    max_bytes: int
-
-    def _args(self, tenant: str, *rest: str | bytes | float) -> list[str | bytes | int | float]:
-        raise NotImplementedError
-
-    async def _call(self, work: Any) -> Any:
-        raise NotImplementedError
-
-    def _put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
-        raise NotImplementedError
-
-    def _register_runs(self, common: str) -> None:
-        """Load the run scripts, on top of the store's ``common`` Lua (prefix, owner digest)."""
-        script = self._client.register_script
-        self._run_open: AsyncScript = script(_HEAD + common + _RUNS + _OPEN)
-        self._run_append: AsyncScript = script(_HEAD + common + _RUNS + _APPEND)
-        self._run_read: AsyncScript = script(_HEAD + common + _RUNS + _READ)
+    def __init__(self, db: RedisDatabase, responses: RedisResponses) -> None:
+        self.db = db
+        self.responses = responses
+        script = db.script
+        self._run_open: AsyncScript = script(_HEAD + COMMON + _RUNS + _OPEN)
+        self._run_append: AsyncScript = script(_HEAD + COMMON + _RUNS + _APPEND)
+        self._run_read: AsyncScript = script(_HEAD + COMMON + _RUNS + _READ)
 
     def _append_args(self, response_id: str, tenant: str, batch: Batch, status: str,
                      limits: RunLimits) -> list[str | bytes | int | float]:
-        return self._args(tenant, response_id, batch.first, batch.data, batch.count, status, limits.events,
-                          self.ttl, self.max_rows, self.max_bytes)
+        db = self.db
+        return db.args(tenant, response_id, batch.first, batch.data, batch.count, status, limits.events, db.ttl,
+                       db.max_rows, db.max_bytes)
 
     async def open_run(self, record: StoredResponse, tenant: str, batch: Batch, limits: RunLimits) -> None:
         status = str(record.response.get("status") or "queued")
 
+        db = self.db
+
         async def work() -> None:
-            async with self._client.pipeline(transaction=True) as pipe:
-                await self._put_call(record, tenant, pipe)
-                await self._run_open(args=self._args(tenant, record.id, status, batch.data, batch.count, limits.events,
-                                                     self.ttl, self.max_rows, self.max_bytes), client=pipe)
+            async with db.client.pipeline(transaction=True) as pipe:
+                await self.responses.put_call(record, tenant, pipe)
+                await self._run_open(args=db.args(tenant, record.id, status, batch.data, batch.count, limits.events,
+                                                  db.ttl, db.max_rows, db.max_bytes), client=pipe)
                 await pipe.execute()
 
-        await self._call(work())
+        await self.db.call(work())
 
     async def append_run(self, response_id: str, tenant: str, batch: Batch, status: str,
                          limits: RunLimits) -> RunState | None:
-        return _state(await self._call(self._run_append(args=self._append_args(response_id, tenant, batch, status,
-                                                                                 limits))))
+        return _state(await self.db.call(self._run_append(args=self._append_args(response_id, tenant, batch, status,
+                                                                                    limits))))
 
     async def read_run(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
-        reply = await self._call(self._run_read(args=self._args(tenant, response_id, -1 if start is None else start)))
+        read: RunRead | None = await self.db.call(self._read(response_id, tenant, start))
+        return read
+
+    async def _read(self, response_id: str, tenant: str, start: int | None) -> RunRead | None:
+        """``read_run`` within an operation already under way (unguarded: the operation is)."""
+        reply = await self._run_read(args=self.db.args(tenant, response_id, -1 if start is None else start))
         state = _state(reply)
         return None if state is None else RunRead(state, list(reply[7:]))
 
@@ -190,14 +185,14 @@ class RedisRuns:
                          limits: RunLimits, stale: float | None = None,
                          if_cancelled: StoredResponse | None = None) -> RunState | None:
         status = settle_status(record)
-        watched = (self.prefix + "run:" + response_id, self.prefix + "r:" + response_id)
+        watched = (self.db.prefix + "run:" + response_id, self.db.prefix + "r:" + response_id)
 
         async def attempt() -> tuple[bool, RunState | None]:
             """Whether the decision held (nothing it read changed before it wrote), and the state it left."""
-            async with self._client.pipeline(transaction=True) as pipe:
+            async with self.db.client.pipeline(transaction=True) as pipe:
                 try:
                     await pipe.watch(*watched)
-                    read = await self.read_run(response_id, tenant, None)
+                    read = await self._read(response_id, tenant, None)
                     if read is None:
                         return True, None
                     state = read.state
@@ -205,7 +200,7 @@ class RedisRuns:
                         if state.status != "cancelled" or if_cancelled is None or not await pipe.exists(watched[1]):
                             return True, state
                         _multi(pipe)
-                        await self._put_call(if_cancelled, tenant, pipe)
+                        await self.responses.put_call(if_cancelled, tenant, pipe)
                         await pipe.execute()
                         return True, state
                     if state.seq != batch.first or (stale is not None and state.age < stale):
@@ -213,15 +208,18 @@ class RedisRuns:
                     _multi(pipe)
                     await self._run_append(args=self._append_args(response_id, tenant, batch, status, limits),
                                            client=pipe)
-                    await self._put_call(record, tenant, pipe)
+                    await self.responses.put_call(record, tenant, pipe)
                     replies = await pipe.execute()
                 except WatchError:
                     return False, None
                 return True, _state(replies[0])
 
         for _ in range(16):
-            outcome: tuple[bool, RunState | None] = await self._call(attempt())
+            outcome: tuple[bool, RunState | None] = await self.db.call(attempt())
             held, state = outcome
             if held:
                 return state
         raise StoreUnavailable("the response store (Redis) is too busy: a background response could not be settled")
+
+
+__all__ = ["RedisRuns"]

@@ -1,39 +1,33 @@
-"""What the response store holds, typed: one ``StoredResponse`` per stored response, and the
-``Chain`` of responses a continuation (``previous_response_id``) reads back.
+"""Stored responses (the Responses API's ``store: true``): ``StoredResponse``, the ``Chain`` a
+continuation (``previous_response_id``) reads back, and the ``ResponseStore`` that keeps them.
 
 A record belongs to its ``owner``: a keyed digest of the API key that made it (``""`` when the
 server has no keys: one tenant), never the key. Its ``body`` is the encoded JSON of what the API
 needs back (the response object, this turn's input items, the previous response's id); ``size`` is
 that encoding's length in bytes, which every byte bound counts.
+
+A ``ResponseStore`` keeps records for ``ttl`` seconds, each readable only by the tenant that stored
+it (``tenant``: the request's tenant id, ``app.tenancy``):
+
+* ``put(record, tenant)`` stores (replacing a record with the same id) and indexes its items;
+* ``get(id, tenant)`` → the record, or ``None`` when it is absent, expired or another tenant's;
+* ``delete(id, tenant)`` → whether it was there (and the tenant's);
+* ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
+  read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
+* ``items(ids, tenant, limits)`` → the tenant's stored items with those ids, from its stored
+  responses and conversations (the item index, ``app.state.items``: what an ``item_reference``
+  names), toolwire's own copy when there is one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol
 
 import orjson
 
-T = TypeVar("T")
-
-#: bodies larger than this (bytes, together) are decoded in a worker thread, never on the event
-#: loop (a 16 MiB chain of small items takes ~0.2 s to decode) — nor under a store's lock
-DECODE_INLINE = 256 << 10
-
-
-async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)`` (decoding ``size`` bytes): inline up to ``DECODE_INLINE``, else in a worker thread."""
-    if size <= DECODE_INLINE:
-        return work(*args)
-    return await asyncio.to_thread(work, *args)
-
-
-class StoreUnavailable(Exception):
-    """The store could not be read or written (Redis down, disk full, a corrupt file)."""
+from app.state.items import Found
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +133,18 @@ def decode_chain(chain: Chain, owner: str, bodies: dict[str, bytes], limits: Cha
     return chain
 
 
-def owner_digest(secret: bytes, tenant: str) -> str:
-    """The owner a store records for ``tenant``: a digest keyed with the store's own secret, so the
-    stored value says nothing about the key even to someone who reads the store."""
-    return hmac.new(secret, b"toolwire owner\0" + tenant.encode(), hashlib.sha256).hexdigest()
+class ResponseStore(Protocol):
+    """See the module docstring."""
+
+    async def put(self, record: StoredResponse, tenant: str) -> None: ...
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None: ...
+
+    async def delete(self, response_id: str, tenant: str) -> bool: ...
+
+    async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
+
+    async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
+
+
+__all__ = ["Chain", "ChainLimits", "Link", "ResponseStore", "StoredResponse", "decode_chain", "walk"]

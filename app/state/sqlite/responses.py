@@ -1,0 +1,179 @@
+"""Stored responses (``app.state.responses.ResponseStore``) in the SQLite database.
+
+Each stored response is one row of ``stored_responses`` (owner digest, previous id, body, size,
+times), and its items' ids are rows of ``response_items`` (the item index: id → the response, and
+whether toolwire wrote the item). A chain is one recursive query; the item index is read with the
+conversations' items in one transaction. Files from before owners (a ``responses`` table: one
+tenant) and from before the item index are brought up to date on opening (``upgrade``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from app.state.base import off_loop, owner_digest
+from app.state.items import Found, found_items, response_items
+from app.state.responses import Chain, ChainLimits, Link, StoredResponse, decode_chain, walk
+from app.state.sqlite.database import SqliteDatabase, chunks, marks
+
+SCHEMA = (
+    ("CREATE TABLE IF NOT EXISTS stored_responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, previous TEXT, "
+     "body BLOB NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL, expires REAL NOT NULL)"),
+    "CREATE INDEX IF NOT EXISTS stored_responses_created ON stored_responses (created)",
+    "CREATE INDEX IF NOT EXISTS stored_responses_expires ON stored_responses (expires)",
+    ("CREATE TABLE IF NOT EXISTS response_items (item TEXT NOT NULL, response TEXT NOT NULL, "
+     "trusted INTEGER NOT NULL, PRIMARY KEY (response, item))"),
+    "CREATE INDEX IF NOT EXISTS response_items_item ON response_items (item)",
+)
+
+_CHAIN = """
+WITH RECURSIVE walk(id, owner, previous, size, depth) AS (
+    SELECT id, owner, previous, size, 0 FROM stored_responses WHERE id = ? AND expires > ?
+    UNION ALL
+    SELECT r.id, r.owner, r.previous, r.size, w.depth + 1 FROM stored_responses r JOIN walk w ON r.id = w.previous
+    WHERE r.expires > ? AND w.depth < ? AND w.owner = ?
+)
+SELECT id, owner, previous, size FROM walk
+"""
+
+
+class SqliteResponses:
+    """See the module docstring."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------ plumbing (in a transaction)
+
+    def upgrade(self, existing: set[str]) -> None:
+        """Bring a file from before owners, or before the item index, up to date (``existing``:
+        the tables it held before the schema ran)."""
+        conn = self.db.conn
+        if "responses" in existing:  # before owners: the rows become the tenant without a key's
+            owner = owner_digest(self.db.secret, "")
+            for key, body, created, expires in conn.execute("SELECT id, record, created, expires FROM responses"):
+                self.insert(StoredResponse.decode(key, owner, body), owner, bytes(body), created, expires)
+            conn.execute("DROP TABLE responses")
+        if "response_items" not in existing:  # index the items of responses stored before the index
+            for key, owner, body in conn.execute("SELECT id, owner, body FROM stored_responses").fetchall():
+                self._index(StoredResponse.decode(key, owner, body))
+
+    def _index(self, record: StoredResponse) -> None:
+        self.db.conn.executemany("INSERT OR REPLACE INTO response_items (item, response, trusted) VALUES (?, ?, ?)",
+                                 [(item, record.id, int(trusted))
+                                  for item, trusted in response_items(record.response, record.input)])
+
+    def insert(self, record: StoredResponse, owner: str, body: bytes, created: float, expires: float) -> None:
+        """Store ``record`` (replacing one with its id) and index its items; the budget counts it."""
+        conn = self.db.conn
+        old = conn.execute("SELECT size FROM stored_responses WHERE id = ?", (record.id,)).fetchone()
+        if old is not None:
+            self.db.drop_response(record.id, old[0])
+        conn.execute("INSERT INTO stored_responses (id, owner, previous, body, size, created, expires) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (record.id, owner, record.previous_response_id, body, len(body), created, expires))
+        self._index(record)
+        self.db.count(1, len(body))
+
+    # ------------------------------------------------------------------ the interface
+
+    async def put(self, record: StoredResponse, tenant: str) -> None:
+        body = record.encode()
+        owner = self.db.owner(tenant)
+
+        def work() -> None:
+            now = time.time()
+            with self.db.transaction():
+                self.insert(record, owner, body, now, now + self.db.ttl)
+                self.db.bound(now)
+
+        await self.db.run(work)
+
+    async def get(self, response_id: str, tenant: str) -> StoredResponse | None:
+        owner = self.db.owner(tenant)
+
+        def work() -> bytes | None:
+            row = self.db.conn.execute("SELECT body FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
+                                       (response_id, owner, time.time())).fetchone()
+            return bytes(row[0]) if row else None
+
+        body = await self.db.run(work)
+        return await off_loop(len(body), StoredResponse.decode, response_id, owner, body) if body is not None else None
+
+    async def delete(self, response_id: str, tenant: str) -> bool:
+        owner = self.db.owner(tenant)
+
+        def work() -> bool:
+            with self.db.transaction():
+                row = self.db.conn.execute(
+                    "SELECT size FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
+                    (response_id, owner, time.time())).fetchone()
+                if row is None:
+                    return False
+                self.db.drop_response(response_id, row[0])
+                return True
+
+        return await self.db.run(work)
+
+    async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        owner = self.db.owner(tenant)
+
+        def work() -> tuple[Chain, dict[str, bytes]]:
+            now = time.time()
+            conn = self.db.conn
+            with self.db.transaction():
+                links = {key: Link(key, who, previous, size) for key, who, previous, size in
+                         conn.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
+                chain = walk(response_id, links, owner, limits)
+                bodies = dict(conn.execute(
+                    f"SELECT id, body FROM stored_responses WHERE id IN ({marks(chain.ids)})",
+                    chain.ids).fetchall()) if chain.ids else {}
+            return chain, bodies
+
+        chain, bodies = await self.db.run(work)  # read under the lock; decoded outside it, off the loop
+        return await off_loop(chain.size, decode_chain, chain, owner, bodies, limits)
+
+    async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
+        owner = self.db.owner(tenant)
+
+        def work() -> tuple[dict[str, tuple[bool, str, Any]], dict[str, Any]] | None:
+            now = time.time()
+            conn = self.db.conn
+            best: dict[str, tuple[bool, str, Any]] = {}  # id -> (trusted, kind, response id or item body)
+            sizes: dict[str, int] = {}
+            with self.db.transaction():
+                for chunk in chunks(list(dict.fromkeys(ids))):
+                    for key, body in conn.execute(
+                            "SELECT ci.id, ci.body FROM conversation_items ci JOIN conversations c "
+                            f"ON c.id = ci.conversation WHERE c.owner = ? AND c.expires > ? AND ci.id IN ({marks(chunk)})",
+                            (owner, now, *chunk)):
+                        trusted = bytes(body[:1]) == b"1"
+                        if key not in best or (trusted and not best[key][0]):
+                            best[key] = (trusted, "c", body)
+                    for key, response, trusted, size in conn.execute(
+                            "SELECT ri.item, ri.response, ri.trusted, r.size FROM response_items ri JOIN "
+                            "stored_responses r ON r.id = ri.response WHERE r.owner = ? AND r.expires > ? "
+                            f"AND ri.item IN ({marks(chunk)})", (owner, now, *chunk)):
+                        if key not in best or (trusted and not best[key][0]):
+                            best[key] = (bool(trusted), "r", response)
+                            sizes[response] = size
+                wanted = sorted({holder for _, kind, holder in best.values() if kind == "r"})
+                if sum(sizes[key] for key in wanted) > limits.bytes:
+                    return None
+                bodies: dict[str, Any] = {}
+                for chunk in chunks(wanted):
+                    bodies.update(conn.execute(
+                        f"SELECT id, body FROM stored_responses WHERE id IN ({marks(chunk)})", chunk).fetchall())
+            return best, bodies
+
+        chosen = await self.db.run(work)
+        if chosen is None:
+            return Found(over=True)
+        best, bodies = chosen  # decoded outside the lock, and off the loop when large
+        size = sum(map(len, bodies.values())) + sum(len(what) for _, kind, what in best.values() if kind == "c")
+        return await off_loop(size, found_items, best, bodies)
+
+
+__all__ = ["SCHEMA", "SqliteResponses"]
