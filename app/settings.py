@@ -37,8 +37,8 @@ class Settings(BaseSettings):
     model: str | None = Field(None, description="model name served on /v1/models (default: the backend's)")
     chat_template: Path | None = Field(
         None, description="a .jinja file, tokenizer_config.json or model directory (llama.cpp default: GET /props)")
-    reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), or auto")
-    tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), or auto")
+    reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), auto, or none")
+    tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), auto, or none")
     response_schema: Path | None = Field(
         None, description="JSON file with a transformers response_schema (for --tool-call-parser response-schema)")
     reasoning_field: ReasoningField = Field(
@@ -194,10 +194,11 @@ class Settings(BaseSettings):
     @classmethod
     def _auto_alias(cls, value: str | None) -> str | None:
         """SGLang's ``response_template`` (a parser driven by the checkpoint's own description of
-        its output) is ``auto`` here: the format is learned from the chat template."""
-        from parsers.registry import means_auto
+        its output) is ``auto`` here: the format is learned from the chat template; ``none`` is no
+        parser (llama.cpp's ``reasoning_format: none``)."""
+        from parsers.registry import means_auto, means_none
 
-        return "auto" if means_auto(value) else value
+        return "auto" if means_auto(value) else None if means_none(value) else value
 
     @field_validator("backend_type")
     @classmethod

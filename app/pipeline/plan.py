@@ -164,18 +164,27 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
     """The prompt, the prefill after it and their client control spans (``app.templates.literal``);
     images as ``marker`` says (``app.templates.prompt.MediaStyle``). A prompt with images goes to the
     backend as text (llama-server's multimodal prompt is one string; vLLM's chat endpoint takes
-    text), so where client control text would be sent as tokens it is escaped instead."""
+    text), so where client control text would be sent as tokens it is escaped instead. The prefill
+    is the continued message written for the prompt's tail (``Formats.continuation``: inside a
+    thought the generation prompt opened, or not), so where control text is traced a
+    continuation's prompt is first rendered plainly to read that tail."""
     server_kwargs = thinking_kwargs(template, ask.thinking)
     call_text = formats.call_text()
-    turns, prefill = continued(ask)
+    turns, final = continued(ask)
 
     def render(turns: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
         return render_conversation(template, turns, tools, call_text, marker, **{**server_kwargs, **client_kwargs})
 
     if media and control is not None and control.mode == "tokens":
         control = control.escaping()
+
+    def prefill_after(prompt: str) -> str:
+        return formats.continuation(final, formats.starts_inside_reasoning(prompt)) if final is not None else ""
+
     if control is None or not control.active:
-        return render(turns, shown, ask.template_kwargs), prefill, ()
+        prompt = render(turns, shown, ask.template_kwargs)
+        return prompt, prefill_after(prompt), ()
+    prefill = prefill_after(render(turns, shown, ask.template_kwargs)) if final is not None else ""
     try:
         rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True))
     except ControlTextRejected as exc:
@@ -183,14 +192,15 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
     return rendered.prompt, rendered.prefill, rendered.spans
 
 
-def continued(ask: Ask) -> tuple[list[Turn], str]:
-    """The turns to render and the text the answer continues: with ``continue_final``, a final
+def continued(ask: Ask) -> tuple[list[Turn], Turn | None]:
+    """The turns to render and the message the answer continues: with ``continue_final``, a final
     assistant message without calls is not rendered as a finished turn — the prompt opens the
-    assistant's turn (generation prompt) and its text follows, for the model to go on from."""
+    assistant's turn (generation prompt) and its thought and text follow (``Formats.continuation``),
+    for the model to go on from."""
     last = ask.turns[-1] if ask.turns else None
     if not ask.continue_final or last is None or last.role != "assistant" or last.calls:
-        return ask.turns, ""
-    return ask.turns[:-1], last.text
+        return ask.turns, None
+    return ask.turns[:-1], last
 
 
 def prompt_media(turns: list[Turn]) -> tuple[Media, ...]:
