@@ -18,9 +18,10 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed
 #: what runs on the lowest versions: the app's unit tests, the library contracts and what they stand
 #: behind (head bounds, the FastAPI app, SSE, the fast render on every suite template), one exchange
-#: per face on the real llama-server
+#: per face on the real llama-server, metrics across workers (prometheus-client), prompts as tokens (tokenizers)
 LOWEST_TESTS := tests/app tests/test_hook_contracts.py tests/test_head_bounds.py tests/test_fastapi_app.py \
-	tests/test_sse.py tests/test_e2e_faces.py "tests/test_render_resume.py::test_the_fast_render_gives_what_jinja_gives"
+	tests/test_sse.py tests/test_e2e_faces.py "tests/test_render_resume.py::test_the_fast_render_gives_what_jinja_gives" \
+	tests/test_metrics.py tests/test_control_text.py
 
 .PHONY: run test test-fast test-lowest check install artifacts bench clean
 

@@ -17,7 +17,10 @@ Contract of a ``Turn``:
 * ``tool_call_id`` (tool only) names the call this result answers; ``name`` is the tool's or the
   speaker's name where the client gave one;
 * ``extra`` holds any other field the client set on a Chat Completions message, passed on to the
-  template unchanged (templates read model-specific fields such as ``prefix``).
+  template unchanged (templates read model-specific fields such as ``prefix``);
+* ``parts`` (user and tool turns) is the turn's content in order when it holds images or documents
+  (``app.media``): its text pieces and media items as the client gave them, one piece per text
+  part; empty for a text-only turn. ``text`` is then the pieces joined as the face joins text.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from app.media import Part
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -47,10 +52,12 @@ class Turn:
     tool_call_id: str | None = None
     name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[Part, ...] = ()
     #: a form of this turn derived by whoever derives it (``app.templates.prompt``: its template
     #: message), kept with what it was derived from; not part of the turn (never compared, copied or
     #: pickled)
     derived: Any = field(default=None, compare=False, repr=False)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return Turn, (self.role, self.text, self.calls, self.reasoning, self.tool_call_id, self.name, self.extra)
+        return Turn, (self.role, self.text, self.calls, self.reasoning, self.tool_call_id, self.name, self.extra,
+                      self.parts)

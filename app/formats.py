@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from app.constraints.tools import ReasoningGate
-from app.conversation import Call
+from app.conversation import Call, Turn
 from app.parser_choice import ParserChoice
 from app.templates.prompt import CallText, json_call_text
 from parsers.registry import reasoning_detector_class, tool_detector_class
@@ -45,6 +45,15 @@ class Formats:
         detector = self.reasoning()
         start = detector.initial_state(prompt)
         return bool(detector.force_reasoning if start is None else start)
+
+    def continuation(self, final: Turn, inside: bool) -> str:
+        """The text after the prompt that continues ``final``, a prefilled assistant message, for
+        a prompt that leaves the output ``inside`` a reasoning block or not: its thought and its
+        text in the reasoning format's markers (``ReasoningDetector.continuation``: the thought
+        stays open when the message has no text yet); its text alone where no reasoning parser runs."""
+        if self.reasoning is None:
+            return final.text
+        return str(self.reasoning().continuation(inside, final.reasoning or "", final.text, bool(final.text)))
 
     def reasoning_gate(self, inside: bool) -> ReasoningGate | None:
         """The reasoning block a grammar must leave free before forced calls."""

@@ -37,8 +37,8 @@ class Settings(BaseSettings):
     model: str | None = Field(None, description="model name served on /v1/models (default: the backend's)")
     chat_template: Path | None = Field(
         None, description="a .jinja file, tokenizer_config.json or model directory (llama.cpp default: GET /props)")
-    reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), or auto")
-    tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), or auto")
+    reasoning_parser: str | None = Field(None, description="reasoning parser name (see `toolwire parsers`), auto, or none")
+    tool_call_parser: str | None = Field(None, description="tool-call parser name (see `toolwire parsers`), auto, or none")
     response_schema: Path | None = Field(
         None, description="JSON file with a transformers response_schema (for --tool-call-parser response-schema)")
     reasoning_field: ReasoningField = Field(
@@ -95,6 +95,19 @@ class Settings(BaseSettings):
     background_events_max_bytes: int = Field(
         8 << 20, ge=64 << 10, description="most bytes of events kept per background response for resuming its "
         "stream (GET ?stream=true); past it the response goes on but its stream cannot be resumed further")
+    # images and documents (app.media)
+    max_media_items: int = Field(
+        32, ge=0, description="most images and documents one request holds, those of stored responses and "
+        "conversations it continues included (beyond: 400)")
+    max_media_bytes: int = Field(
+        20 << 20, ge=1024, description="most bytes of images and documents (decoded) one request holds, fetched ones "
+        "and those of stored responses included (beyond: 400)")
+    media_domains: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="hosts whose http(s) image URLs toolwire fetches (repeatable; "
+        "*.example.com: its subdomains; *: any host; default: none — only data URLs and base64)")
+    media_allow_private: bool = Field(
+        False, description="let --media-domains hosts resolve to private, loopback and link-local addresses")
+    media_fetch_timeout: float = Field(10.0, gt=0, description="seconds one image URL's fetch may take")
     store_timeout: float = Field(
         2.0, gt=0, description="seconds one operation of a Redis response store may take (each command's socket "
         "timeout too); past it the request that needed it answers 503 store_unavailable (a finished answer is "
@@ -183,10 +196,11 @@ class Settings(BaseSettings):
     @classmethod
     def _auto_alias(cls, value: str | None) -> str | None:
         """SGLang's ``response_template`` (a parser driven by the checkpoint's own description of
-        its output) is ``auto`` here: the format is learned from the chat template."""
-        from parsers.registry import means_auto
+        its output) is ``auto`` here: the format is learned from the chat template; ``none`` is no
+        parser (llama.cpp's ``reasoning_format: none``)."""
+        from parsers.registry import means_auto, means_none
 
-        return "auto" if means_auto(value) else value
+        return "auto" if means_auto(value) else None if means_none(value) else value
 
     @field_validator("backend_type")
     @classmethod
@@ -195,7 +209,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown backend type {value!r}; known: {', '.join(BACKEND_TYPES)}")
         return value
 
-    @field_validator("api_key", "cors_origins", mode="before")
+    @field_validator("api_key", "cors_origins", "media_domains", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         """A list from the environment: a JSON array (how ``toolwire serve`` hands lists to its

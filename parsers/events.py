@@ -10,9 +10,8 @@ The events of one response, concatenated in order, describe the whole message:
 * ``CallEnd`` — the call is over. ``ok=False`` means the model never finished it or wrote it
   malformed; ``raw`` then holds the call's source text (markers included) so that consumers which
   must not present an unfinished call can pass the text through as content instead.
-  ``more=True`` (with ``ok``): the call is complete, but the list it is written in (a pythonic or
-  JSON call list: one expression) is not closed yet — it counts only once a later call of the same
-  list ends ok, and is unfinished if the output is cut off inside the list first.
+  A call that ends ok is complete whatever follows it: in a call list (pythonic or JSON) cut off
+  before it closes, the calls before the cut count, as separate call blocks do.
 
 Events of one call are contiguous: no ``Content`` or ``Reasoning`` between a ``CallStart`` and
 its ``CallEnd``.
@@ -51,7 +50,6 @@ class CallEnd:
     index: int
     ok: bool
     raw: str = ""
-    more: bool = False
 
 
 Event = Content | Reasoning | CallStart | CallArgs | CallEnd

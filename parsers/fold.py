@@ -32,38 +32,17 @@ class FoldedMessage:
 
 class CallHolder:
     """Releases each tool call only once it is complete; numbers released calls 0, 1, 2 …
-    (a dropped call leaves no gap). Text events pass straight through.
+    (a dropped call leaves no gap). Text events pass straight through. A call that ends not ok is
+    unfinished: its text, if it gives any back (a malformed call), becomes content; a call cut off
+    by the token limit gives none. Complete calls before it stand — in a call list cut off before
+    it closes as between separate call blocks."""
 
-    A complete call of a list that is not closed yet (``CallEnd.more``) waits for the list: it is
-    released with the next call of the list that ends ok and not ``more``; if the output is cut
-    off inside the list first (a call ends not ok without text to give back), it is unfinished
-    too. A malformed later element (its text given back as content) leaves the earlier calls
-    standing."""
-
-    __slots__ = ("_held", "_listed", "_released", "unfinished")
+    __slots__ = ("_held", "_released", "unfinished")
 
     def __init__(self) -> None:
         self._held: list[Event] = []
-        self._listed: list[list[Event]] = []  # complete calls of a list that is still open
         self._released = 0
         self.unfinished = 0
-
-    def _release(self, held: list[Event], out: list[Event]) -> None:
-        index = self._released
-        self._released += 1
-        start = held[0]
-        assert isinstance(start, CallStart)
-        out.append(CallStart(index, start.name, start.id))
-        out.append(CallArgs(index, "".join(e.text for e in held[1:] if isinstance(e, CallArgs))))
-        out.append(CallEnd(index, True))
-
-    def _close_list(self, out: list[Event], stands: bool) -> None:
-        listed, self._listed = self._listed, []
-        for held in listed:
-            if stands:
-                self._release(held, out)
-            else:
-                self.unfinished += 1
 
     def __call__(self, events: Iterable[Event]) -> list[Event]:
         out: list[Event] = []
@@ -72,26 +51,21 @@ class CallHolder:
             if kind is CallStart or kind is CallArgs:
                 self._held.append(event)
             elif kind is CallEnd:
-                assert isinstance(event, CallEnd)
                 held, self._held = self._held, []
-                if event.ok and event.more:
-                    self._listed.append(held)
-                elif event.ok:
-                    self._close_list(out, True)
-                    self._release(held, out)
+                if event.ok:  # type: ignore[union-attr]
+                    index = self._released
+                    self._released += 1
+                    start = held[0]
+                    assert isinstance(start, CallStart)
+                    out.append(CallStart(index, start.name, start.id))
+                    out.append(CallArgs(index, "".join(e.text for e in held[1:] if isinstance(e, CallArgs))))
+                    out.append(CallEnd(index, True))
                 else:
-                    self._close_list(out, bool(event.raw))
                     self.unfinished += 1
-                    if event.raw:
-                        out.append(Content(event.raw))
+                    if event.raw:  # type: ignore[union-attr]
+                        out.append(Content(event.raw))  # type: ignore[union-attr]
             else:
                 out.append(event)
-        return out
-
-    def finish(self) -> list[Event]:
-        """End of the answer: calls of a list that never closed are unfinished."""
-        out: list[Event] = []
-        self._close_list(out, False)
         return out
 
 
@@ -116,7 +90,7 @@ def fold(events: Iterable[Event]) -> FoldedMessage:
     reasoning: list[str] = []
     current: FoldedCall | None = None
     args: list[str] = []
-    for event in [*holder(events), *holder.finish()]:
+    for event in holder(events):
         if isinstance(event, Content):
             content.append(event.text)
         elif isinstance(event, Reasoning):

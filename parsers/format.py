@@ -70,6 +70,9 @@ class ToolFormat:
     #: the format's response envelope (``<|START_RESPONSE|>`` … ``<|END_RESPONSE|>``): markers that
     #: wrap the answer, dropped from the content with the whitespace next to them wherever they occur
     content_markup: tuple[str, ...] = ()
+    #: the format writes its calls inside the reasoning block (Arcee Trinity): a call start ends
+    #: an open block at once, although the block's end marker may follow the calls
+    calls_in_thought: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "start_markers", _unique(self.start_markers))
@@ -79,6 +82,10 @@ class ToolFormat:
     def with_content_markup(self, *markup: str) -> ToolFormat:
         """The same format with a response envelope (for formats built by a shape builder)."""
         return replace(self, content_markup=(*self.content_markup, *markup))
+
+    def with_calls_in_thought(self) -> ToolFormat:
+        """The same format, declared to write its calls inside the reasoning block."""
+        return replace(self, calls_in_thought=True)
 
     def has_tool_call(self, text: str) -> bool:
         if self.sniff is not None:

@@ -52,6 +52,8 @@ class ToolCallDetector:
     wire: ClassVar[WireFormat | None] = None
     #: the format's response envelope, dropped from the content (``ToolFormat.content_markup``)
     content_markup: ClassVar[tuple[str, ...]] = ()
+    #: calls are written inside the reasoning block (``ToolFormat.calls_in_thought``)
+    calls_in_thought: ClassVar[bool] = False
     #: end-of-turn tokens the model's templates close a turn with: never content when they are the
     #: last text of the output (``parsers.core.trailing``); declared per detector
     end_tokens: ClassVar[tuple[str, ...]] = ()
@@ -66,6 +68,7 @@ class ToolCallDetector:
             cls.handles_reasoning = fmt.handles_reasoning
             cls.wire = fmt.wire
             cls.content_markup = fmt.content_markup
+            cls.calls_in_thought = fmt.calls_in_thought
 
     def __init__(self, tools: Sequence[ToolSpec] = ()) -> None:
         self.tools = tuple(tools)

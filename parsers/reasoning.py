@@ -23,11 +23,23 @@ a start marker at its beginning: reasoning; a tool-call start, the answer markup
 output: content) its text is held back, so a library user who knows the prompt should pass it (or
 ``force_reasoning``) to stream from the first token.
 
-Reasoning text is trimmed of the whitespace next to its markers; the whitespace between the end
-marker and the answer is not content. A tool-call start marker inside an unclosed reasoning block
-ends the reasoning (models do this); the marker passes on to the tool-call parser. A format may
-instead declare ``passthrough`` blocks (Apertus writes its calls inside the reasoning): such a block
-passes on as normal text and the reasoning resumes after it. With ``reopen`` a start marker later
+When the prompt itself opened the block (its tail is a start marker), a start marker the output
+begins with is text of the thought, kept (Qwen 3.5 sometimes writes ``<think>`` again); without
+such a prompt a start marker at the beginning opens the block. Reasoning text is trimmed of the
+whitespace next to its markers; the whitespace between the end marker and the answer is not
+content.
+
+A tool call written inside an open reasoning block is text of the thought when the block's end
+marker follows it — the model was thinking about the call (llama.cpp's rule) — and ends the block
+when the output ends without that marker (models that never close the block before calling:
+Qwen 3.5); so from a tool-call start marker inside a block the text is held until the end marker
+or the end of the output decides which (the calls of a block left open reach the tool-call parser
+only at the end of the output). Formats that declare calls inside the thought keep them calls: a
+tool format with ``calls_in_thought`` (Arcee Trinity: the call start ends the block at once),
+``answer_calls`` (Gemma 4), or ``passthrough`` blocks (Kimi K2 Thinking's call sections, Apertus):
+such a block passes on as normal text and the reasoning resumes after it.
+
+With ``reopen`` a start marker later
 in the answer opens another reasoning block (and a stray end marker there is dropped); inside an
 open block a start marker then repeats the opener and is markup, and the whitespace after a block
 opened in the middle of the answer is the answer's. Elsewhere a start marker inside an open block
@@ -48,8 +60,11 @@ from parsers.core.markers import MarkerSet
 from parsers.events import Content, Event, Reasoning
 from parsers.registry import reasoning_detector_class
 from parsers.shapes.harmony import (
+    CHANNEL,
     GENERATION_PROMPT,
     HARMONY,
+    MESSAGE,
+    START,
     Dialect,
     Start,
     harmony_program,
@@ -73,8 +88,9 @@ class ReasoningDetector:
     #: the model's templates open the block in the generation prompt for some requests, so without
     #: a prompt an end marker the output never opened ends reasoning (see the module docstring)
     prompt_may_open: ClassVar[bool] = False
-    #: a tool-call start marker inside an open block ends it (most models); formats whose block is
-    #: delimited by control tokens keep such text as reasoning
+    #: a tool-call start marker inside an open block ends it, unless the block's end marker follows
+    #: (most models: see the module docstring); formats whose block is delimited by control tokens
+    #: keep such text as reasoning whatever follows
     tool_calls_end_reasoning: ClassVar[bool] = True
     #: ``(open, close)`` blocks inside reasoning that are normal text (tool calls written while
     #: reasoning): passed on as written, and the reasoning resumes after ``close`` (an empty
@@ -91,6 +107,13 @@ class ReasoningDetector:
     #: a string argument) does not end the call
     answer_calls: ClassVar[tuple[tuple[str, tuple[str, ...], str], ...]] = ()
 
+    #: per response (set by ``ReasoningParser``): the tool format writes its calls inside the
+    #: thought (``ToolFormat.calls_in_thought``), so a call start ends an open block at once
+    calls_in_thought: bool = False
+    #: per response (set by ``ReasoningParser``): the rendered prompt itself opened the block, so a
+    #: start marker at the very beginning of the output is a literal the model wrote in its thought
+    opened_by_prompt: bool = False
+
     @classmethod
     def ends(cls) -> tuple[str, ...]:
         return (cls.end,) if isinstance(cls.end, str) else tuple(cls.end)
@@ -100,6 +123,20 @@ class ReasoningDetector:
         """Every marker string of the format (for leak checks and backend token preservation);
         a ``passthrough`` block's markers belong to the tool-call format."""
         return (*cls.start, *cls.ends(), *cls.content_markup)
+
+    def continuation(self, inside: bool, reasoning: str, content: str, answer: bool) -> str:
+        """The text that continues a prompt with an assistant message the model is to go on from
+        (a prefill), after a prompt that leaves the output ``inside`` the reasoning block or not:
+        the message's thought, opened unless the prompt opened it, and — with ``answer`` (the
+        message's answer has begun) — the thought closed and the answer's text after it. Without
+        ``answer`` the thought stays open for the model to go on with (nothing when there is none).
+        The markers are the format's own; the message's texts are placed between them as written."""
+        opener = "" if inside else self.start[0]
+        if not answer:
+            return opener + reasoning if reasoning else ""
+        if reasoning:
+            return opener + reasoning + self.ends()[0] + content
+        return self.ends()[0] + content if inside else content
 
     def initial_state(self, prompt: str | None) -> bool | None:
         """Inside reasoning (True), outside (False) or unknown (None), judged from the prompt's tail."""
@@ -134,6 +171,11 @@ class ReasoningDetector:
         # own tags), and so is an end marker later on the same line: ``the tags are <think> and
         # </think>`` does not end the block
         literal = frozenset() if self.reopen else frozenset(starts)
+        # a call start inside the thought is held until the block's end shows it was thought
+        # about (or the output's end that it was a call) — unless the formats declare calls there
+        declared = {*passing, *(opener for opener, _, _ in self.answer_calls)}
+        calls_inside = frozenset() if self.calls_in_thought else frozenset(m for m in stops if m not in declared)
+        end_set = MarkerSet(ends)
         closing = MarkerSet((*ends, *stops, *self.content_markup, *passing, *starts))
         same_line = MarkerSet(("\n", *ends, *stops, *self.content_markup))
         undecided = MarkerSet((*ends, *stop_markers, *self.content_markup, *literal))
@@ -141,6 +183,9 @@ class ReasoningDetector:
         reopening = MarkerSet((*starts, *ends, *calls)) if self.reopen else None
 
         pass_ends = {opener: MarkerSet((closer,)) for opener, closer in passing.items() if closer}
+        # a start marker the output begins with, after a prompt that already opened the block, is
+        # text of the thought (where start markers are not control tokens that repeat the opener)
+        opened = self.opened_by_prompt and not self.reopen
 
         def call(cur: Cursor, out: Out, opener: str) -> Generator[None, None, bool]:
             """A tool call in the answer, after its ``opener`` (written): passed on as written up to
@@ -183,6 +228,16 @@ class ReasoningDetector:
                 if marker in literal:
                     yield from literal_line(cur, out.reasoning.write, marker)
                     continue
+                if marker in calls_inside:  # a call written inside the thought (see the module docstring)
+                    held = [marker]
+                    end = yield from cur.until(end_set, held.append)
+                    if end is None:  # the block never closed: the call ends it, and is a call
+                        out.reasoning.drop_held()
+                        out.content.write("".join(held))
+                        return False
+                    out.reasoning.write("".join(held))  # the thought went on to its end: it was thought about
+                    marker = end
+                    break
                 if marker not in passing:
                     break
                 out.content.write(marker)
@@ -211,6 +266,7 @@ class ReasoningDetector:
                 # that prefixes answers with a bare end marker): the marker is markup
                 out.content.strip_next()
             elif first is not None or in_reasoning:
+                out.reasoning.write(first if first is not None and in_reasoning and opened else "")
                 if not (yield from block(cur, out)):
                     return
             elif in_reasoning is None:
@@ -260,6 +316,8 @@ class HarmonyReasoning(ReasoningDetector):
     (as does ``force_reasoning``). Tool-call stop markers play no part: messages end themselves."""
 
     dialect: ClassVar[Dialect] = HARMONY
+    #: the header of an answer message after the role (a prefill's answer is written in one)
+    answer_header: ClassVar[str] = CHANNEL + "final"
     _start: Start = GENERATION_PROMPT
 
     @classmethod
@@ -273,6 +331,17 @@ class HarmonyReasoning(ReasoningDetector):
             return None
         start = self._start
         return start.in_body and self.dialect.is_reasoning(parse_header(start.prefix, start.opened, self.dialect))
+
+    def continuation(self, inside: bool, reasoning: str, content: str, answer: bool) -> str:
+        """A prefill in the envelope (see ``ReasoningDetector.continuation``): the thought is a
+        reasoning message, the answer a ``final`` one after it."""
+        final = self.answer_header + MESSAGE
+        opener = "" if inside else self.start[0]
+        if not answer:
+            return opener + reasoning if reasoning else ""
+        if reasoning or inside:
+            return opener + reasoning + self.ends()[0] + START + "assistant" + final + content
+        return final + content
 
     def make_program(self, in_reasoning: bool | None, stop_markers: Iterable[str] = ()) -> Program:
         start = self._start
@@ -296,8 +365,10 @@ class ReasoningParser:
         stop_markers: Iterable[str] = (),
         detector: ReasoningDetector | None = None,
         end_tokens: Iterable[str] = (),
+        calls_in_thought: bool = False,
     ) -> None:
         self.detector = detector or reasoning_detector_class(model_type)()
+        self.detector.calls_in_thought = calls_in_thought
         self.model_type = model_type
         self.stream_reasoning = stream_reasoning
         self.force_reasoning = force_reasoning
@@ -305,6 +376,8 @@ class ReasoningParser:
         self._stop_markers = tuple(stop_markers)
         #: inside (True), outside (False), or None: not known yet (see the module docstring)
         self.in_reasoning_at_start = self._start_state(force_reasoning, prompt)
+        self.detector.opened_by_prompt = bool(self.in_reasoning_at_start and prompt
+                                              and self.detector.initial_state(prompt))
         detector = self.detector
         #: end-of-turn tokens dropped where they close the output: the format's own, and those of
         #: the tool format chained after it (``end_tokens``: the output may end inside reasoning)
@@ -369,6 +442,7 @@ class ReasoningParser:
         fresh = ReasoningParser(
             self.model_type, self.stream_reasoning, self.force_reasoning, prompt=self.prompt,
             stop_markers=self._stop_markers, detector=self.detector, end_tokens=self._end_tokens,
+            calls_in_thought=self.detector.calls_in_thought,
         )
         first = fresh.feed(full_text)
         return _split(first + fresh.end())

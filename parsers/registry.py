@@ -182,6 +182,12 @@ def means_auto(name: str | None) -> bool:
     return name is not None and (_norm(name) == "auto" or _norm(name) in AUTO_ALIASES)
 
 
+def means_none(name: object) -> bool:
+    """Whether a configured parser name asks for no parser at all: ``none`` (llama.cpp's
+    ``reasoning_format: none`` — the model's text left as written)."""
+    return isinstance(name, str) and _norm(name) == "none"
+
+
 class UnknownParserError(ValueError):
     """A parser name that is not registered; the message lists the known names."""
 

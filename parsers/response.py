@@ -9,6 +9,7 @@ from parsers.events import Content, Event
 from parsers.function_call import FunctionCallParser
 from parsers.prefill import Continuation
 from parsers.reasoning import ReasoningParser
+from parsers.registry import means_none
 
 
 class ResponseParser:
@@ -116,7 +117,7 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
                           read_calls: bool = True, prefill: str = "") -> ResponseParser:
     """The parser chain for one response.
 
-    Parsers are registry names or detector classes. ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
+    Parsers are registry names or detector classes (``none``: no parser). ``tool_parser`` is used when given (``tools`` may be empty: calls to unknown tools are still
     parsed); its detector sees the rendered prompt first (``prepare``). A tool format that also
     carries reasoning (``handles_reasoning``, e.g. Harmony) gets the raw output itself, and the
     reasoning parser is not chained before it.
@@ -136,6 +137,10 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
     The chain starts in the state that text leaves it in and returns only what comes after it
     (``ResponseParser.prime``).
     """
+    if means_none(tool_parser):
+        tool_parser = None
+    if means_none(reasoning_parser):
+        reasoning_parser = None
     calls = None
     if tool_parser:
         calls = FunctionCallParser(tools, tool_parser, max_calls=max_calls if read_calls else 0)
@@ -148,7 +153,8 @@ def build_response_parser(tools: Iterable[Any] | None, tool_parser: str | type |
         if reasoning_parser:
             stops = calls.detector.start_markers if calls is not None and read_calls else ()
             reasoning = ReasoningParser(reasoning_parser, force_reasoning=in_reasoning, prompt=prompt,
-                                        stop_markers=stops, end_tokens=calls.detector.end_tokens if calls else ())
+                                        stop_markers=stops, end_tokens=calls.detector.end_tokens if calls else (),
+                                        calls_in_thought=bool(calls and calls.detector.calls_in_thought))
         chain = ResponseParser(reasoning, calls)
     if prefill:
         chain.prime(prefill)

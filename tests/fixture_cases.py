@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from parsers import ResponseParser, build_response_parser
-from parsers.registry import reasoning_detector_class, tool_detector_class
+from parsers.registry import means_none, reasoning_detector_class, tool_detector_class
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -51,10 +51,10 @@ class Case:
         """The formats' markers and end-of-turn tokens: none may reach the message (leak check),
         and the harness splits the output at each (chunkings)."""
         found: list[str] = []
-        if self.tool_parser:
+        if self.tool_parser and not means_none(self.tool_parser):
             tools = tool_detector_class(self.tool_parser)
             found += [*tools.markers, *tools.end_tokens]
-        if self.reasoning_parser:
+        if self.reasoning_parser and not means_none(self.reasoning_parser):
             reasoning = reasoning_detector_class(self.reasoning_parser)
             found += [*reasoning.markers(), *reasoning.end_tokens]
         return tuple(dict.fromkeys(m for m in found if m))

@@ -2,6 +2,12 @@
 completion the way vLLM (``/v1/completions``), a generic OpenAI completions API, or llama-server
 (``/completion``) does — and that can misbehave on purpose (error status, drop, stall, garbage).
 
+Images, as the real ones take them: llama-server's ``/completion`` with a JSON-object prompt
+(``prompt_string`` with one ``/props`` ``media_marker`` per ``multimodal_data`` item, refused when
+the model has no vision, as llama-server refuses it), and vLLM's ``/v1/chat/completions`` with a
+request ``chat_template`` (refused without ``--trust-request-chat-template``, as vLLM ≥ 0.11 does),
+rendered with jinja2 the way vLLM renders a request template, streamed back as chat chunks.
+
 It records every request body it receives and when each client connection went away. A response
 can be held at a ``Gate`` (before its head, or after some pieces) until the test opens it: a test
 that needs work still under way holds it there, rather than hoping a delay outlasts its checks. As a
@@ -15,12 +21,15 @@ is its length).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import jinja2.sandbox
 
 
 class Gate:
@@ -100,11 +109,18 @@ class ScriptedBackend:
     def __init__(self, kind: str = "vllm", model: str = "scripted-model", chat_template: str | None = None,
                  bos_token: str = "", eos_token: str = "", adds_bos: bool = False, context: int | None = None,
                  tokenizer: bool = True, specials: list[str] | None = None,
-                 media_marker: str | None = None) -> None:
+                 media_marker: str | None = None, vision: bool | None = None,
+                 trust_request_chat_template: bool = True) -> None:
         self.kind = kind
         #: llama-server control tokens (see the module docstring), and its ``/props`` ``media_marker``
         self.specials = list(specials or [])
         self.media_marker = media_marker
+        #: llama-server: ``/props`` ``modalities.vision`` (``None``: no ``modalities`` field, as older servers)
+        self.vision = vision
+        #: vLLM: whether a request ``chat_template`` is accepted (``--trust-request-chat-template``)
+        self.trust_request_chat_template = trust_request_chat_template
+        #: what each image request carried: the prompt the backend tokenizes, and the images' bytes
+        self.media_requests: list[tuple[str, list[bytes]]] = []
         #: ``False``: ``/tokenize`` answers 404, as a backend (or a gateway in front of one) without it
         self.tokenizer = tokenizer
         #: the context length it reports (llama-server ``/props`` ``n_ctx``, vLLM ``max_model_len``) and
@@ -138,7 +154,7 @@ class ScriptedBackend:
         self.scripts.extend(scripts)
 
     def bodies(self) -> list[dict[str, Any]]:
-        return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion")]
+        return [s.body for s in self.seen if s.path in ("/v1/completions", "/completion", "/v1/chat/completions")]
 
     # ------------------------------------------------------------------ tokens (llama-server)
 
@@ -174,8 +190,12 @@ class ScriptedBackend:
         return out
 
     def evaluated(self, body: dict[str, Any]) -> list[int]:
-        """The tokens a ``/completion`` body's prompt is read as."""
-        return self.tokenize(body.get("prompt", ""), parse_special=True, add_special=True)
+        """The tokens a ``/completion`` body's prompt is read as (a multimodal prompt: its string, with
+        special tokens parsed, as llama-server reads it)."""
+        prompt = body.get("prompt", "")
+        if isinstance(prompt, dict):
+            prompt = prompt.get("prompt_string", "")
+        return self.tokenize(prompt, parse_special=True, add_special=True)
 
     def detokenize(self, tokens: list[int]) -> str:
         """Tokens back to text: control ids as their strings, the rest as UTF-8 bytes."""
@@ -259,8 +279,11 @@ class ScriptedBackend:
             return await self._send_json(writer, 200, {"object": "list", "data": [model]})
         if method == "GET" and path == "/props" and self.kind == "llamacpp":
             settings = {"n_ctx": self.context} if self.context else {}
-            props = {"default_generation_settings": settings, "chat_template": self.chat_template or "",
-                     "bos_token": self.bos_token, "eos_token": self.eos_token}
+            props: dict[str, Any] = {
+                "default_generation_settings": settings, "chat_template": self.chat_template or "",
+                "bos_token": self.bos_token, "eos_token": self.eos_token}
+            if self.vision is not None:
+                props["modalities"] = {"vision": self.vision, "video": False, "audio": False}
             if self.media_marker:
                 props["media_marker"] = self.media_marker
             return await self._send_json(writer, 200, props)
@@ -277,16 +300,50 @@ class ScriptedBackend:
                 return await self._send_json(writer, 200, {"count": len(tokens), "max_model_len": 32768,
                                                            "tokens": tokens})
         generation = {"vllm": "/v1/completions", "openai": "/v1/completions", "llamacpp": "/completion"}[self.kind]
-        if method == "POST" and path in (generation, "/v1/completions"):
+        chat = self.kind == "vllm" and path == "/v1/chat/completions"
+        if method == "POST" and (path in (generation, "/v1/completions") or chat):
             seen = Seen(path, body, time.monotonic())
             self.seen.append(seen)
-            refusal = self._beyond_context(path, body)
+            refusal = self._media_refusal(path, body) or self._beyond_context(path, body)
             if refusal is not None:
                 return await self._send_json(writer, 400, {"error": {"message": refusal, "type": "BadRequestError"}})
             script = self.scripts.pop(0) if self.scripts else (self.responder(body) if self.responder else self.default)
             await self._stream(script, path, body, reader, writer, seen)
             return False
         return await self._send_json(writer, 404, {"error": {"message": "not found"}})
+
+    def _media_refusal(self, path: str, body: dict[str, Any]) -> str | None:
+        """An image request checked as the real backend checks it (its refusal, else ``None``; the
+        prompt and images it carries are recorded in ``media_requests``)."""
+        if path == "/completion" and isinstance(body.get("prompt"), dict):
+            prompt = body["prompt"]
+            if "multimodal_data" not in prompt:
+                return None
+            if not self.vision:
+                return "Multimodal data provided, but model does not support multimodal requests."
+            text, data = prompt.get("prompt_string"), prompt.get("multimodal_data")
+            if not isinstance(text, str) or not isinstance(data, list):
+                return "\"prompt\" elements must be a string, a list of tokens, a JSON object containing a prompt string"
+            images = [base64.b64decode(item) for item in data]
+            if text.count(self.media_marker or "<__media__>") != len(images):
+                return "Failed to tokenize prompt"
+            self.media_requests.append((text, images))
+            return None
+        if path != "/v1/chat/completions":
+            return None
+        if body.get("chat_template") is not None and not self.trust_request_chat_template:
+            return "Chat template is passed with request, but --trust-request-chat-template is not set."
+        messages = body.get("messages") or []
+        images = [base64.b64decode(part["image_url"]["url"].split(",", 1)[1]) for m in messages
+                  for part in (m.get("content") if isinstance(m.get("content"), list) else ())
+                  if part.get("type") == "image_url"]
+        shown = [{**m, "content": [{"type": "image"} if part.get("type") == "image_url" else part
+                                   for part in m["content"]]} if isinstance(m.get("content"), list) else m
+                 for m in messages]
+        rendered = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(
+            body.get("chat_template") or self.chat_template or "").render(messages=shown)
+        self.media_requests.append((rendered, images))
+        return None
 
     def _beyond_context(self, path: str, body: dict[str, Any]) -> str | None:
         """The backend's refusal of a request its context cannot hold, in its words (``None``: it fits)."""
@@ -405,6 +462,8 @@ class ScriptedBackend:
 
     def _piece_event(self, llama: bool, piece: str, i: int, script: Script, body: dict[str, Any],
                      index: int = 0) -> bytes:
+        if "messages" in body:  # vLLM's chat endpoint
+            return self._chat_event(body, {"content": piece}, i, script, index)
         tokens = script.tokens[i] if script.tokens is not None else [piece]
         logprob = script.logprobs[i] if script.logprobs is not None else round(-0.1 * (i + 1), 6)
         if llama:
@@ -465,10 +524,32 @@ class ScriptedBackend:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
+    def _chat_event(self, body: dict[str, Any], delta: dict[str, Any], i: int, script: Script, index: int = 0,
+                    finish: str | None = None) -> bytes:
+        """One chunk of vLLM's chat stream (``delta``; continuous usage when asked)."""
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
+        usage = ({"prompt_tokens": script.prompt_tokens, "completion_tokens": i + 1,
+                  "total_tokens": script.prompt_tokens + i + 1} if continuous else None)
+        logprobs = None
+        if body.get("logprobs") and delta.get("content"):
+            value = round(-0.1 * (i + 1), 6)
+            logprobs = {"content": [{"token": delta["content"], "logprob": value, "bytes": None, "top_logprobs": [
+                {"token": delta["content"], "logprob": value}]}]}
+        payload = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+                   "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish,
+                                "stop_reason": script.stop_word if finish else None}], "usage": usage}
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
     def _prompt_tokens(self, script: Script, body: dict[str, Any]) -> int:
         return len(self.evaluated(body)) if self.specials else script.prompt_tokens
 
     def _final_events(self, llama: bool, script: Script, n: int, body: dict[str, Any] | None = None) -> list[bytes]:
+        if body is not None and "messages" in body:  # vLLM's chat endpoint
+            usage = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+                     "choices": [], "usage": {"prompt_tokens": script.prompt_tokens, "completion_tokens": n,
+                                              "total_tokens": script.prompt_tokens + n}}
+            return [self._chat_event({}, {}, n, script, finish=script.finish),
+                    b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n"]
         if llama:
             stop_type = "limit" if script.finish == "length" else ("word" if script.stop_word else "eos")
             payload = {"index": 0, "content": "", "tokens": [], "stop": True, "id_slot": 0,

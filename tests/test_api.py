@@ -288,7 +288,9 @@ def test_completions_passthrough(qwen3_vllm) -> None:
     ({"messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
     ({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, "top_logprobs needs logprobs"),
     ({"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "not supported"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "x"}}]}]},
+     "not supported"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "not accepted"),
 ])
 def test_bad_requests_get_openai_errors(qwen3_vllm, body: dict, needle: str) -> None:
     _, proxy = qwen3_vllm

@@ -43,6 +43,17 @@ def scripted_model(body: dict[str, Any]) -> Script:
     return Script(pieces=["OK."])
 
 
+def run_claude(claude: Path, task: str, tools: str, work: Path, home: Path, base_url: str,
+               key: str) -> subprocess.CompletedProcess[str]:
+    """Claude Code run once on ``task`` in ``work`` (``-p``, JSON output, ``tools`` allowed), offline
+    against toolwire at ``base_url``."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANTHROPIC_BASE_URL": base_url,
+           "ANTHROPIC_API_KEY": key, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
+    return subprocess.run([str(claude), "-p", task, "--output-format", "json", "--allowedTools", tools],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False)
+
+
 @pytest.fixture
 def claude() -> Path:
     if shutil.which("npm") is None and not claude_code_cached().exists():
@@ -61,11 +72,7 @@ def test_claude_code_runs_a_bash_task_through_toolwire(claude: Path, tmp_path: P
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "ANTHROPIC_BASE_URL": proxy.url,
-           "ANTHROPIC_API_KEY": KEY, "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
-           "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1"}
-    done = subprocess.run([str(claude), "-p", TASK, "--output-format", "json", "--allowedTools", "Bash"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False)
+    done = run_claude(claude, TASK, "Bash", work, home, proxy.url, KEY)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     result = json.loads(done.stdout)
     assert result["is_error"] is False and result["result"].strip() == ANSWER, result

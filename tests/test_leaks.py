@@ -28,7 +28,13 @@ from app.templates.autodetect.render import TOOLS, Turn
 from app.templates.autodetect.select import reasoning_samples
 from app.templates.chat_template import ChatTemplate
 from parsers import Event, build_response_parser, fold
-from parsers.registry import TOOL_PARSERS, canonical_reasoning_parser, reasoning_detector_class, tool_detector_class
+from parsers.registry import (
+    TOOL_PARSERS,
+    canonical_reasoning_parser,
+    means_none,
+    reasoning_detector_class,
+    tool_detector_class,
+)
 from tests.fixture_cases import load_cases
 from tests.harness import check_stream_invariants, split_random
 
@@ -100,6 +106,8 @@ def own_reasoning(tool_parser: Parser, auto_reasoning: Parser) -> Parser:
 
 def configurations(tool_parser: Parser, auto_reasoning: Parser) -> dict[str, Parser]:
     """Reasoning parsers a format runs with: its own, none, and ``auto``'s pick."""
+    if means_none(auto_reasoning):
+        auto_reasoning = None
     found: dict[str, Parser] = {"none": None}
     own = own_reasoning(tool_parser, auto_reasoning)
     if own is not None:

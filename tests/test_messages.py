@@ -591,10 +591,10 @@ def error_of(response: httpx.Response) -> tuple[int, str, str]:
     ({"model": "m", "max_tokens": 5, "messages": []}, "messages: List should have at least 1 item"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "text", "text": "see"}, {"type": "image", "source": {"type": "base64", "data": "AA=="}}]}]},
-     "messages[0].content[1]: image blocks are not supported"),
+     "messages[0].content[1].source.data: not a PNG, JPEG, GIF, WebP or BMP image"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
-        {"type": "document", "source": {"type": "text", "data": "x"}}]}]},
-     "messages[0].content[0]: document blocks are not supported"),
+        {"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]},
+     "messages[0].content[0].source: files by id are not supported"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "tool_result", "content": "x"}]}]}, "messages[0].content[0].tool_use_id: Field required"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a",

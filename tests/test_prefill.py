@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from parsers import build_response_parser, fold
+from parsers.registry import reasoning_detector_class
 from tests.fixture_cases import DEFAULT_TOOLS
 from tests.harness import check_stream_invariants, comparable, held, run_all_chunkings
 
@@ -105,3 +106,35 @@ def test_prime_comes_once_before_feed() -> None:
     parser = build_response_parser(DEFAULT_TOOLS, "qwen25", None, CHATML, prefill="Hi")
     with pytest.raises(AssertionError):
         parser.prime("again")
+
+
+#: (reasoning parser, prompt, thought, text, the model's next words, its answer's reasoning and content)
+WRITTEN: list[tuple[str, str, str, str, str, str, str]] = [
+    ("qwen3", CHATML + "<think>\n", "I'm thinking", "Hello, ", "world!", "", "world!"),
+    ("qwen3", CHATML + "<think>\n", "I'm", "", " thinking\n</think>\n\nHi.", " thinking", "Hi."),
+    ("qwen3", CHATML + "<think>\n", "", "Hello, ", "world!", "", "world!"),
+    ("qwen3", CHATML, "I'm", "", " thinking</think>Hi.", " thinking", "Hi."),
+    ("qwen3", CHATML, "", "Hello, ", "world!", "", "world!"),
+    ("gpt-oss", HARMONY, "I'm thinking", "Hello, ", "world!<|return|>", "", "world!"),
+    ("gpt-oss", HARMONY, "I'm", "", " thinking<|end|><|start|>assistant<|channel|>final<|message|>Hi.", " thinking",
+     "Hi."),
+    ("gpt-oss", HARMONY, "", "Hello, ", "world!", "", "world!"),
+    ("muse", "<|start|>user<|message|>Hi<|eot|><|start|>assistant", "I'm thinking", "Hello, ", "world!", "", "world!"),
+]
+
+
+@pytest.mark.parametrize(("reasoning", "prompt", "thought", "text", "output", "expect_reasoning", "expect_content"),
+                         WRITTEN, ids=[f"{w[0]}-{i}" for i, w in enumerate(WRITTEN)])
+def test_a_prefill_written_in_the_reasoning_format(reasoning: str, prompt: str, thought: str, text: str, output: str,
+                                                   expect_reasoning: str, expect_content: str) -> None:
+    """``ReasoningDetector.continuation`` writes a prefilled message's thought and text in the format's
+    own markers (issue 39, item 6), and the chain primed with it returns what the model adds: after a
+    prompt that opened the thought or not, a thought that goes on or is closed, Harmony's envelope."""
+    detector = reasoning_detector_class(reasoning)()
+    inside = bool(detector.initial_state(prompt))
+    prefill = detector.continuation(inside, thought, text, answer=bool(text))
+    whole, streams = run_all_chunkings(lambda: build_response_parser([], None, reasoning, prompt, prefill=prefill),
+                                       output, ("<think>", "</think>", "<|end|>", "<|start|>", "<|message|>"))
+    assert (whole.reasoning, whole.content) == (expect_reasoning, expect_content), prefill
+    for name, events in streams.items():
+        assert comparable(fold(events)) == comparable(whole), name

@@ -312,7 +312,7 @@ def test_text_format_and_reasoning_effort_reach_the_backend(backend_factory, pro
     ({"model": "m", "input": "x", "background": True, "store": False}, "store: true"),
     ({"model": "m"}, "input"),
     ({"model": "m", "input": [{"type": "message", "role": "user",
-                               "content": [{"type": "input_image", "image_url": "x"}]}]}, "input_image"),
+                               "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0].image_url"),
     ({"model": "m", "input": [{"type": "mystery"}]}, "mystery"),
     ({"model": "m", "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
     ({"model": "m", "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "nope"),

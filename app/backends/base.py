@@ -125,7 +125,7 @@ class Backend:
         keep its connection)."""
         decoder = self.dialect.decoder(request)
         decode = decoder.decode
-        response = await self.open_stream(self.dialect.path, self.dialect.body(request, self.model))
+        response = await self.open_stream(self.dialect.route(request), self.dialect.body(request, self.model))
         try:
             async for batch in self.sse_batches(response):
                 for delta in decode(batch):

@@ -59,8 +59,25 @@ class BackendFacts:
     #: tokens one sequence may hold, prompt and output together (llama-server: the slot's ``n_ctx``;
     #: vLLM: ``max_model_len``)
     context_length: int | None = None
-    #: the text that places an image in a multimodal prompt (llama-server ``/props`` ``media_marker``)
+    #: what the model takes besides text (llama-server ``/props`` ``modalities``: ``image``, ``audio``,
+    #: ``video``); ``None``: the backend does not say
+    modalities: frozenset[str] | None = None
+    #: the text that stands for one media item in a prompt (llama-server ``/props`` ``media_marker``)
     media_marker: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MediaInput:
+    """How a backend takes a request's images: ``marker`` — each image is this text in the prompt, its
+    bytes sent beside it (llama-server), or ``None`` — the chat template's own placeholder stays in the
+    prompt and the backend's processor finds it (vLLM); ``types`` the image types it decodes;
+    ``modalities`` what the served model takes (``None``: unknown, the backend decides); ``why_not``
+    names the backend in refusals."""
+
+    marker: str | None
+    types: frozenset[str]
+    modalities: frozenset[str] | None = None
+    name: str = "this backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +149,14 @@ class Dialect:
         """This backend's dialect of constrained decoding; the base speaks none (``required`` is
         then best effort)."""
         return unconstrained(request)
+
+    def media(self, facts: BackendFacts) -> MediaInput | None:
+        """How this backend takes images (``None``: it takes none — the base takes none)."""
+        return None
+
+    def route(self, request: GenerationRequest) -> str:
+        """Where ``request`` goes (``path``, unless a dialect sends some requests elsewhere)."""
+        return self.path
 
     def facts(self, answers: Mapping[str, Any]) -> BackendFacts:
         """What the probe's answers say (by ``Probe.name``); the base reads the model id."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.constraints.tools import ReasoningGate
+from app.media import Media
 
 
 @dataclass
@@ -62,6 +63,8 @@ class GenerationRequest:
     #: token ids, or token ids (vLLM) — so client text holding control strings stays text
     #: (``app.pipeline.literal``)
     tokens: list[str | int] | list[int] | None = None
+    #: the prompt's images, in the order the prompt holds them (``app.media``)
+    media: tuple[Media, ...] = ()
 
     @property
     def sent_prompt(self) -> str | list[str | int] | list[int]:

@@ -1,4 +1,13 @@
-"""The dialect of llama.cpp's ``llama-server``: ``POST /completion`` (its native streaming API)."""
+"""The dialect of llama.cpp's ``llama-server``: ``POST /completion`` (its native streaming API).
+
+Images (llama.cpp's ``tools/server/README.md``, ``/completion``): the prompt is then a JSON object,
+``{"prompt_string": …, "multimodal_data": ["<base64>", …]}``, whose string holds one media marker per
+item, substituted in order. The marker is the server's own (``/props`` ``media_marker``: a random
+``<__media_…__>`` per process since late 2025, ``mtmd_default_marker()``'s ``<__media__>`` before),
+and ``/props`` ``modalities`` says whether the loaded model takes images at all (``--mmproj``). That
+object prompt is one string, tokenized with special tokens parsed: token-id prompts cannot carry
+images.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ from app.backends.dialect import (
     BackendFacts,
     Dialect,
     Events,
+    MediaInput,
     Probe,
     PublishedTemplate,
     first_model,
@@ -23,6 +33,11 @@ from app.backends.dialect import (
 from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece, Usage
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
 from app.errors import BackendError
+
+#: the marker of llama-servers whose ``/props`` names none (``mtmd_default_marker()``)
+DEFAULT_MEDIA_MARKER = "<__media__>"
+#: what llama-server's image loader decodes (stb_image; WebP only in builds with FFmpeg, which /props does not tell)
+LLAMACPP_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/bmp"})
 
 
 def reasoning_budget_fields(request: GenerationRequest) -> dict[str, Any]:
@@ -95,10 +110,21 @@ class LlamaCpp(Dialect):
     def constrain(self, request: ConstraintRequest) -> Constraint:
         return llamacpp_constraint(request)
 
+    def media(self, facts: BackendFacts) -> MediaInput:
+        """Images as the server's media marker in the prompt, their bytes beside it; what the model
+        takes from ``/props`` (a server that does not say is taken to take none: the marker would
+        reach a text-only model as text)."""
+        return MediaInput(facts.media_marker or DEFAULT_MEDIA_MARKER, LLAMACPP_IMAGE_TYPES,
+                          facts.modalities if facts.modalities is not None else frozenset(), "llama-server")
+
     def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
+        prompt: Any = request.sent_prompt
+        if request.media:  # one string (llama-server takes no token ids beside images)
+            prompt = {"prompt_string": str(request.prompt),
+                      "multimodal_data": [item.base64() for item in request.media]}
         return _drop_none({
-            "prompt": request.sent_prompt,
+            "prompt": prompt,
             "stream": True,
             "n_predict": s.max_tokens if s.max_tokens is not None else -1,
             "temperature": s.temperature,
@@ -124,8 +150,9 @@ class LlamaCpp(Dialect):
 
     def facts(self, answers: Mapping[str, Any]) -> BackendFacts:
         """The model id (``/v1/models``), the chat template and the slot's context size (``/props``:
-        ``default_generation_settings.n_ctx``; else ``/v1/models``' ``meta.n_ctx``), and whether
-        ``/tokenize`` gives an empty prompt a BOS token."""
+        ``default_generation_settings.n_ctx``; else ``/v1/models``' ``meta.n_ctx``), what the model
+        takes besides text and the media marker (``/props``: ``modalities``, ``media_marker``), and
+        whether ``/tokenize`` gives an empty prompt a BOS token."""
         props = answers.get("props")
         props = props if isinstance(props, dict) else {}
         template = None
@@ -138,9 +165,12 @@ class LlamaCpp(Dialect):
             meta = (first_model(answers.get("models")) or {}).get("meta")
             context = positive_int(meta.get("n_ctx")) if isinstance(meta, dict) else None
         bos = answers.get("bos")
+        modalities = props.get("modalities")
         marker = props.get("media_marker")
         return BackendFacts(model=first_model_id(answers.get("models")), template=template,
                             adds_bos=isinstance(bos, dict) and bool(bos.get("tokens")), context_length=context,
+                            modalities=frozenset("image" if k == "vision" else str(k) for k, v in modalities.items()
+                                                 if v is True) if isinstance(modalities, dict) else None,
                             media_marker=marker if isinstance(marker, str) and marker else None)
 
     def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:

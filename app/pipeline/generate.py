@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from app.errors import BackendError
+from app.media.fetch import resolve_media
 from app.metrics import Metrics
 from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
@@ -116,7 +117,9 @@ async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: s
 
 async def prepared(ask: Ask, model: ServedModel, services: Generating,
                    schema_key: str = "function.parameters") -> Generation:
-    """``ask`` checked, planned and fitted: ready to launch."""
+    """``ask`` checked, planned and fitted: ready to launch (remote images fetched first, where the
+    server fetches them: ``app.media.fetch``)."""
+    await resolve_media(ask, services.settings)
     planned = await plan(ask, model, services, schema_key)
     headers = await fit_max_tokens(ask.sampling, planned, model, services.settings)
     return Generation(ask, planned, model, services, headers)

@@ -20,6 +20,7 @@ from app.constraints.tools import Constraint, ConstraintRequest
 from app.conversation import Turn
 from app.errors import bad_request
 from app.formats import Formats
+from app.media import Media, MediaRefused, Remote, items
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
@@ -136,7 +137,8 @@ class Plan:
         gate = self.formats.reasoning_gate(self.in_reasoning) if budget is not None else None
         prompt = self.prompt + self.prefill if self.prefill else self.prompt  # a JsonText stays one
         return GenerationRequest(prompt, self.ask.sampling, self.formats.markers(self.parse_tools),
-                                 self.constraint.fields, budget, gate, self.ask.top_logprobs, tokens=self.tokens)
+                                 self.constraint.fields, budget, gate, self.ask.top_logprobs, tokens=self.tokens,
+                                 media=prompt_media(self.ask.turns))
 
 
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
@@ -147,7 +149,14 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
     renders whole), leaving its state in the plan."""
     tools = offered(ask)
     resume = ask.prefix.resume if ask.prefix is not None else None
-    prompt, prefill, spans, clean = _render(ask, formats, template, [t.shown for t in tools] or None, control)
+    media = prompt_media(continued(ask)[0])
+    marker = media_style(media, backend)
+    prompt, prefill, spans, clean = _render(ask, formats, template, [t.shown for t in tools] or None, control,
+                                            marker, bool(media))
+    if marker is not None and prompt.count(marker) != len(media):
+        raise MediaRefused(f"the prompt holds the backend's media marker {prompt.count(marker)} times for "
+                           f"{len(media)} images: the chat template left an image out, or the conversation's text "
+                           "holds the marker itself", code="media_marker_mismatch")
     if backend.facts.adds_bos and template.bos_token and prompt.startswith(template.bos_token):
         cut = len(template.bos_token)  # the backend adds its own BOS token
         prompt, spans = prompt[cut:], tuple((a - cut, b - cut) for a, b in spans)
@@ -171,25 +180,41 @@ def offered(ask: Ask) -> list[Tool]:
 
 
 def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict[str, Any]] | None,
-            control: ControlText | None) -> tuple[str, str, tuple[Span, ...], int]:
+            control: ControlText | None, marker: str | None = None,
+            media: bool = False) -> tuple[str, str, tuple[Span, ...], int]:
     """The prompt, the prefill after it, their client control spans (``app.templates.literal``) and
-    how many turns were rendered with every client string plain (``Plan.clean``). The conversation as the client sent it renders
-    continuing the render ``ask.prefix`` names (and with its ``tojson`` memo); a tracing render of
-    it rewritten (``control``) renders whole, and is never kept. Turns an earlier clean render
-    had (``Note.settled``) are not scanned for control text again."""
+    how many turns were rendered with every client string plain (``Plan.clean``); images as
+    ``marker`` says (``app.templates.prompt.MediaStyle``). The conversation as the client sent it
+    renders continuing the render ``ask.prefix`` names (and with its ``tojson`` memo); a tracing
+    render of it rewritten (``control``) renders whole, and is never kept. Turns an earlier clean
+    render had (``Note.settled``) are not scanned for control text again.
+
+    A prompt with images goes to the backend as text (llama-server's multimodal prompt is one
+    string; vLLM's chat endpoint takes text), so where client control text would be sent as tokens
+    it is escaped instead. The prefill is the continued message written for the prompt's tail
+    (``Formats.continuation``: inside a thought the generation prompt opened, or not), so where
+    control text is traced a continuation's prompt is first rendered plainly to read that tail."""
     server_kwargs = thinking_kwargs(template, ask.thinking)
     call_text = formats.call_text()
-    turns, prefill = continued(ask)
+    turns, final = continued(ask)
     note = ask.prefix
     memo = note.service if note is not None else None
 
     def render(rendered: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
         own = _same(rendered, turns) and _same(tools, shown) and client_kwargs is ask.template_kwargs
         return render_conversation(template, rendered, tools, call_text, {**server_kwargs, **client_kwargs},
-                                   note.resume if own and note is not None else None, memo)
+                                   note.resume if own and note is not None else None, memo, marker)
+
+    if media and control is not None and control.mode == "tokens":
+        control = control.escaping()
+
+    def prefill_after(prompt: str) -> str:
+        return formats.continuation(final, formats.starts_inside_reasoning(prompt)) if final is not None else ""
 
     if control is None or not control.active:
-        return render(turns, shown, ask.template_kwargs), prefill, (), 0
+        prompt = render(turns, shown, ask.template_kwargs)
+        return prompt, prefill_after(prompt), (), 0
+    prefill = prefill_after(render(turns, shown, ask.template_kwargs)) if final is not None else ""
     try:
         rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True),
                                   note.settled if note is not None else ())
@@ -208,11 +233,47 @@ def _same(these: Sequence[Any] | None, those: Sequence[Any] | None) -> bool:
     return all(a is b for a, b in zip(these, those, strict=True))
 
 
-def continued(ask: Ask) -> tuple[list[Turn], str]:
-    """The turns to render and the text the answer continues: with ``continue_final``, a final
+def continued(ask: Ask) -> tuple[list[Turn], Turn | None]:
+    """The turns to render and the message the answer continues: with ``continue_final``, a final
     assistant message without calls is not rendered as a finished turn — the prompt opens the
-    assistant's turn (generation prompt) and its text follows, for the model to go on from."""
+    assistant's turn (generation prompt) and its thought and text follow (``Formats.continuation``),
+    for the model to go on from."""
     last = ask.turns[-1] if ask.turns else None
     if not ask.continue_final or last is None or last.role != "assistant" or last.calls:
-        return ask.turns, ""
-    return ask.turns[:-1], last.text
+        return ask.turns, None
+    return ask.turns[:-1], last
+
+
+def prompt_media(turns: list[Turn]) -> tuple[Media, ...]:
+    """The images of ``turns`` in the order the prompt holds them (the order of the turns and of
+    their parts: shaping a conversation for a template never reorders images)."""
+    found = tuple(item for turn in turns if turn.parts for item in items(turn.parts))
+    if any(isinstance(item, Remote) for item in found):  # resolved before planning (app.media.fetch)
+        raise AssertionError("remote media reached the plan unfetched")
+    return found  # type: ignore[return-value]
+
+
+def media_style(media: tuple[Media, ...], backend: Backend) -> str | None:
+    """How the prompt writes ``media`` for ``backend`` (its media marker, or ``None``: the template's own
+    placeholders); a 400 that says why when the backend or its model cannot take one of them —
+    before the backend is asked."""
+    if not media:
+        return None
+    accepts = backend.dialect.media(backend.facts)
+    first = media[0]
+    if accepts is None:
+        raise MediaRefused(f"{first.where}: this backend ({backend.kind}) takes no images or documents; toolwire sends "
+                           "them to llama-server (started with --mmproj) and vLLM only", first.where)
+    for item in media:
+        if item.kind == "document":
+            raise MediaRefused(f"{item.where}: {accepts.name} cannot read PDF documents (it takes images only); send "
+                               "the document's pages as images or its text as text", item.where)
+    if accepts.modalities is not None and "image" not in accepts.modalities:
+        raise MediaRefused(f"{first.where}: the model {accepts.name} serves takes no images (it was started without "
+                           "a multimodal projector: llama-server --mmproj)", first.where)
+    for item in media:
+        if item.media_type not in accepts.types:
+            names = ", ".join(sorted(t.removeprefix("image/").upper() for t in accepts.types))
+            raise MediaRefused(f"{item.where}: {accepts.name} cannot decode {item.media_type} images (it takes "
+                               f"{names})", item.where)
+    return accepts.marker

@@ -133,6 +133,15 @@ class ControlText:
     def active(self) -> bool:
         return bool(self.strings) and self.mode != "allow"
 
+    def escaping(self) -> ControlText:
+        """This, in ``escape`` mode (made once): for a prompt that cannot be sent as tokens — one with
+        images (``app.pipeline.plan``)."""
+        twin: ControlText | None = self.__dict__.get("_escaping")
+        if twin is None:
+            twin = ControlText(self.strings, "escape", self.unsplittable, self.inspected, self.why)
+            object.__setattr__(self, "_escaping", twin)
+        return twin
+
     def __reduce__(self) -> tuple[Any, ...]:
         return ControlText, (self.strings, self.mode, self.unsplittable, self.inspected, self.why)
 
@@ -634,6 +643,9 @@ def _texts(turns: Sequence[Turn], escapes: tuple[str, ...]) -> list[str]:
     for turn in turns:
         if turn.text:
             add(turn.text)
+        for part in turn.parts:  # a turn with images: its text pieces reach the template one by one
+            if isinstance(part, str) and part:
+                add(part)
         if turn.reasoning:
             add(turn.reasoning)
         if turn.name:
@@ -659,6 +671,9 @@ def _turn_strings(turn: Turn) -> Iterator[tuple[str, str]]:
     """(field, text) of every client string a turn holds."""
     if turn.text:
         yield "content", turn.text
+    for part in turn.parts:
+        if isinstance(part, str) and part:
+            yield "content", part
     if turn.name:
         yield "name", turn.name
     if turn.tool_call_id:
@@ -751,10 +766,12 @@ def _turn_with(turn: Turn, fn: Callable[[str], str], key: Callable[[str], str]) 
     reasoning = fn(turn.reasoning) if turn.reasoning else turn.reasoning
     calls = tuple(_call_with(call, fn, key) for call in turn.calls)
     extra = _mapped(turn.extra, fn, key)
+    parts = tuple(fn(p) if isinstance(p, str) and p else p for p in turn.parts)
     if (text is turn.text and name is turn.name and call_id is turn.tool_call_id and reasoning is turn.reasoning
-            and extra is turn.extra and all(a is b for a, b in zip(calls, turn.calls, strict=True))):
+            and extra is turn.extra and all(a is b for a, b in zip(calls, turn.calls, strict=True))
+            and all(a is b for a, b in zip(parts, turn.parts, strict=True))):
         return turn
-    return Turn(turn.role, text, calls, reasoning, call_id, name, extra)
+    return Turn(turn.role, text, calls, reasoning, call_id, name, extra, parts)
 
 
 def _call_with(call: Call, fn: Callable[[str], str], key: Callable[[str], str]) -> Call:

@@ -20,7 +20,14 @@ shaped by that profile before its one render:
 * an assistant turn that only calls tools has ``content: ""`` (as vLLM renders it), or ``None`` where
   the template renders calls only then; a template that does not render calls at all gets them as
   the turn's text, written the way the model writes them (``call_text``), and one that does not
-  render tool results gets them as user turns.
+  render tool results gets them as user turns;
+* a turn with images (``Turn.parts``) reaches the template in one of two shapes (``MediaStyle``):
+  as transformers gives it — ``content`` a list of ``{"type": "text", "text": …}`` and ``{"type":
+  "image"}`` parts, in the client's order, the template writing its own placeholder for each image
+  (a template with no place for images is a clear error; one that has none in tool results gets a
+  result's images in a user turn right after the results) — or as llama-server's own chat endpoint
+  gives it: ``content`` one string, each image replaced by the backend's media marker, text parts
+  joined by newlines except next to a marker (``marker_content``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any, Literal
 from jinja2 import meta
 
 from app.conversation import Call, Turn
+from app.media import Part, items
 from app.templates.chat_template import ChatTemplate, JsonMemo, TemplateError
 from app.templates.resume import Resume
 
@@ -201,8 +209,12 @@ def _arrange_system(turns: Sequence[Turn], placement: SystemPlacement) -> list[T
         return [Turn("system", joined), *rest]
     for i, turn in enumerate(rest):  # fold: into the first user turn
         if turn.role == "user":
+            parts = turn.parts
+            if parts:  # the system text joins the first text piece, or comes first
+                first = parts[0]
+                parts = (f"{joined}\n\n{first}", *parts[1:]) if isinstance(first, str) else (joined, *parts)
             folded = Turn("user", f"{joined}\n\n{turn.text}" if turn.text else joined, name=turn.name,
-                          extra=turn.extra)
+                          extra=turn.extra, parts=parts)
             return [*rest[:i], folded, *rest[i + 1:]]
     return [Turn("user", joined), *rest]
 
@@ -226,21 +238,99 @@ def _results_as_user_turns(turns: Sequence[Turn]) -> list[Turn]:
         if turn.role != "tool":
             out.append(turn)
         elif made is not None and out[-1] is made:
+            if made.parts or turn.parts:
+                made.parts = (*(made.parts or (made.text,)), "\n\n", *(turn.parts or (turn.text,)))
             made.text += "\n\n" + turn.text
         else:
-            made = Turn("user", turn.text)
+            made = Turn("user", turn.text, parts=turn.parts)
             out.append(made)
     return out
 
 
+def _tool_images_as_user_turns(turns: Sequence[Turn]) -> list[Turn]:
+    """For a template with no place for images in tool results: a result keeps its text, and the
+    images of a run of results follow it in one user turn (the turns given are not changed)."""
+    out: list[Turn] = []
+    held: list[Part] = []
+    for turn in turns:
+        if turn.role != "tool" and held:
+            out.append(Turn("user", "", parts=tuple(held)))
+            held = []
+        if turn.role == "tool" and turn.parts:
+            held += items(turn.parts)
+            turn = Turn("tool", turn.text, tool_call_id=turn.tool_call_id, name=turn.name, extra=turn.extra)
+        out.append(turn)
+    if held:
+        out.append(Turn("user", "", parts=tuple(held)))
+    return out
+
+
+#: a turn's images as the template gets them: ``None`` — as transformers gives them (``{"type": "image"}``
+#: parts); a string — the backend's media marker, in one string of content (llama-server's chat endpoint)
+MediaStyle = str | None
+
+
+def marker_content(parts: Sequence[Part], marker: str) -> str:
+    """A turn's content as llama-server's chat endpoint makes it for the template: each media item
+    its ``marker``, the text parts joined by a newline — but none right after or before a marker."""
+    text = ""
+    after_marker = False
+    for part in parts:
+        if isinstance(part, str):
+            if not after_marker and text:
+                text += "\n"
+            text += part
+            after_marker = False
+        else:
+            text += marker
+            after_marker = True
+    return text
+
+
+def typed_content(parts: Sequence[Part]) -> list[dict[str, Any]]:
+    """A turn's content as transformers gives it to a template: text and image parts, in order."""
+    return [{"type": "text", "text": part} if isinstance(part, str) else {"type": "image"} for part in parts]
+
+
+def _image_roles(template: ChatTemplate) -> frozenset[str]:
+    """The roles (``user``, ``tool``) in whose messages the template writes an image part (probed
+    once, on the first request with images, and kept on the template)."""
+    roles = getattr(template, "_image_roles", None)
+    if roles is not None:
+        return roles  # type: ignore[no-any-return]
+    found = set()
+    for role in ("user", "tool"):
+        with_image = [{"type": "text", "text": "PROBE-A"}, {"type": "image"}, {"type": "text", "text": "PROBE-B"}]
+        without = [with_image[0], with_image[2]]
+        prompts = []
+        for content in (with_image, without):
+            messages: list[dict[str, Any]] = [{"role": "user", "content": content if role == "user" else "PROBE-U"}]
+            if role == "tool":
+                messages = [*messages, {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "a1B2c3D4e", "type": "function", "function": {"name": "probe_tool", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "a1B2c3D4e", "name": "probe_tool", "content": content}]
+            try:
+                prompts.append(template.render(messages, None, add_generation_prompt=True))
+            except TemplateError:
+                prompts.append("")
+        image, plain = prompts
+        if image and "PROBE-A" in image and "PROBE-B" in image and image != plain and "'type'" not in image:
+            found.add(role)
+    roles = frozenset(found)
+    template._image_roles = roles  # type: ignore[attr-defined]
+    return roles
+
+
 def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement: SystemPlacement | None = None,
-                      call_text: CallText = json_call_text) -> list[dict[str, Any]]:
+                      call_text: CallText = json_call_text, media: MediaStyle = None,
+                      tool_images: bool = True) -> list[dict[str, Any]]:
     """The conversation as chat-template messages (OpenAI's shape, which templates are written for).
     A turn that reaches the template as given is converted once: its message is kept on it
     (``Turn.derived``, with the fields and the settings it was made from) and given again, the same
     object, while those are the same — so an agent's next turn hands the render cache the very
     messages it saw last time. The messages are never changed afterwards (nothing here does;
-    ``ChatTemplate.render`` renders copies)."""
+    ``ChatTemplate.render`` renders copies). ``media``: how images reach the template (``MediaStyle``);
+    ``tool_images``: whether it writes them in tool results (else they follow in a user turn)."""
     ids = short_call_id if profile.alnum9_ids else (lambda call_id: call_id)
     names = {call.id: call.name for turn in turns for call in turn.calls}
     turns = _arrange_system(turns, placement or profile.system)
@@ -248,25 +338,31 @@ def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement
         turns = _calls_as_text(turns, call_text)
     if not profile.renders_results:
         turns = _results_as_user_turns(turns)
-    flags = (profile.alnum9_ids, profile.call_content_none)
+    elif media is None and not tool_images and any(t.role == "tool" and t.parts for t in turns):
+        turns = _tool_images_as_user_turns(turns)
+    flags = (profile.alnum9_ids, profile.call_content_none, media)
     messages: list[dict[str, Any]] = []
     for turn in turns:
-        inputs = (turn.role, turn.text, turn.calls, turn.reasoning, turn.tool_call_id, turn.name, turn.extra)
+        inputs = (turn.role, turn.text, turn.calls, turn.reasoning, turn.tool_call_id, turn.name, turn.extra,
+                  turn.parts)
         named = names.get(turn.tool_call_id) if turn.role == "tool" and turn.tool_call_id is not None else None
         derived = turn.derived
         if derived is not None and derived[0] == (flags, named) and all(map(is_, derived[1], inputs)):
             messages.append(derived[2])
             continue
-        message = _template_message(turn, named, ids, profile)
+        message = _template_message(turn, named, ids, profile, media)
         turn.derived = ((flags, named), inputs, message)
         messages.append(message)
     return messages
 
 
 def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
-                      profile: TemplateProfile) -> dict[str, Any]:
+                      profile: TemplateProfile, media: MediaStyle = None) -> dict[str, Any]:
     """One turn as a chat-template message (``named``: a tool result's name, found from its call)."""
-    message: dict[str, Any] = {**turn.extra, "role": turn.role, "content": turn.text}
+    content: Any = turn.text
+    if turn.parts:
+        content = typed_content(turn.parts) if media is None else marker_content(turn.parts, media)
+    message: dict[str, Any] = {**turn.extra, "role": turn.role, "content": content}
     if turn.name is not None:
         message["name"] = turn.name
     if turn.role == "assistant":
@@ -287,11 +383,19 @@ def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
 
 def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
                         call_text: CallText = json_call_text, kwargs: Mapping[str, Any] | None = None,
-                        resume: Resume | None = None, memo: JsonMemo | None = None) -> str:
-    """The prompt for ``turns`` (generation prompt added) with the template variables ``kwargs``.
-    Raises ``TemplateError`` with the template's own message, or when system text could not be
-    placed anywhere in the prompt. ``resume`` and ``memo``: see ``ChatTemplate.render``."""
+                        resume: Resume | None = None, memo: JsonMemo | None = None, media: MediaStyle = None) -> str:
+    """The prompt for ``turns`` (generation prompt added; images as ``media`` says) with the template
+    variables ``kwargs``. Raises ``TemplateError`` with the template's own message, when system text
+    could not be placed anywhere in the prompt, or when the template has no place for the turns'
+    images. ``resume`` and ``memo``: see ``ChatTemplate.render``."""
     profile = profile_of(template)
+    tool_images = True
+    if media is None and any(t.parts for t in turns):
+        roles = _image_roles(template)
+        if "user" not in roles:
+            raise TemplateError("this chat template has no place for images (it writes no image part of a message's "
+                                "content); serve a vision model's template (--chat-template)")
+        tool_images = "tool" in roles
     if tools and profile.tool_descriptions:
         tools = fill_descriptions(tools)
     if not tools and profile.tools_list_required:
@@ -308,8 +412,8 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     failure: TemplateError | None = None
     for placement in placements:
         try:
-            prompt = template.render(template_messages(turns, profile, placement, call_text), tools,
-                                     add_generation_prompt=True, frozen=True, resume=resume, memo=memo,
+            prompt = template.render(template_messages(turns, profile, placement, call_text, media, tool_images),
+                                     tools, add_generation_prompt=True, frozen=True, resume=resume, memo=memo,
                                      kwargs=variables)
         except TemplateError as exc:
             failure = failure or exc
@@ -320,6 +424,9 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
         if resume is not None:  # a state made from a placement not taken is not this prompt's
             resume.state, resume.reused = None, 0
     if failure is not None:
+        if not tool_images and any(t.role == "tool" and t.parts for t in turns):
+            raise TemplateError(f"this chat template has no place for images in tool results, and refused them in a "
+                                f"user turn after the results ({failure}); send such images in a user message")
         raise failure
     raise TemplateError("this chat template leaves the system/developer message out of the prompt, even folded "
                         "into the first user message; send it as part of a user message instead")

@@ -15,3 +15,4 @@ class Muse(HarmonyReasoning):
     dialect = MUSE
     start = ("to=self" + MESSAGE,)
     end = EOM
+    answer_header = " to=user"

@@ -13,7 +13,13 @@ concatenate to one JSON object. String values stream JSON-escaped as they arrive
   ``const`` (the types of the values), else ``properties`` → object, ``items`` → array; ``null``
   among them (or ``nullable: true``) makes the value nullable. Type names other tools write
   (``int``, ``float``, ``bool``, ``dict``, ``list``, ``varchar`` …) count as their JSON type;
-* a value that may be a string is a string — exactly as written, even when it looks like JSON;
+* a value that may only be a string is a string — exactly as written, even when it looks like JSON;
+* a union that allows a string and other types (``type: [string, integer]``, ``anyOf`` /
+  ``oneOf`` with a string option): text that is a JSON value of one of the other types takes
+  that type (``{"a": 1}`` for string|object is an object, ``7`` for string|integer is 7), anything
+  else — text that is not JSON (``2 dollars``, ``018956``, ``True``), a JSON string literal, a
+  JSON value of a type the union does not name — is the string as written; ``null`` is null only
+  where the schema allows null;
 * otherwise the text is read as JSON (or a Python literal: ``True``, ``{'a': 1}``) and kept if it
   is one of the allowed types (tried in the schema's order; an integral number is an integer,
   ``true``/``false`` in any case a boolean, ``null``/``None`` null); empty text is ``{}`` / ``[]``
@@ -153,11 +159,14 @@ class ArgType:
     """What one parameter's value may be (``arg_type``): the JSON types it is read as, tried in
     order (``()``: any JSON value), whether ``null`` is allowed, and whether the format wrote the
     value as JSON (then a string value is a JSON string literal, decoded). ``()`` without
-    ``encoded`` is an untyped value (``UNTYPED``): JSON if the text is JSON, else the text."""
+    ``encoded`` is an untyped value (``UNTYPED``): JSON if the text is JSON, else the text.
+    ``or_string``: the schema also allows a string (a union): only a JSON value of one of
+    ``kinds`` takes that type, any other text is the string as written."""
 
     kinds: tuple[str, ...] = ("string",)
     nullable: bool = False
     encoded: bool = False
+    or_string: bool = False
 
     @classmethod
     def named(cls, kind: str, nullable: bool = False) -> ArgType:
@@ -184,12 +193,30 @@ class ArgType:
                 return json.loads(raw, parse_constant=_reject) if raw else text
             except (ValueError, RecursionError):
                 return text
+        if self.or_string:
+            return self._union(text, raw)
         if raw in ("null", "None"):
             return None
         if not raw:
             return {} if "object" in self.kinds[:1] else [] if "array" in self.kinds[:1] else text
         value = _parse(raw)
         for kind in self.kinds or (JSON,):
+            fitted = _fit(value, raw, kind)
+            if fitted is not _NO:
+                return fitted
+        return text
+
+    def _union(self, text: str, raw: str) -> Any:
+        """A union with a string: a JSON value of one of the other kinds, else the text."""
+        if raw == "null" or raw == "None":
+            return None if self.nullable else text
+        try:
+            value = json.loads(raw, parse_constant=_reject)
+        except (ValueError, RecursionError):
+            return text
+        if isinstance(value, str):  # a JSON string literal: the string is what the model wrote
+            return text
+        for kind in self.kinds:
             fitted = _fit(value, raw, kind)
             if fitted is not _NO:
                 return fitted
@@ -212,7 +239,9 @@ def arg_type(schema: Any, root: Mapping[str, Any] | None = None, declared: str |
     said = declared if declared in (None, JSON) else _kind_name(declared)
     if said == "null":
         said, nullable = None, True
-    from_schema = ArgType(("string",) if "string" in kinds else kinds, nullable or not kinds)
+    others = tuple(k for k in kinds if k != "string")
+    from_schema = (ArgType(others, nullable, or_string=True) if others and len(others) < len(kinds)
+                   else ArgType(kinds, nullable or not kinds))
     if said is None:
         return from_schema
     if not kinds:

@@ -118,9 +118,8 @@ class CallWriter:
     def args_written(self) -> bool:
         return bool(self._args)
 
-    def end(self, ok: bool, more: bool = False) -> bool:
-        """Close the current call; returns whether it counted as a complete call. ``more``: the
-        call is one element of a list that is not closed yet (``CallEnd.more``).
+    def end(self, ok: bool) -> bool:
+        """Close the current call; returns whether it counted as a complete call.
 
         A call that fails is passed through as content (with the whitespace trimmed before it),
         except when the output was cut off inside it, or ended before the call even had a name:
@@ -148,7 +147,7 @@ class CallWriter:
         passthrough = "" if ok or not raw else self._trimmed + raw
         if passthrough:
             self.passed_through += 1
-        self._out.events.append(CallEnd(self.next_index, ok, passthrough, more and ok))
+        self._out.events.append(CallEnd(self.next_index, ok, passthrough))
         if not passthrough:
             self._out.content.boundary()
         self.next_index += 1

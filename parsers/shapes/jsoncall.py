@@ -202,9 +202,9 @@ def json_call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: Marker
                        first_key_checked: bool = True) -> Generator[None, None, bool]:
     """The elements of a call list whose ``[`` is consumed, up to and including ``]``.
 
-    The caller has begun the first call; each call is ended here and the next one begun with its
-    separator. The list is one expression: a call followed by ``,`` ends with ``more`` (it counts
-    once the list closes; ``CallEnd.more``). With ``first_key_checked=False`` a first element whose
+    The caller has begun the first call; each call is ended here — complete once its separator
+    arrived, so a list cut off later keeps it — and the next one begun with its separator. With
+    ``first_key_checked=False`` a first element whose
     first key cannot belong to a call is rejected at once. Returns ``True`` if the list closed
     properly (an empty list cancels the begun call: it is markup only)."""
     yield from cur.skip_ws()
@@ -221,7 +221,7 @@ def json_call_elements(cur: Cursor, out: Out, shape: JsonCallShape, stop: Marker
         if sep != ",":  # a complete call without "]" after it counts unless the list was cut off there
             out.calls.end(ok and not (sep is None and cur.eof and cur.truncated))
             return sep is not None and (yield from cur.expect(sep))
-        out.calls.end(True, more=True)
+        out.calls.end(True)
         checked = True
         yield from cur.expect(sep)
         out.calls.begin(sep)

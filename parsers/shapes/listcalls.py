@@ -21,10 +21,10 @@ that stays content when no list follows, or ends with the list's own ``[`` (``fu
   ``[{"answer": …}]``, stays content); ``bare_after`` — texts after which a bare list may start too;
   they stay content (xLAM's ``</think>`` when no reasoning parser runs).
 
-Each element's arguments stream through as written (``parsers.shapes.jsoncall``). A list is one
-expression: its calls count once it closes (``CallEnd.more``), so a list cut off inside leaves
-every call unfinished; a malformed later element leaves the earlier calls standing and passes
-through as content; an empty list is markup only. The format writes its calls after ``write`` (an
+Each element's arguments stream through as written (``parsers.shapes.jsoncall``). Each call is
+complete once its separator arrives, so a list cut off inside keeps the calls it completed (as
+separate call blocks do) and only the cut one is unfinished; a malformed later element leaves the
+earlier calls standing and passes through as content; an empty list is markup only. The format writes its calls after ``write`` (an
 opener, or nothing for a bare list), elements joined by ``", "``.
 """
 

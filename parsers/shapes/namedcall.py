@@ -36,8 +36,9 @@ class NamedJsonShape:
 
 def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
                     stop: MarkerSet | None = None) -> Generator[None, None, bool]:
-    """Read one call after its opening marker, up to and including ``call_end``. A name that
-    runs into another marker of the format fails there (the marker is left for the next call)."""
+    """Read one call after its opening marker, up to and including ``call_end`` (missing where
+    the next call or the section's end follows, or the model ended the output). A name that runs
+    into another marker of the format fails there (the marker is left for the next call)."""
     if shape.type_sep:
         _, term = yield from cur.read_until(MarkerSet((shape.type_sep,)), limit=64)
         if term is None:
@@ -63,8 +64,11 @@ def named_json_call(shape: NamedJsonShape, cur: Cursor, out: Out,
         return False
     if shape.fence and not (yield from cur.closing("```")):
         return False
-    if shape.call_end:
-        return (yield from cur.closing(shape.call_end))
+    if shape.call_end and not (yield from cur.closing(shape.call_end)):
+        # a closer the model left out before the next call (or the section's end) — Kimi K2 in
+        # its thinking: the arguments object was complete, so the call is
+        return stop is not None and (yield from cur.match(tuple(m for m in stop.markers if m != shape.call_end),
+                                                          consume=False)) is not None
     return True
 
 

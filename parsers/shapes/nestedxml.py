@@ -11,7 +11,9 @@ an object (a child per key; a key written twice is a list), or an array (``<item
 Which one comes from the tool's JSON schema (``parsers.core.args.arg_type``: ``object`` /
 ``array`` → a container); a parameter the schema does not type is a container when an element
 follows its opening tag, else text. Leaves are typed by their own schema (``items``,
-``prefixItems``, ``properties``, ``additionalProperties``, local ``$ref``s followed).
+``prefixItems``, ``properties``, ``additionalProperties``, local ``$ref``s followed); a union of a
+string and a container type is a container (its elements spell the object or array; text alone is
+typed by the union rule), and elements inside a parameter that is only a string are text of it.
 
 The arguments object streams parameter by parameter: ``"KEY": `` as soon as a parameter opens,
 a string leaf's text JSON-escaped as it arrives, any other value once its closing tag arrives
@@ -172,11 +174,29 @@ def _container(cur: Cursor, shape: NestedXmlShape, key: str, schema: Mapping[str
 
 
 def _leaf(cur: Cursor, shape: NestedXmlShape, key: str, write: Callable[[str], None]) -> Generator[None, None, bool]:
-    """A leaf parameter's text up to its closing tag (consumed)."""
-    if (yield from cur.until(_markers(shape.prefix), write)) is None:
-        return False
-    tag = yield from _tag(cur)
-    return tag is not None and tag.startswith("/") and tag[1:].strip() == key
+    """A leaf parameter's text up to its closing tag (consumed). Elements inside it are text of the
+    value, written as they stand (a string parameter the model wrote structure into); an element
+    named like the parameter nests, so only the closing tag that matches the leaf's opening ends it."""
+    prefix = _markers(shape.prefix)
+    depth = 0
+    while True:
+        if (yield from cur.until(prefix, write)) is None:
+            return False
+        spacing: list[str] = []
+        yield from cur.skip_ws(spacing.append)
+        if not (yield from cur.expect("<")):
+            return False
+        text, end = yield from cur.read_until(_TAG_END, limit=256)
+        if end is None:
+            return False
+        tag = text.strip()
+        if tag.startswith("/") and tag[1:].strip() == key:
+            if not depth:
+                return True
+            depth -= 1
+        elif tag == key:
+            depth += 1
+        write(shape.prefix + "".join(spacing) + "<" + text + ">")
 
 
 def nested_xml_call(shape: NestedXmlShape, tools: Mapping[str, ToolSpec], cur: Cursor,

@@ -484,9 +484,8 @@ def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None,
     """``call, call, … ]`` after the list's ``[`` (consumed). The caller has begun the first call
     (so the list's opening markup is recorded with it). A call ends once the separator after it
     (``,`` or ``close``) is seen — so ``[f(a=1) for a in xs]`` in prose is not a call — and the
-    next one is begun at its separator. The list is one expression: a call followed by ``,`` ends
-    with ``more`` (it counts once the list closes; ``CallEnd.more``). An empty list is markup, not
-    a call. Returns ``True`` if the list closed properly."""
+    next one is begun at its separator, so a list cut off later keeps the calls it completed. An
+    empty list is markup, not a call. Returns ``True`` if the list closed properly."""
     yield from cur.skip_ws()
     if (yield from cur.expect(close)):
         out.calls.cancel()
@@ -504,7 +503,7 @@ def python_call_list(cur: Cursor, out: Out, close: str = "]") -> Generator[None,
         if sep != ",":
             out.calls.end(sep is not None)
             return sep is not None
-        out.calls.end(True, more=True)
+        out.calls.end(True)
         out.calls.begin(sep)
 
 

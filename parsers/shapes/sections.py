@@ -57,14 +57,20 @@ def section_calls(cur: Cursor, out: Out, inside: MarkerSet, end: str, read_one: 
     """The calls inside one section, up to its ``end`` marker (consumed). ``inside`` holds the
     call openers and ``end``; text between calls is markup. ``read_one(marker)`` reads one call
     after its opener (begun and ended here). After a malformed call this returns, so the rest is
-    read as content again. Returns ``False`` when the output ended inside the section."""
+    read as content again. Returns ``False`` when the output ended inside the section. A section
+    the model ended its output in before any call began is its opener alone: the opener is markup,
+    the text after it content (never lost) — unless the output was cut off there."""
     opened = False
+    before: list[str] | None = []  # the text before the first call (given back if none comes)
     while True:
-        marker = yield from cur.until(inside, discard)
+        marker = yield from cur.until(inside, discard if before is None else before.append)
         if marker is None:
             if not opened:  # a section that ends before any call: its opener is markup
                 out.content.boundary()
+                if before and not cur.truncated:
+                    out.content.write("".join(before))
             return False
+        before = None
         if marker == end:
             out.content.boundary()
             return True

@@ -40,3 +40,26 @@ def render_cases(dict_arguments: bool) -> dict[str, dict[str, Any]]:
             {"role": "user", "content": "And 3+3?"},
         ]},
     }
+
+
+def image_cases() -> dict[str, dict[str, Any]]:
+    """label -> render kwargs of conversations with images, as transformers gives them to a template:
+    ``content`` a list of ``{"type": "text", "text": …}`` and ``{"type": "image"}`` parts."""
+    image = {"type": "image"}
+    return {
+        "image_after_text": {"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is in this picture?"}, image]}]},
+        "images_first_then_text": {"messages": [
+            {"role": "user", "content": [image, image, {"type": "text", "text": "Compare them."}]}]},
+        "image_history": {"messages": [
+            {"role": "user", "content": [image, {"type": "text", "text": "Describe it."}]},
+            {"role": "assistant", "content": "A red square."},
+            {"role": "user", "content": [{"type": "text", "text": "And this one?"}, image]}]},
+        "image_in_tool_result": {"tools": TOOLS, "messages": [
+            {"role": "user", "content": "Show me Paris."},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "abcDEF123", "type": "function", "function": {"name": "get_weather",
+                                                                     "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "abcDEF123", "name": "get_weather",
+             "content": [{"type": "text", "text": "Radar:"}, image]}]},
+    }

@@ -7,11 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.protocol import ChatCompletionRequest, NamedToolChoice, ToolDefinition, is_legacy
+from app.api.chat.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice, ToolDefinition, is_legacy
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
+from app.media import Part, file_data, joined_text, media_url, no_file_ids, param
 from app.pipeline.ask import Ask, Tool
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
@@ -89,8 +90,9 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
             turns.extend(taken[1])
             continue
         message = messages[i]
+        parts = media_parts(message, i)
         try:
-            text = message.text_content() or ""
+            text = joined_text(parts) if parts else message.text_content() or ""
         except ValueError as exc:
             raise bad_request(f"messages[{i}].content: {exc}", f"messages.{i}.content") from None
         extra = {k: v for k, v in (message.model_extra or {}).items() if k not in _KNOWN_MESSAGE_FIELDS}
@@ -104,11 +106,58 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
                 reasoning = thinking
             turns.append(Turn("assistant", text, calls, reasoning, name=message.name, extra=extra))
         else:
-            turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra))
+            turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra,
+                              parts=parts))
         if recall is not None:
             recall.after(len(turns), payload=message)
         i += 1
     return turns
+
+
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+DETAILS = frozenset({"auto", "low", "high"})
+
+
+def media_parts(message: ChatMessage, i: int) -> tuple[Part, ...]:
+    """A message's content parts in order when it holds images or files (``image_url`` with a data
+    URL — or an ``http(s)`` URL where the server fetches them — and ``detail`` ``auto`` / ``low`` /
+    ``high``, passed on; ``file`` with ``file_data``: a PDF, or a text file read as text); empty for
+    text only. Images and files go in user and tool messages; any other part type is a 400 (as
+    ``text_content`` says)."""
+    content = message.content
+    if not isinstance(content, list) or all(part.type in _TEXT_PARTS for part in content):
+        return ()
+    parts: list[Part] = []
+    for j, part in enumerate(content):
+        where = f"messages[{i}].content[{j}]"
+        extra = part.model_extra or {}
+        if part.type in _TEXT_PARTS:
+            text = part.refusal if part.type == "refusal" else part.text
+            if text is None:
+                raise bad_request(f"{where}: a {part.type} part needs its text", param(where))
+            parts.append(text)
+            continue
+        if part.type not in ("image_url", "file"):
+            raise bad_request(f"{where}: content part type {part.type!r} is not supported (text, image_url and file "
+                              "parts are)", param(where))
+        if message.role not in ("user", "tool"):
+            raise bad_request(f"{where}: {part.type} parts go in user (and tool) messages, not in {message.role} "
+                              "messages", param(where))
+        if part.type == "image_url":
+            image = extra.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            detail = image.get("detail") if isinstance(image, dict) else None
+            if detail is not None and detail not in DETAILS:
+                raise bad_request(f"{where}.image_url.detail: expected auto, low or high", param(where) + ".image_url.detail")
+            parts.append(media_url(url, f"{where}.image_url.url", "image", detail))
+            continue
+        file = extra.get("file")
+        if not isinstance(file, dict):
+            raise bad_request(f"{where}.file: expected an object with file_data", param(where) + ".file")
+        if file.get("file_data") is None:
+            raise no_file_ids(f"{where}.file.file_id")
+        parts.append(file_data(file["file_data"], f"{where}.file.file_data"))
+    return tuple(parts)
 
 
 def _present(extra: dict[str, Any] | None) -> dict[str, Any]:

@@ -73,8 +73,8 @@ class ChatMessage(Lenient):
             elif part.type == "refusal" and part.refusal is not None:
                 texts.append(part.refusal)
             else:
-                raise ValueError(f"content part type {part.type!r} is not supported: this server renders text only "
-                                 "(parts of type 'text', and 'refusal' on assistant messages)")
+                raise ValueError(f"content part type {part.type!r} is not supported (text and refusal parts; "
+                                 "image_url and file parts in user messages)")
         return "".join(texts)
 
 

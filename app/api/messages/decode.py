@@ -9,6 +9,9 @@ Decoding, block by block:
 * user ``text`` blocks are the user's turn; each ``tool_result`` is a tool turn answering its
   ``tool_use_id`` (``is_error`` shown as an ``Error:`` prefix; a ``tool_reference`` block inside it
   loads that deferred tool);
+* ``image`` blocks (base64 or url source) in a user message or a tool result are the turn's media
+  items in place (``app.media``); ``document`` blocks too when they hold a PDF — a plain-text or
+  content document is its text (its title, then its text);
 * assistant ``text`` and ``tool_use`` blocks are the assistant's turn and its calls (with their ids);
   ``thinking`` / ``redacted_thinking`` blocks are its reasoning, when their signature verifies
   (``app.thinking_signature``), and are dropped otherwise;
@@ -21,8 +24,8 @@ Decoding, block by block:
   schema) constrains the answer exactly as Chat Completions' ``response_format: json_schema`` does.
 
 A final assistant message is a prefill: the answer continues its text (the parsers start where it
-leaves them; the answer holds only what comes after it). Image and document blocks, server tools and
-a final assistant message with calls are 400s.
+leaves them; the answer holds only what comes after it). Server tools, files by id and a final
+assistant message with calls are 400s.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import Any
 
 from app.api.messages.protocol import (
     Conversation,
+    DocumentBlock,
+    ImageBlock,
     MessagesRequest,
     RedactedThinkingBlock,
     TextBlock,
@@ -45,7 +50,8 @@ from app.api.messages.protocol import (
 )
 from app.api.protocol import raw_list
 from app.backends.generation import Sampling
-from app.conversation import Call, Turn
+from app.conversation import Call, Role, Turn
+from app.media import Part, base64_media, joined_text, media_url
 from app.pipeline.ask import Ask, Tool
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.thinking_signature import ThinkingSigner
@@ -164,38 +170,47 @@ class Decoder:
         return self.turns
 
     def _user(self, blocks: list[dict[str, Any]], where: str) -> None:
-        texts: list[str] = []
+        parts: list[Part] = []
         for j, raw in enumerate(blocks):
-            part = block(raw, f"{where}[{j}]", "user")
+            at = f"{where}[{j}]"
+            part = block(raw, at, "user")
             if isinstance(part, TextBlock):
-                texts.append(part.text)
+                parts.append(part.text)
+                continue
+            if isinstance(part, (ImageBlock, DocumentBlock)):
+                parts.append(media_block(part, at))
                 continue
             assert isinstance(part, ToolResultBlock)
-            if texts:  # text written before a result stays before it
-                self.turns.append(Turn("user", "\n".join(texts)))
-                texts = []
-            self.turns.append(Turn("tool", self._result_text(part, f"{where}[{j}]"), tool_call_id=part.tool_use_id))
-        if texts or not blocks:
-            self.turns.append(Turn("user", "\n".join(texts)))
+            if parts:  # what was written before a result stays before it
+                self.turns.append(user_turn("user", parts))
+                parts = []
+            text, result_parts = self._result(part, at)
+            self.turns.append(Turn("tool", text, tool_call_id=part.tool_use_id, parts=result_parts))
+        if parts or not blocks:
+            self.turns.append(user_turn("user", parts))
 
-    def _result_text(self, result: ToolResultBlock, where: str) -> str:
+    def _result(self, result: ToolResultBlock, where: str) -> tuple[str, tuple[Part, ...]]:
+        """A tool result's text, and its parts when it holds images or documents."""
         content = result.content
-        if content is None:
-            text = ""
-        elif isinstance(content, str):
-            text = content
-        else:
-            texts = []
+        parts: list[Part] = []
+        if isinstance(content, str):
+            parts.append(content)
+        elif content is not None:
             for k, raw in enumerate(content):
-                part = block(raw, f"{where}.content[{k}]", "tool_result")
+                at = f"{where}.content[{k}]"
+                part = block(raw, at, "tool_result")
                 if isinstance(part, ToolReferenceBlock):
                     self.loaded_tools.add(part.tool_name)
-                    texts.append(f"Tool loaded: {part.tool_name}")
+                    parts.append(f"Tool loaded: {part.tool_name}")
+                elif isinstance(part, (ImageBlock, DocumentBlock)):
+                    parts.append(media_block(part, at))
                 else:
                     assert isinstance(part, TextBlock)
-                    texts.append(part.text)
-            text = "\n".join(texts)
-        return f"Error: {text}" if result.is_error else text
+                    parts.append(part.text)
+        if result.is_error:
+            parts = [f"Error: {parts[0]}", *parts[1:]] if parts and isinstance(parts[0], str) else ["Error: ", *parts]
+        turn = user_turn("tool", parts)
+        return turn.text, turn.parts
 
     def _assistant(self, blocks: list[dict[str, Any]], where: str) -> None:
         texts: list[str] = []
@@ -218,6 +233,39 @@ class Decoder:
                 elif recovered:
                     reasoning.append(recovered)
         self.turns.append(Turn("assistant", "".join(texts), tuple(calls), "\n".join(reasoning) if reasoning else None))
+
+
+def user_turn(role: Role, parts: list[Part]) -> Turn:
+    """A user (or tool) turn of text blocks joined by newlines, with its parts kept when it holds media."""
+    text = joined_text(parts, "\n")
+    return Turn(role, text, parts=tuple(parts) if any(not isinstance(p, str) for p in parts) else ())
+
+
+def media_block(part: ImageBlock | DocumentBlock, where: str) -> Part:
+    """An image or document block as a media item (a plain-text document: its text, after its title)."""
+    source = part.source
+    kind = source.get("type")
+    at = f"{where}.source"
+    if kind == "base64":
+        return base64_media(source.get("data"), f"{at}.data", "image" if part.type == "image" else "document")
+    if kind == "url":
+        return media_url(source.get("url"), f"{at}.url", "image" if part.type == "image" else "document")
+    if kind == "file":
+        raise invalid(f"{at}: files by id are not supported (this server has no Files API); send the data")
+    if isinstance(part, DocumentBlock) and kind in ("text", "content"):
+        body = source.get("data") if kind == "text" else source.get("content")
+        if isinstance(body, list):
+            texts = []
+            for k, raw in enumerate(body):
+                inner = block(raw, f"{at}.content[{k}]", "system")
+                assert isinstance(inner, TextBlock)
+                texts.append(inner.text)
+            body = "\n".join(texts)
+        if not isinstance(body, str):
+            raise invalid(f"{at}.{'data' if kind == 'text' else 'content'}: expected text")
+        return f"{part.title}\n\n{body}" if part.title else body
+    allowed = "base64, url" + (", text, content" if isinstance(part, DocumentBlock) else "")
+    raise invalid(f"{at}.type: expected one of {allowed}")
 
 
 def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:

@@ -107,24 +107,41 @@ class ToolReferenceBlock(Lenient):
     tool_name: str = Field(min_length=1)
 
 
-Block = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ToolReferenceBlock
+class ImageBlock(Lenient):
+    """An image: ``source`` ``{"type": "base64", "media_type", "data"}`` or ``{"type": "url", "url"}``."""
+
+    type: Literal["image"]
+    source: dict[str, Any]
+
+
+class DocumentBlock(Lenient):
+    """A document: ``source`` a base64 or url PDF, ``{"type": "text", "data"}`` plain text, or
+    ``{"type": "content", "content": …}`` text blocks; ``title`` and ``context`` optional."""
+
+    type: Literal["document"]
+    source: dict[str, Any]
+    title: str | None = None
+    context: str | None = None
+
+
+Block = (TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock | ToolReferenceBlock
+         | ImageBlock | DocumentBlock)
 
 BLOCKS: dict[str, type[Lenient]] = {
     "text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
-    "redacted_thinking": RedactedThinkingBlock, "tool_reference": ToolReferenceBlock,
+    "redacted_thinking": RedactedThinkingBlock, "tool_reference": ToolReferenceBlock, "image": ImageBlock,
+    "document": DocumentBlock,
 }
 
 #: where each block type may appear
 ALLOWED: dict[str, frozenset[str]] = {
-    "user": frozenset({"text", "tool_result"}),
+    "user": frozenset({"text", "tool_result", "image", "document"}),
     "assistant": frozenset({"text", "tool_use", "thinking", "redacted_thinking"}),
     "system": frozenset({"text"}),
-    "tool_result": frozenset({"text", "tool_reference"}),
+    "tool_result": frozenset({"text", "tool_reference", "image", "document"}),
 }
 
 _UNSUPPORTED = {
-    "image": "image blocks are not supported: this server renders text only",
-    "document": "document blocks are not supported: this server renders text only",
     "search_result": "search_result blocks are not supported",
     "container_upload": "container_upload blocks are not supported",
     "server_tool_use": "server tools are not supported: this server runs no tools of its own",

@@ -18,6 +18,9 @@ Decoding the conversation:
   first, or with ``conversation`` the conversation's items (``context``; instructions are not
   carried over, as OpenAI does); ``item_reference`` items are replaced by what they refer to
   before decoding (``context``);
+* ``input_image`` and ``input_file`` parts (user messages, ``function_call_output`` content arrays)
+  are the turn's media items (``app.media``; a text file is its text); a chain or conversation
+  that holds them hands them back to the next prompt as stored;
 * items of hosted tools (``web_search_call``, ``computer_call``, …: ``_SKIPPED_ITEMS``) are skipped —
   toolwire ran none of them and the model cannot see them — and are kept, in the input that is
   stored, as a stub of their ``id``, ``type`` and ``status`` only (``stub``): their payload is dropped.
@@ -36,6 +39,7 @@ from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, 
 from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
+from app.media import Part, file_data, file_url, media_url, no_file_ids
 from app.pipeline.ask import Ask
 from app.prefix import Entry, Note, PrefixService, Recall
 from app.state import StoredItem
@@ -97,23 +101,61 @@ def _param(where: str) -> str:
 
 
 def _text(content: Any, where: str) -> str:
+    return _content(content, where, media=False)[0]
+
+
+_DETAILS = frozenset({"auto", "low", "high"})
+
+
+def _content(content: Any, where: str, media: bool = True) -> tuple[str, tuple[Part, ...]]:
+    """Content (a string or a list of parts) as text, and its parts in order when it holds images or
+    files (``input_image`` by data URL — or ``http(s)`` URL where the server fetches them — with
+    ``detail``; ``input_file`` by ``file_data`` or ``file_url``: a PDF, or a text file read as text).
+    ``media``: whether images and files may appear here (user messages, tool outputs)."""
     if content is None:
-        return ""
+        return "", ()
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, list):
-        raise bad_request(f"{where}: expected a string or a list of content parts", where)
-    texts = []
+        raise bad_request(f"{where}: expected a string or a list of content parts", _param(where))
+    texts: list[str] = []
+    parts: list[Part] = []
+    with_media = False
     for j, part in enumerate(content):
+        at = f"{where}[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             texts.append(part["text"])
+            parts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
+            parts.append(part["refusal"])
+        elif kind in ("input_image", "input_file") and media:
+            item = _media_part(part, at)
+            if isinstance(item, str):
+                texts.append(item)
+            else:
+                with_media = True
+            parts.append(item)
         else:
-            raise bad_request(f"{where}[{j}]: content part type {shown(kind)} is not supported: this server renders text "
-                              "only (input_text, output_text, refusal)", f"{where}.{j}")
-    return "".join(texts)
+            allowed = "input_text, input_image, input_file" if media else "input_text, output_text, refusal"
+            raise bad_request(f"{at}: content part type {shown(kind)} is not supported here ({allowed})", _param(at))
+    return "".join(texts), tuple(parts) if with_media else ()
+
+
+def _media_part(part: dict[str, Any], at: str) -> Part:
+    if part["type"] == "input_image":
+        detail = part.get("detail")
+        if detail is not None and detail not in _DETAILS:
+            raise bad_request(f"{at}.detail: expected auto, low or high", f"{_param(at)}.detail")
+        if part.get("image_url") is None and part.get("file_id") is not None:
+            raise no_file_ids(f"{at}.file_id")
+        return media_url(part.get("image_url"), f"{at}.image_url", "image", detail)
+    if part.get("file_data") is not None:
+        return file_data(part["file_data"], f"{at}.file_data")
+    if part.get("file_url") is not None:
+        return file_url(part["file_url"], f"{at}.file_url")
+    raise no_file_ids(f"{at}.file_id")
 
 
 class Decoder:
@@ -203,14 +245,14 @@ class Decoder:
         read_store = False
         if kind == "message":
             role = item.get("role")
-            text = _text(item.get("content"), f"{at}.content")
+            text, parts = _content(item.get("content"), f"{at}.content", media=role == "user")
             if role == "assistant":
                 if self._calls:
                     self._flush()
                 self._text.append(text)
             elif role in ("user", "system", "developer"):
                 self._flush()
-                self.turns.append(Turn("user" if role == "user" else "system", text))
+                self.turns.append(Turn("user" if role == "user" else "system", text, parts=parts))
             else:
                 raise bad_request(f"{at}.role: expected user, assistant, system or developer", f"{at}.role")
         elif kind == "reasoning":
@@ -238,7 +280,8 @@ class Decoder:
             if not isinstance(call_id, str):
                 raise bad_request(f"{at}.call_id: Field required", f"{at}.call_id")
             self._flush()
-            self.turns.append(Turn("tool", _text(item.get("output"), f"{at}.output"), tool_call_id=call_id))
+            text, parts = _content(item.get("output"), f"{at}.output")
+            self.turns.append(Turn("tool", text, tool_call_id=call_id, parts=parts))
         elif kind in _SKIPPED_ITEMS:
             pass  # a hosted tool's call: toolwire ran none, and the model cannot see them
         elif kind == "item_reference":

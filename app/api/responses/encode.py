@@ -313,6 +313,16 @@ class ResponseItems:
         self.parts = []
 
 
+def finished_output(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items a final response object lists: every item but a call that never completed (cut
+    off, or streamed in part and then malformed) — a stream showed it as it came, ``incomplete``,
+    but no final object presents it as a call, so the streamed and the whole answer list the same."""
+    return [item for item in items if not (item["type"] in _CALL_ITEMS and item["status"] == "incomplete")]
+
+
+_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
+
+
 def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Finished) -> dict[str, Any]:
     """The response object once the run is over (``shell`` holds what the request echoes)."""
     items.close()
@@ -320,13 +330,14 @@ def finished_response(shell: dict[str, Any], items: ResponseItems, finished: Fin
     return {**shell, "status": "incomplete" if cut else "completed",
             "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
             "completed_at": None if cut else int(time.time()),
-            "output": items.items, "usage": usage_object(finished.usage, finished.reasoning_tokens)}
+            "output": finished_output(items.items), "usage": usage_object(finished.usage, finished.reasoning_tokens)}
 
 
 def failed_response(shell: dict[str, Any], output: list[dict[str, Any]], message: str) -> dict[str, Any]:
     """The response object of a response that failed (``shell`` holds what the request echoes). Its
     error code is one of the API's own (``server_error``); the ``error`` event before it names the cause."""
-    return {**shell, "status": "failed", "output": output, "error": {"code": "server_error", "message": message}}
+    return {**shell, "status": "failed", "output": finished_output(output),
+            "error": {"code": "server_error", "message": message}}
 
 
 class ResponseEvents:
