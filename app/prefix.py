@@ -54,6 +54,7 @@ from typing import Any
 import orjson
 
 from app.conversation import Turn
+from app.media import Media
 from app.templates.resume import RenderState, Resume
 
 #: an entry is filed under the digest of its first 4, 2 and 1 units (most specific first), and
@@ -69,13 +70,29 @@ UNIT_OVERHEAD = 200
 MIN_UNITS = 4
 
 
+#: a unit whose JSON is longer (an image's base64, a pasted file) is kept as its digest
+DIGESTED = 4096
+_DIGESTED = b"\x00#"  # (JSON never starts so)
+
+
 def unit(value: Any, tag: bytes = b"") -> bytes | None:
     """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
-    encoded — never reused)."""
+    encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte BLAKE2b digest of the
+    JSON and its length: an image's base64 is held and compared as its digest, not its bytes."""
     try:
-        return tag + orjson.dumps(value)
+        data = orjson.dumps(value)
     except (orjson.JSONEncodeError, TypeError):
         return None
+    if len(data) <= DIGESTED:
+        return tag + data
+    return tag + _DIGESTED + hashlib.blake2b(data, digest_size=32).digest() + len(data).to_bytes(8, "little")
+
+
+def unit_bytes(data: bytes) -> int:
+    """The bytes of JSON a unit stands for (a digested unit's length, as its last 8 bytes say)."""
+    if len(data) < 42 or data[-42:-40] != _DIGESTED:
+        return len(data)
+    return int.from_bytes(data[-8:], "little")
 
 
 def scope_of(*parts: str | bytes) -> bytes:
@@ -90,6 +107,8 @@ def scope_of(*parts: str | bytes) -> bytes:
 def turn_bytes(turn: Turn) -> int:
     """What a turn holds, in bytes (about): its strings."""
     size = len(turn.text) + len(turn.reasoning or "")
+    for part in turn.parts or ():
+        size += part.size if isinstance(part, Media) else len(part) if isinstance(part, str) else 256
     for call in turn.calls:
         size += len(call.id) + len(call.name) + (len(call.arguments) if isinstance(call.arguments, str) else 256)
     return size
@@ -334,7 +353,7 @@ class PrefixService:
         turns = note.turns[:note.ends[n - 1]]
         render = note.resume.state  # compared item by item when used: good whatever the units kept
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
-        size = 4 * sum(map(len, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
+        size = 4 * sum(map(unit_bytes, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
         entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
                       _anchors(note.scope, units), plain=note.plain(turns))
         old = note.replaces
