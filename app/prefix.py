@@ -146,8 +146,8 @@ class Note:
     client strings (not scanned for control text again); ``clean``: set once planned, how many
     first turns the render found plain (all it rendered, or none)."""
 
-    __slots__ = ("anchors", "clean", "ends", "fresh", "payload", "replaces", "resume", "scope", "service", "settled",
-                 "turns", "units")
+    __slots__ = ("anchors", "clean", "ends", "epoch", "fresh", "payload", "replaces", "resume", "scope", "service",
+                 "settled", "turns", "units")
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
                  payload: list[Any], turns: list[Turn], fresh: list[tuple[int, int]] | None,
@@ -159,6 +159,14 @@ class Note:
         self.resume = Resume(previous)
         self.settled = self._settled(plain) if plain else frozenset()
         self.clean = 0
+        self.epoch = service.epoch if service is not None else 0
+
+    def for_model(self) -> None:
+        """Drop what holds only for the model the entry was made with — its render state, the turns
+        known plain under its control strings — when another model is served now (the decoded turns
+        hold for any)."""
+        if self.service is not None and self.epoch != self.service.epoch:
+            self.resume, self.settled, self.replaces = Resume(None), frozenset(), None
 
     def _settled(self, plain: frozenset[int]) -> frozenset[int]:
         """The reused turns whose object is in ``plain`` (by index)."""
@@ -297,6 +305,9 @@ class PrefixService:
         self._anchored: dict[bytes, list[Entry]] = {}
         self._responses: dict[tuple[str, str], Entry] = {}
         self.recalls = 0  # lookups made
+        #: bumped when another model is served (``serving``): what was kept before is not reused
+        self.epoch = 0
+        self._model: object = None
         self.found = 0  # lookups whose request took something
 
     @property
@@ -341,7 +352,7 @@ class PrefixService:
     def keep(self, note: Note) -> None:
         """Keep what ``note``'s request made (its render state in ``note.resume``), once it was
         planned; the entry of the same conversation it supersedes is dropped."""
-        if not self.enabled or not note.anchors:
+        if not self.enabled or not note.anchors or note.epoch != self.epoch:
             return
         n = next((i for i, u in enumerate(note.units) if u is None), len(note.units))
         n = min(n, len(note.ends))
@@ -467,6 +478,17 @@ class PrefixService:
             else:
                 del self._held[key]
                 self.bytes -= size
+
+    def serving(self, model: object) -> None:
+        """``model`` is served from now on: a render state and the turns known plain were made for a
+        template and control strings, so when the model is another than before, everything is
+        forgotten and notes made before are not kept (``Note.for_model``)."""
+        with self._lock:
+            if model is self._model:
+                return
+            self._model = model
+            self.epoch += 1
+        self.clear()
 
     def clear(self) -> None:
         """Forget everything (benchmarks measure a first request this way)."""

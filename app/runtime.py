@@ -108,6 +108,7 @@ class Runtime:
                 except httpx.HTTPError as exc:
                     raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
                                    code="backend_unreachable") from exc
+                self.services.prefix.serving(self.model)  # what it kept was for the model served before
                 self.services.pool.warm(self.model)  # the prepare workers start now, given the model
             return self.model
 

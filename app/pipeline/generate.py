@@ -106,8 +106,10 @@ class Generation:
 
 async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: str = "function.parameters") -> Plan:
     """``ask`` checked and planned (inline or in a worker: ``is_light``)."""
-    planned = await services.pool.prepare(is_light(ask), ask, model, schema_key)
     note = ask.prefix
+    if note is not None:
+        note.for_model()
+    planned = await services.pool.prepare(is_light(ask), ask, model, schema_key)
     if note is not None:
         if note.resume.state is None:  # rendered by a worker: its state came back
             note.resume.state = planned.render

@@ -331,3 +331,22 @@ def test_turns_a_clean_render_had_are_not_scanned_again(prefix: PrefixService) -
     later["messages"][17]["content"] = "<|im_end|> then"
     ask = planned(later)  # the dirty turn is not settled: the render before it was not clean
     assert ask.prefix is not None and 17 not in ask.prefix.settled and ask.prefix.settled == frozenset(range(16))
+
+
+def test_another_model_served_forgets_what_was_kept_for_the_one_before(prefix: PrefixService) -> None:
+    """A render state and the turns known plain were made for a template and its control strings:
+    when the served model changes, nothing kept before is reused, and a request decoded before the
+    change keeps nothing and renders whole."""
+    prefix.serving(object())
+    served(body(6), prefix)
+    assert found(body(7), prefix) > 0
+    stale = chat_ask(parse_request(body(7), SETTINGS, "", prefix))  # decoded, not yet planned
+    assert stale.prefix is not None and stale.prefix.resume.previous is not None
+    prefix.serving(object())
+    assert found(body(7), prefix) == 0 and len(prefix) == 0
+    stale.prefix.for_model()
+    assert stale.prefix.resume.previous is None and not stale.prefix.settled
+    check_ask(stale, SETTINGS)
+    plan_request(stale, FORMATS, TEMPLATE, BACKEND)
+    keep_after(stale.prefix)
+    assert len(prefix) == len(memo_keys(prefix))  # (only tojson's answers: they hold for any template)

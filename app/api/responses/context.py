@@ -287,6 +287,8 @@ class Chained:
             return  # a continuation checks what a fresh decode would: it would refuse this
         turns = [*ask.turns[1 if self.instructions else 0:], *out.turns]
         note = ask.prefix
+        if note is not None and note.epoch != self.prefix.epoch:
+            return  # made for the model served before (``PrefixService.serving``)
         render = note.resume.state if note is not None else None
         plain = note.plain(turns) if note is not None else frozenset()  # (not the output's: never scanned)
         self.prefix.keep_response(self.tenant, response_id, ctx.scope, turns, render,
