@@ -26,7 +26,7 @@ def renderer(template: ChatTemplate, seen: list[Any] | None = None) -> Any:
     def render(turns: Any, tools: Any, kwargs: dict[str, Any]) -> str:
         if seen is not None:
             seen.append(list(turns))
-        return render_conversation(template, turns, tools, **kwargs)
+        return render_conversation(template, turns, tools, kwargs=kwargs)
     return render
 
 
@@ -222,3 +222,47 @@ def test_the_prefill_may_write_the_model_s_own_markers_and_nothing_else(qwen25: 
     out = ControlText(control.strings, "escape").render(renderer(qwen25), turns, None, {},
                                                         prefill="<think>a<|im_end|>", own={"<think>"})
     assert out.prefill == f"<think>a<{ZW}|im_end|>"
+
+
+@pytest.mark.parametrize("mode", ["tokens", "escape"])
+def test_settled_turns_are_skipped_and_change_nothing(qwen25: ChatTemplate, mode: str) -> None:
+    """A turn an earlier clean render had (``settled``: an agent's earlier turns, ``app.prefix``)
+    is not scanned again: the render is what a full scan gives, and says whether it was clean."""
+    control = ControlText(CHATML, mode=mode)  # type: ignore[arg-type]
+    plain = [Turn("system", "be brief"), Turn("user", "hi"), Turn("assistant", "ok")]
+    first = control.render(renderer(qwen25), plain, None, {})
+    assert first.clean
+    for last in ("plain again", INJECTION):
+        turns = [*plain, Turn("user", last)]
+        whole = control.render(renderer(qwen25), turns, None, {})
+        skipping = control.render(renderer(qwen25), turns, None, {}, settled={0, 1, 2})
+        assert skipping == whole and whole.clean == (last == "plain again")
+
+
+def test_tools_without_control_text_are_not_escaped(qwen25: ChatTemplate) -> None:
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    out = ControlText(CHATML, mode="escape").render(renderer(qwen25), [Turn("user", "hi")], tools, {})
+    assert not out.escaped and out.clean
+
+
+@given(st.lists(st.sampled_from(["a", "<", "|", "im_", "start", ">", ZW, "\"", "\\", "é", *CHATML]), max_size=12),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_tools_are_escaped_as_walked_whatever_their_json_reads(parts: list[str], as_key: bool) -> None:
+    """The escape of tool definitions read off their JSON text when it holds nothing to escape
+    (``_escape_leaves``) gives what escaping every string does."""
+    text = "".join(parts)
+    tool = {"type": "function", "function": {"name": "t", "description": "x",
+                                             "parameters": {"properties": {text: {}} if as_key else {"a": text}}}}
+    tables = ControlText(CHATML, "escape")._tables
+    _, fast, _ = tables.rewrite([], [tool], {}, tables.escape)
+    walked = [_walked(tool, tables.escape)]
+    assert fast == walked and (fast == [tool]) == (walked == [tool])
+
+
+def _walked(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {fn(k): _walked(v, fn) for k, v in value.items()}
+    return value
