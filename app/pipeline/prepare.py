@@ -16,10 +16,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
 import resource
+import select
 import signal
+import threading
+import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.backends.base import Backend
@@ -68,6 +72,8 @@ class Install:
     template: ChatTemplate | None = None
     parsers: ParserChoice | None = None
     control: ControlText | None = None
+    #: the server process the worker serves: the worker ends when it does (``outlive_not``)
+    server: int = field(default_factory=os.getpid)
 
     @classmethod
     def of(cls, settings: Settings, model: ServedModel) -> Install:
@@ -180,9 +186,42 @@ def install(message: Install) -> None:
     signal.signal(signal.SIGXCPU, signal.SIG_DFL)  # past the kernel's stop (``run``): the worker ends
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # and dumps nothing
+    outlive_not(message.server)
     _installed["settings"] = message.settings
     _installed["model"] = message.model()
     gc.freeze()  # what every job shares stays out of the collector's way
+
+
+def outlive_not(server: int) -> None:
+    """End this worker when the process ``server`` ends, however it ends (SIGKILL too). A worker is
+    the fork server's child, not the server's, so the kernel's parent-death signal cannot say it;
+    and the pool's queues, whose ends every worker holds, never reach EOF. Without this a killed
+    server leaves its workers, the fork server (alive while a worker is) and the resource tracker
+    behind. A thread waits on a pidfd of the server (Linux ≥ 5.3), else looks once a second."""
+    try:
+        handle: int | None = os.pidfd_open(server)
+    except (AttributeError, OSError):
+        handle = None
+
+    def watch() -> None:
+        if handle is not None:
+            select.select([handle], [], [])
+        else:
+            while _alive(server):
+                time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="toolwire-server-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def run(budget_s: float, work: Any, *args: Any) -> Any:
