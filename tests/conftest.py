@@ -74,5 +74,11 @@ def sse_events(response: httpx.Response) -> list[Any]:
             for line in response.text.splitlines() if line.startswith("data: ")]
 
 
+#: how long a test's client waits for an answer before it calls the server hung — not how long an
+#: answer should take: the real model on a busy 2-core machine takes tens of seconds now and then
+CLIENT_TIMEOUT_S = 120.0
+
+
 def client_for(proxy: ProxyServer, api_key: str = "unused", **kwargs: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=api_key, max_retries=0, timeout=30, **kwargs)
+    return openai.OpenAI(base_url=proxy.url + "/v1", api_key=api_key, max_retries=0, timeout=CLIENT_TIMEOUT_S,
+                         **kwargs)

@@ -11,7 +11,7 @@ import pytest
 
 from app.local.artifacts import ensure_llama_server, ensure_model
 from app.local.llama_server import LlamaServerProcess
-from tests.conftest import client_for
+from tests.conftest import CLIENT_TIMEOUT_S, client_for
 from tests.proxy_server import ProxyServer
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ def test_responses_streamed(proxy: ProxyServer) -> None:
 
 
 def test_messages_streamed(proxy: ProxyServer) -> None:
-    client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=30)
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=CLIENT_TIMEOUT_S)
     with client.messages.stream(model="m", max_tokens=8, messages=[{"role": "user", "content": ASK}]) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
