@@ -173,12 +173,14 @@ class ControlText:
         tables = self._tables
         own = frozenset(own) & frozenset(self.strings) if prefill else frozenset()
         escaped = False
-        if self.mode == "escape":  # the client's control strings escaped where they stand
+        if self.mode == "escape" and tables.escapes_any(turns, tools, client_kwargs, prefill):
+            # the client's control strings escaped where they stand
             escape = tables.escape
             e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape)
             e_prefill = tables.escape(prefill, own)
-            escaped = e_prefill is not prefill or e_kwargs is not client_kwargs or e_tools is not tools \
-                or any(a is not b for a, b in zip(e_turns, turns, strict=True))
+            escaped = e_prefill is not prefill or e_kwargs is not client_kwargs \
+                or any(a is not b for a, b in zip(e_turns, turns, strict=True)) \
+                or any(a is not b for a, b in zip(e_tools or (), tools or (), strict=True))  # (a new list each time)
             turns, tools, client_kwargs, prefill = e_turns, e_tools, e_kwargs, e_prefill
         hit = tables.first(turns, tools, client_kwargs, _without(prefill, own))
         if hit is None:
@@ -446,22 +448,39 @@ class _Tables:
         """Whether any client string must be traced (``first`` says which): the strings joined once and
         searched by the regular expression engine, the ends of each looked at; tool definitions as
         their JSON text (a control string there is written as is, or JSON-escaped)."""
+        texts = self._texts(turns, kwargs, prefill)
+        joined = "\x00".join(texts)
+        if self.tokens.search(joined) is not None or (not joined.isascii() and _RESERVED.search(joined)):
+            return True
+        if tools:
+            encoded = _encoded(tools)
+            if encoded is None:
+                return any(self.flags(t) is not None for tool in tools for t in _strings(tool))
+            if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and _RESERVED.search(encoded)):
+                return True
+        return any(map(self._edge, texts))
+
+    def _texts(self, turns: Sequence[Turn], kwargs: Mapping[str, Any], prefill: str) -> list[str]:
+        """Every client string but the tools' (``_texts``; the kwargs' keys too, and the prefill)."""
         texts = _texts(turns, self.escapes)
         texts += (t for value in kwargs.values() for t in _strings(value))
         texts += kwargs.keys()
         if prefill:
             texts.append(prefill)
-        joined = "\x00".join(texts)
-        if self.tokens.search(joined) is not None or (not joined.isascii() and _RESERVED.search(joined)):
+        return texts
+
+    def escapes_any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
+                    prefill: str) -> bool:
+        """Whether ``escape`` could change any client string (``rewrite`` with it, or the prefill): a
+        cheap superset, by one search of the strings joined and of the tools' JSON text, so that the
+        usual request (nothing to escape) is not walked value by value and copied. Tool definitions
+        holding U+200B count as changed (their JSON text shows escaped forms only as written)."""
+        if self.escapable.search("\x00".join(self._texts(turns, kwargs, prefill))) is not None:
             return True
-        if tools:
-            try:
-                encoded = orjson.dumps(tools).decode()
-            except (TypeError, orjson.JSONEncodeError):
-                return any(self.flags(t) is not None for tool in tools for t in _strings(tool))
-            if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and _RESERVED.search(encoded)):
-                return True
-        return any(map(self._edge, texts))
+        if not tools:
+            return False
+        encoded = _encoded(tools)
+        return encoded is None or ZW in encoded or self.tools_tokens.search(encoded) is not None
 
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
               prefill: str) -> tuple[str, str] | None:
@@ -664,6 +683,14 @@ def _arguments_strings(arguments: str | Mapping[str, Any]) -> Iterable[str]:
     if "\\" not in arguments:
         return (arguments,)
     return (arguments, *_strings(_decoded(arguments)))
+
+
+def _encoded(tools: list[dict[str, Any]]) -> str | None:
+    """Tool definitions as JSON text (``None`` when they are not JSON values)."""
+    try:
+        return orjson.dumps(tools).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 def _decoded(arguments: str) -> Any:

@@ -222,3 +222,35 @@ def test_the_prefill_may_write_the_model_s_own_markers_and_nothing_else(qwen25: 
     out = ControlText(control.strings, "escape").render(renderer(qwen25), turns, None, {},
                                                         prefill="<think>a<|im_end|>", own={"<think>"})
     assert out.prefill == f"<think>a<{ZW}|im_end|>"
+
+
+_PIECES = st.sampled_from(["<|im_end|>", "<|im_start|>", "<|im", "_end|>", "<", "|", ZW, "x", "\\u003c", '"', "\\"])
+_TEXT = st.lists(_PIECES, max_size=6).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_TEXT, name=_TEXT, argument=_TEXT, extra=_TEXT, tool=_TEXT, key=_TEXT, kwarg=_TEXT, prefill=_TEXT)
+def test_escape_mode_skips_the_walk_only_when_escape_would_change_nothing(
+        text: str, name: str, argument: str, extra: str, tool: str, key: str, kwarg: str, prefill: str) -> None:
+    tables = ControlText(CHATML, "escape")._tables
+    turns = [Turn("user", text, name=name or None, extra={"prefix": extra} if extra else {}),
+             Turn("assistant", "", (Call("c1", "f", '{"q": "' + argument + '"}'), Call("c2", "g", {"a": argument})))]
+    tools = [{"type": "function", "function": {"name": "f", "description": tool, "parameters": {
+        "type": "object", "properties": {key or "k": {"type": "string"}}}}}]
+    kwargs = {"custom": kwarg}
+    e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, kwargs, tables.escape)
+    changed = e_kwargs is not kwargs or tables.escape(prefill) is not prefill \
+        or any(a is not b for a, b in zip([*e_turns, *(e_tools or ())], [*turns, *tools], strict=True))
+    if changed:
+        assert tables.escapes_any(turns, tools, kwargs, prefill)
+    if not any(p in s for s in (text, name, argument, extra, tool, key, kwarg, prefill) for p in ("<", ZW)):
+        assert not tables.escapes_any(turns, tools, kwargs, prefill)
+
+
+def test_escape_mode_renders_a_clean_request_with_the_client_s_own_objects(qwen25: ChatTemplate) -> None:
+    turns = [Turn("system", "be brief"), Turn("user", "a <b>tag</b> and a | pipe")]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    seen: list[Any] = []
+    out = ControlText(CHATML, "escape").render(renderer(qwen25, seen), turns, tools, {})
+    assert out.prompt == render_conversation(qwen25, turns, tools) and out.spans == () and not out.escaped
+    assert len(seen) == 1 and all(a is b for a, b in zip(seen[0], turns, strict=True))
