@@ -257,7 +257,7 @@ def run_tree(tree: Path, args: argparse.Namespace, profile: str | None = None) -
         cmd += ["--profile-to", profile]
     if args.only:
         cmd += ["--only", args.only]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}  # the same dict orders in every process
     out = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
     results = dict(json.loads(out.strip().splitlines()[-1]))
     measured = Path(results.pop("tree"))
