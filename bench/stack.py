@@ -248,21 +248,41 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(results))
 
 
-def run_tree(tree: Path, args: argparse.Namespace, profile: str | None = None) -> dict[str, float]:
-    """This file's measure against ``tree``'s ``app`` (in a process of its own)."""
+def run_tree(tree: Path, args: argparse.Namespace, profile: str | None = None, n: int | None = None,
+             only: str | None = None, under: tuple[str, ...] = ()) -> tuple[dict[str, float], str]:
+    """This file's measure against ``tree``'s ``app`` (in a process of its own, ``under`` a tool): its
+    results and its standard error."""
     # run as ``-c`` from the tree: its directory first on sys.path (so its ``app``), not ``bench/``
-    cmd = [sys.executable, "-c", f"import runpy; runpy.run_path({str(HERE)!r}, run_name='__main__')",
-           "--child", "--n", str(args.n), "--repeat", str(args.repeat)]
+    cmd = [*under, sys.executable, "-c", f"import runpy; runpy.run_path({str(HERE)!r}, run_name='__main__')",
+           "--child", "--n", str(n or args.n), "--repeat", str(1 if under else args.repeat)]
     if profile:
         cmd += ["--profile-to", profile]
-    if args.only:
-        cmd += ["--only", args.only]
+    if only or args.only:
+        cmd += ["--only", only or args.only]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}  # the same dict orders in every process
-    out = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
-    results = dict(json.loads(out.strip().splitlines()[-1]))
+    done = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    results = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     measured = Path(results.pop("tree"))
     assert measured.is_relative_to(tree), f"measured {measured}, not {tree}'s app"
-    return results
+    return results, done.stderr
+
+
+CACHEGRIND = ("valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null")
+#: the cases counted in instructions (the wire's count is mostly the kernel's and the client's)
+COUNTED = ("chat 400", "chat stream, tools", "chat stream, no tools")
+
+
+def instructions(tree: Path, args: argparse.Namespace, label: str) -> float:
+    """Instructions per request of ``label`` (valgrind's count, this user space only): two processes
+    that differ only in how many requests they measure, the difference divided out — the same on a
+    busy machine as on a quiet one."""
+    counts = []
+    for n in (args.n // 4, args.n):
+        _results, err = run_tree(tree, args, n=n, only=label, under=CACHEGRIND)
+        counts.append(int(next(line for line in err.splitlines() if "I refs:" in line or "I   refs:" in line)
+                          .split(":")[1].replace(",", "").strip()))
+    rounds: int = (args.n - args.n // 4) // (1 if label.startswith(("chat 400", "livez")) else 4)
+    return float(counts[1] - counts[0]) / rounds
 
 
 def main() -> None:
@@ -273,6 +293,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", help="only the cases whose label contains this")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per request under valgrind instead (load-independent; slow)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--profile-to", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -281,11 +303,21 @@ def main() -> None:
         return
     new = HERE.parent.parent
     trees = {"new": new, **({"old": args.against.resolve()} if args.against else {})}
+    if args.instructions:
+        print(f"{'case':24}" + "".join(f"{name + ' k instr':>14}" for name in trees)
+              + ("  new ÷ old" if args.against else ""))
+        for label in COUNTED:
+            if args.only and args.only not in label:
+                continue
+            counted = {name: instructions(tree, args, label) for name, tree in trees.items()}
+            print(f"{label:24}" + "".join(f"{counted[name] / 1e3:14.1f}" for name in trees)
+                  + (f"  {counted['new'] / counted['old']:8.3f}×" if args.against else ""))
+        return
     best: dict[str, dict[str, float]] = {name: {} for name in trees}
     load = [os.getloadavg()[0]]
     for _ in range(args.runs):
         for name, tree in (trees.items() if _ % 2 == 0 else reversed(trees.items())):
-            for label, us in run_tree(tree, args).items():
+            for label, us in run_tree(tree, args)[0].items():
                 best[name][label] = min(us, best[name].get(label, float("inf")))
         load.append(os.getloadavg()[0])
     print(f"best of {args.runs} processes per tree, {args.repeat} repeats each; "
