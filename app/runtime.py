@@ -30,12 +30,11 @@ from app.served import (
 )
 from app.services import Services
 from app.settings import Settings
-from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.chat_template import ChatTemplate
 
 log = logging.getLogger("toolwire")
 
-__all__ = ["NoTemplateError", "ParserConfigError", "Runtime", "render_error", "validate_parser_names",
-           "validate_template_source"]
+__all__ = ["NoTemplateError", "ParserConfigError", "Runtime", "validate_parser_names", "validate_template_source"]
 
 SHARED_STORE_WITHOUT_SECRET = (
     "!!! --response-store is shared (Redis) but no --thinking-secret is set: this replica seals reasoning "
@@ -109,6 +108,8 @@ class Runtime:
                 except httpx.HTTPError as exc:
                     raise APIError(503, f"backend not ready: {type(exc).__name__}", "server_error",
                                    code="backend_unreachable") from exc
+                self.services.prefix.serving(self.model)  # what it kept was for the model served before
+                self.services.pool.warm(self.model)  # the prepare workers start now, given the model
             return self.model
 
     def describe(self) -> dict[str, Any]:
@@ -116,10 +117,6 @@ class Runtime:
             return {"backend": self.settings.backend, "backend_type": None, "model": self.settings.model,
                     "reasoning_parser": None, "tool_call_parser": None, "template": None}
         return self.model.describe(self.settings.backend)
-
-
-def render_error(exc: TemplateError) -> APIError:
-    return APIError(400, f"chat template rejected the request: {exc}", code="template_error")
 
 
 def _freeze_start_up() -> None:

@@ -23,15 +23,10 @@ from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.literal import ControlText
 from app.templates.prompt import profile_of
-from app.templates.resume import RenderCache
 from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
 
 if TYPE_CHECKING:
     from app.vocab import TextTokenizer
-
-#: conversations shorter than this are rendered whole, not resumed: with a few messages the
-#: render cache's bookkeeping (digests, cut-out iterations) costs more than it saves
-RESUME_MIN_MESSAGES = 4
 
 log = logging.getLogger("toolwire")
 #: client text sent as it is (a model served without ``app.pipeline.literal.control_for``: tests, tools)
@@ -202,8 +197,7 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
         template = ChatTemplate(published.source, published.bos_token, published.eos_token, name="backend /props")
     if template is not None:
         profile_of(template)  # probe it now, not on the first request
-        if s.render_cache_bytes and template.cache is None:
-            template.cache = RenderCache(s.render_cache_bytes, min_messages=RESUME_MIN_MESSAGES)
+        if s.prefix_cache_bytes:
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
     from app.pipeline.literal import control_for
 

@@ -1,8 +1,10 @@
 """What the process holds for every request, whatever model it serves: settings, metrics, the
-concurrency slots, the worker processes heavy request work runs in, the pooled HTTP clients, the
-stores (responses, conversations, runs) and their background check, the thinking signers and the
-detached tasks (background responses, ``app.detached``). ``start()`` opens what needs opening
-(clients, stores, workers), ``stop()`` closes it.
+concurrency slots, the worker processes heavy request work runs in, the prefix service (what a
+conversation's next turn reuses, ``app.prefix``), the pooled HTTP clients, the stores (responses,
+conversations, runs) and their background check, the thinking signers and the detached tasks
+(background responses, ``app.detached``). ``start()`` opens what needs opening (clients, stores),
+``stop()`` closes it. Each face is handed only the part of them it uses (``Face.needs``: the
+bundles below).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from app.backends.streamhttp import StreamingClient
 from app.detached import Detached
 from app.errors import APIError
 from app.metrics import Metrics
-from app.pipeline.offload import Offloader, Turns
+from app.pipeline.generate import Generating
+from app.pipeline.offload import Pool, Turns
+from app.prefix import PrefixService
 from app.sched import set_slice
 from app.settings import Settings
 from app.state import Stores, open_stores
@@ -77,6 +81,47 @@ class Lease:
             self._slots.used -= 1
 
 
+# ------------------------------------------------------------------ what each face uses
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What a face that only reads the settings uses (the legacy completions passthrough)."""
+
+    settings: Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Answering(Generating):
+    """What an answering face uses: generating (``app.pipeline.generate``), and the tenant's signers."""
+
+    signers: Callable[[str], ThinkingSigner]
+
+    def signer(self, tenant: str) -> ThinkingSigner:
+        return self.signers(tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Responding(Answering):
+    """The Responses API's: answering, the stores (responses, their conversations and runs), the
+    detached tasks of background responses."""
+
+    stores: Stores | None
+    detached: Detached
+
+
+@dataclass(frozen=True, slots=True)
+class Keeping:
+    """The Conversations API's: the settings, the stores, the tenant's signers."""
+
+    settings: Settings
+    stores: Stores | None
+    signers: Callable[[str], ThinkingSigner]
+
+    def signer(self, tenant: str) -> ThinkingSigner:
+        return self.signers(tenant)
+
+
 @dataclass
 class Services:
     """See the module docstring."""
@@ -91,8 +136,10 @@ class Services:
     def __post_init__(self) -> None:
         self.slots = Slots(self.settings.max_concurrency, self.metrics)
         s = self.settings
-        self.offloader = Offloader(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
+        self.pool = Pool(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
         self.turns = Turns()
+        # one budget for the server: each uvicorn worker process holds its share (prepare workers keep nothing)
+        self.prefix = PrefixService(s.prefix_cache_bytes // max(1, s.workers))
         self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:
@@ -102,6 +149,23 @@ class Services:
     def store_state(self) -> StoreState | None:
         """The store as its last background check found it (``None``: no store); never waits on it."""
         return self.store_check.state if self.store_check is not None else None
+
+    # what each face is handed (``Face.needs``): the part it uses, never these services whole
+
+    def settled(self) -> Settled:
+        return Settled(self.settings)
+
+    def generating(self) -> Generating:
+        return Generating(self.settings, self.metrics, self.pool, self.prefix)
+
+    def answering(self) -> Answering:
+        return Answering(self.settings, self.metrics, self.pool, self.prefix, self.signer)
+
+    def responding(self) -> Responding:
+        return Responding(self.settings, self.metrics, self.pool, self.prefix, self.signer, self.stores, self.detached)
+
+    def keeping(self) -> Keeping:
+        return Keeping(self.settings, self.stores, self.signer)
 
     async def start(self) -> None:
         s = self.settings
@@ -121,11 +185,10 @@ class Services:
                                       s.store_check_timeout)
         await self.store_check.check()
         self.store_check.start()
-        self.offloader.start()
 
     async def stop(self) -> None:
         await self.detached.stop()  # first: a background response cancelled here is marked so in the store
-        self.offloader.close()
+        self.pool.close()
         if self.store_check is not None:
             await self.store_check.stop()
         if self.stores is not None:

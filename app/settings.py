@@ -167,9 +167,11 @@ class Settings(BaseSettings):
     max_headers: int = Field(100, ge=8, description="headers a request may send; beyond: 431")
     body_timeout: float = Field(60.0, gt=0, description="seconds a client has to send a request's body")
     max_connections: int = Field(4096, ge=1, description="open connections at most; beyond them new ones get 503")
-    render_cache_bytes: int = Field(
-        64 * 1024 * 1024, ge=0, description="bytes of earlier renders kept per process so a conversation's next "
-        "turn re-renders only what is new, where the chat template is proven to allow it (0: off; see README)")
+    prefix_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="bytes the server keeps of conversations' earlier turns — their "
+        "decoded messages, rendered template loops and encoded tool schemas — so an agent's next turn redoes only "
+        "what differs, on every API (one budget for the whole server, its uvicorn workers sharing it; 0: off; "
+        "see README)")
     max_render_ms: float = Field(
         3000, gt=0, description="CPU time a large request's checks and render may use in a worker process "
         "(beyond: 400, and the worker is replaced); the loop keeps serving meanwhile")

@@ -112,28 +112,30 @@ TEMPLATE = "tests/data/templates/Qwen-Qwen3-0.6B.jinja"
 NEXT_TURN_TARGET_MS = 3.0  # at 100 turns, on a quiet core
 
 
-def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, settings: Any) -> tuple[float, str]:
+def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, settings: Any,
+                    prefix: Any) -> tuple[float, str]:
     """CPU seconds from the request body to the backend's request body (the in-process path a chat
     request takes: JSON, validation, the shared Ask, limits and schemas, render and plan, parsers,
-    the backend body), and the prompt."""
+    the backend body), and the prompt; what the request leaves is kept in ``prefix`` (as the server
+    does once the backend was asked: counted here too)."""
     import time
 
     import orjson
 
-    from app.api.chat.decode import chat_ask, parse_request, prepared
+    from app.api.chat.decode import chat_ask, parse_request
     from app.jsontext import dumps_body
     from app.pipeline.offload import is_light
     from app.pipeline.plan import plan_request
     from app.pipeline.validate import check_ask
+    from app.prefix import keep_after
 
     start = time.process_time()
-    request = parse_request(orjson.loads(raw), settings)
+    request = parse_request(orjson.loads(raw), settings, "", prefix)
     ask = chat_ask(request)
-    light = is_light(ask)  # (a heavy request is planned by a worker in the server: here, inline all the same)
+    is_light(ask)  # (a heavy request is planned by a worker in the server: here, inline all the same)
     check_ask(ask, settings)
     plan = plan_request(ask, formats, template, backend, settings.max_calls_per_answer)
-    ask.planned_on_loop = light
-    prepared(request, ask)  # as the route says once the request is planned
+    keep_after(ask.prefix)
     plan.parser()
     dumps_body(backend.dialect.body(plan.generation_request(), backend.model))
     return time.process_time() - start, plan.prompt
@@ -147,15 +149,14 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
     import httpx
     import orjson
 
-    from app.api.chat.decode import KNOWN
     from app.backends import Backend
     from app.backends.vllm import Vllm
     from app.formats import Formats
     from app.parser_choice import ParserChoice
+    from app.prefix import PrefixService
     from app.settings import Settings
     from app.templates.chat_template import ChatTemplate
     from app.templates.prompt import profile_of
-    from app.templates.resume import RenderCache
     from parsers.registry import canonical_reasoning_parser, canonical_tool_parser
 
     path = Path(__file__).resolve().parent.parent / TEMPLATE
@@ -171,14 +172,12 @@ def measure(reps: int = 7) -> dict[int, dict[str, float]]:
         for _ in range(reps):
             cold = ChatTemplate.load(path)
             profile_of(cold)  # probed at start-up in the server
-            KNOWN.clear()  # no message decoded before either
-            cold_s, whole = _before_backend(raw, cold, formats, backend, settings)
+            cold_s, whole = _before_backend(raw, cold, formats, backend, settings, PrefixService(0))
             warm = ChatTemplate.load(path)
             profile_of(warm)
-            warm.cache = RenderCache(64 << 20)
-            KNOWN.clear()
-            _before_backend(before, warm, formats, backend, settings)
-            warm_s, resumed = _before_backend(raw, warm, formats, backend, settings)
+            prefix = PrefixService(64 << 20)
+            _before_backend(before, warm, formats, backend, settings, prefix)
+            warm_s, resumed = _before_backend(raw, warm, formats, backend, settings, prefix)
             if resumed != whole:
                 raise AssertionError(f"resumed prompt differs from the whole render at {turns} turns")
             cold_best, warm_best = min(cold_best, cold_s), min(warm_best, warm_s)
@@ -208,9 +207,9 @@ def run(ctx: Any) -> Any:
     section.notes.append(
         f"In process, Qwen3 template, qwen3 + hermes parsers: a {SYSTEM_BYTES // 1024} KB system prompt, "
         f"{TOOL_COUNT} tools of ~{TOOL_SCHEMA_BYTES} B schemas, N finished turns (call + result). 'First "
-        "request': no earlier render cached (the template probed, as at start-up). 'Next turn': the same "
-        "conversation's previous turn was served just before (`--render-cache-bytes`: its renders and its "
-        "decoded messages are kept); the prompt is checked "
+        "request': nothing kept (the template probed, as at start-up). 'Next turn': the same "
+        "conversation's previous turn was served just before (`--prefix-cache-bytes`: its decoded messages and "
+        "render are kept); the prompt is checked "
         "byte-identical to the first request's. Best of several runs (CPU time of this process).")
     section.data = {str(k): v for k, v in data.items()}
     return section

@@ -11,15 +11,17 @@
 Every event is precomputed; one event per token, each written to the socket as it is sent (no
 delay between tokens). Also answers ``GET /v1/models`` and ``GET /health`` (what toolwire probes).
 
-Run as ``python -m bench.backend --tokens FILE.json [--pace-ms 5]`` (a JSON list of token texts;
-``--pace-ms`` spaces the tokens like a real model would); it prints ``PORT <n>`` on stdout once
-listening. Standard library only.
+Run as ``python -m bench.backend --tokens FILE.json [--pace-ms 5] [--record]`` (a JSON list of
+token texts; ``--pace-ms`` spaces the tokens like a real model would; ``--record`` keeps each
+prompt's SHA-256, handed over and forgotten by ``GET /bench/prompts``); it prints ``PORT <n>`` on
+stdout once listening. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import sys
 
@@ -64,10 +66,12 @@ NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 
 
 class FastBackend:
-    def __init__(self, tokens: list[str], pace: float = 0.0) -> None:
+    def __init__(self, tokens: list[str], pace: float = 0.0, record: bool = False) -> None:
         self.events = sse_events(tokens)
         self.pace = pace  # seconds between tokens (0: as fast as possible)
         self.requests = 0
+        self.record = record  # keep each prompt's SHA-256 (``GET /bench/prompts`` hands them over)
+        self.prompts: list[str] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -80,16 +84,21 @@ class FastBackend:
                     name, _, value = line.partition(b":")
                     if name.strip().lower() == b"content-length":
                         length = int(value)
-                if length:
-                    await reader.readexactly(length)
+                body = await reader.readexactly(length) if length else b""
                 if method == b"POST" and path == b"/v1/completions":
                     self.requests += 1
+                    if self.record:
+                        prompt = json.loads(body).get("prompt")
+                        self.prompts.append(hashlib.sha256(json.dumps(prompt).encode()).hexdigest())
                     writer.write(STREAM_HEAD)
                     for event in self.events:
                         writer.write(event)
                         await writer.drain()
                         if self.pace:
                             await asyncio.sleep(self.pace)
+                elif path == b"/bench/prompts":
+                    writer.write(json_response(self.prompts))
+                    self.prompts = []
                 elif path == b"/v1/models":
                     writer.write(MODELS)
                 elif path == b"/health":
@@ -103,8 +112,8 @@ class FastBackend:
             writer.close()
 
 
-async def serve(tokens: list[str], port: int, pace: float = 0.0) -> None:
-    backend = FastBackend(tokens, pace)
+async def serve(tokens: list[str], port: int, pace: float = 0.0, record: bool = False) -> None:
+    backend = FastBackend(tokens, pace, record)
     server = await asyncio.start_server(backend.handle, "127.0.0.1", port, backlog=1024)
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
@@ -116,11 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", required=True, help="JSON file: a list of token texts")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--pace-ms", type=float, default=0.0, help="pause between tokens (default: none)")
+    parser.add_argument("--record", action="store_true", help="keep each prompt's SHA-256 for GET /bench/prompts")
     args = parser.parse_args(argv)
     with open(args.tokens, encoding="utf-8") as f:
         tokens = json.load(f)
     try:
-        asyncio.run(serve(tokens, args.port, args.pace_ms / 1000))
+        asyncio.run(serve(tokens, args.port, args.pace_ms / 1000, args.record))
     except KeyboardInterrupt:
         pass
     return 0

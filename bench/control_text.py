@@ -66,7 +66,7 @@ def run(ctx: Any) -> Section:
     control = ControlText(CHATML)
 
     def render(turns: Any, tools: Any, kwargs: dict[str, Any]) -> str:
-        return render_conversation(template, turns, tools, **kwargs)
+        return render_conversation(template, turns, tools, kwargs=kwargs)
 
     clean, tools = conversation(False)
     dirty, _ = conversation(True)

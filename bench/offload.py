@@ -257,58 +257,48 @@ def measure(tree: Path, backend: str, bodies: dict[str, list[bytes]]) -> dict[st
 
 
 def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
-    """In this process with one real worker, for the agent request — its first turn (no render
-    cached) and, at best, its next (the same request again, the template's render cache warm) —
-    and for the schema request: the CPU time preparing it inline takes on the loop, against what
-    handing it to a worker costs the loop (pickling the ``Ask``, unpickling the plan) and the round
-    trip's wall time; best of ``repeat``. (Schema checks are remembered after the first run, inline
-    and in the worker alike: the columns are what shipping costs, not what checking does.)"""
-    from app.api.answer import prepare
+    """In this process with one real worker (the standard pool, ``app.pipeline.offload.Pool``), for
+    the agent request and for the schema request: the CPU time preparing it inline takes on the
+    loop, against what handing it to a worker costs the loop (pickling the ``Job``, unpickling the
+    answer and putting the plan together) and the round trip's wall time; best of ``repeat``.
+    (Schema checks are remembered after the first run, inline and in the worker alike: the columns
+    are what shipping costs, not what checking does.)"""
     from app.api.chat.decode import chat_ask, parse_request
     from app.backends import Backend
     from app.backends.vllm import Vllm
-    from app.pipeline.offload import CONSTANTS, reducers
-    from app.pipeline.workers import Worker
+    from app.pipeline.offload import Pool
+    from app.pipeline.prepare import prepare
     from app.served import ServedModel, choose_parsers
     from app.settings import Settings
     from app.templates.chat_template import ChatTemplate
-    from app.templates.resume import RenderCache
 
     settings = Settings(backend="http://unused", chat_template=TEMPLATE, tool_call_parser="hermes",
                         reasoning_parser="qwen3", max_render_ms=600_000)
-
-    def model(cached: bool) -> ServedModel:
-        template = ChatTemplate.load(TEMPLATE)
-        if cached:  # as the probe sets it up
-            template.cache = RenderCache(settings.render_cache_bytes)
-        return ServedModel.of("m", Backend("http://unused", httpx.AsyncClient(), dialect=Vllm()), template,
-                              choose_parsers(settings, template))
-
-    cases = (("agent request, first turn", agent_request(0), model(False)),
-             ("agent request, next turn (render cache warm)", agent_request(0), model(True)),
-             ("60 × 64 KB schemas", schema_request(), model(False)))
+    template = ChatTemplate.load(TEMPLATE)
+    served = ServedModel.of("m", Backend("http://unused", httpx.AsyncClient(), dialect=Vllm()), template,
+                            choose_parsers(settings, template))
+    cases = (("agent request", agent_request(0)), ("60 × 64 KB schemas", schema_request()))
     rows = []
 
     async def measure_all() -> None:
-        worker = await Worker.start(cpu_budget_s=600)
+        pool = Pool(1, 600, 600, settings)
         try:
-            for label, body, served in cases:
+            for label, body in cases:
                 ask = chat_ask(parse_request(orjson.loads(body), settings))
-                args = (ask, settings, served, "function.parameters")
-                prepare(*args)  # schema verdicts (and renders) remembered here …
-                await worker.call(prepare, args, CONSTANTS, reducers(settings))  # … and there
+                prepare(ask, settings, served, "function.parameters")  # schema verdicts remembered here …
+                await pool.prepare(False, ask, served, "function.parameters")  # … and there
                 inline, loop_cpu, trip = [], [], []
                 for _ in range(repeat):
                     started = time.process_time()
-                    prepare(*args)
+                    prepare(ask, settings, served, "function.parameters")
                     inline.append(time.process_time() - started)
                     started, wall = time.process_time(), time.perf_counter()
-                    await worker.call(prepare, args, CONSTANTS, reducers(settings))
+                    await pool.prepare(False, ask, served, "function.parameters")
                     loop_cpu.append(time.process_time() - started)
                     trip.append(time.perf_counter() - wall)
                 rows.append((label, len(body) / 1024, min(inline) * 1000, min(loop_cpu) * 1000, min(trip) * 1000))
         finally:
-            worker.kill()
+            pool.close()
 
     asyncio.run(measure_all())
     return rows
@@ -373,7 +363,7 @@ def run(ctx: Any) -> Section:
     section.tables.append(table(
         ("request", "body KB", "prepared inline: loop CPU ms", "in a worker: loop CPU ms", "round trip ms"),
         ((label, fmt(kb, 0), fmt(inline), fmt(loop), fmt(trip)) for label, kb, inline, loop, trip in shipped)))
-    for (label, _, inline, loop, _), key in zip(shipped, ("first", "next", "schemas"), strict=True):
+    for (label, _, inline, loop, _), key in zip(shipped, ("first", "schemas"), strict=True):
         section.figure(f"offload.shipping.{key}", f"loop CPU handed to a worker ÷ prepared inline: {label}",
                        loop / inline, "×", note=f"{fmt(loop)} ms against {fmt(inline)} ms")
     for phase, key in (("schema request", "schema"), ("agent burst", "burst")):
@@ -395,8 +385,8 @@ def run(ctx: Any) -> Section:
         "unpickling the plan — which refers back to the caller's `Ask` rather than carrying it), best of the "
         "repetitions; schema checks are remembered on both sides, so this is the cost of shipping, not of checking. "
         "Inline work holds the loop for all of its time; shipping costs it in pieces of a fraction of a "
-        "millisecond. Where the render cache makes a turn cheaper to render than to ship, the worker costs the "
-        "loop more than it saves it: that is the case for an agent's next turn (the best case shown here).")
+        "millisecond. An agent's next turn is not shipped at all: what the prefix service kept of its conversation "
+        "makes it light (`app.prefix`).")
     section.notes.append(
         f"Builds: **after** = this tree; **before** = commit {commit[:10]} (2-thread pool, at most 8 heavy jobs). "
         f"{rounds} round(s), each build started afresh per round, alternating which goes first. The probe "

@@ -35,6 +35,7 @@ SECTIONS: list[str] = [
     "bench.sglang",  # the same chunk sequences through SGLang 0.5.23's parsers, side by side
     "bench.proxy",  # proxy overhead: added TTFT, tokens/s, CPU per 1 000 tokens
     "bench.agent",  # issue 26: agent-sized turns, CPU before the backend is asked, first vs next turn
+    "bench.shapes",  # issue 35: an agent's next turn on every face and shape, process-tree CPU, cache on / off
     "bench.whole",  # issue 26: a non-streaming answer's CPU vs the same answer streamed
     "bench.load",  # issue 8: 500 concurrent streams through one worker, twice; errors, cross-talk, memory
     "bench.scale",  # issue 24: tokens/s through 3 replicas vs 1 behind Caddy (tests/scale_cluster.py)

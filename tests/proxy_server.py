@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import socket
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import uvicorn
 
 from app.api.server import create_app, uvicorn_options
 from app.settings import Settings
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -33,7 +38,21 @@ class ProxyServer:
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.settings.port, log_level="warning",
                                 lifespan="on", **options)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's loop, once it runs
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.server.serve())
+        finally:
+            self.loop.close()
+
+    def call(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run a coroutine on the server's loop (its services live there), from the test's thread."""
+        assert self.loop is not None
+        return asyncio.run_coroutine_threadsafe(work, self.loop)
 
     @property
     def url(self) -> str:

@@ -213,20 +213,17 @@ def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_f
     with ``content: null``, their results, the answer): from the third request on, toolwire takes the
     messages it decoded for the request before and resumes the template's render — and every prompt
     that reaches the backend is byte for byte the one a server without those caches sends."""
-    from app.api.chat import decode
-    from app.api.chat.known import KnownMessages
+    from app.prefix import PrefixService
 
-    known = KnownMessages()
     counts: list[int] = []
-    find = known.find
+    recall = PrefixService.recall
 
-    def spy(messages: list[Any], max_bytes: int, tenant: str = "") -> Any:
-        found = find(messages, max_bytes, tenant)
-        counts.append(found.count)
+    def spy(self: PrefixService, *args: Any, **kwargs: Any) -> Any:
+        found = recall(self, *args, **kwargs)
+        counts.append(sum(1 for i in range(len(found.units)) if found.segment(i) is not None))
         return found
 
-    monkeypatch.setattr(known, "find", spy)
-    monkeypatch.setattr(decode, "KNOWN", known)
+    monkeypatch.setattr(PrefixService, "recall", spy)
 
     def respond(body: dict[str, Any]) -> Script:
         prompt: str = body["prompt"]
@@ -236,11 +233,11 @@ def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_f
         call = json.dumps({"name": "get_weather", "arguments": {"city": f"{CITY} {done}"}})
         return Script(pieces=["<think>\nOne more.\n</think>\n\n", "<tool_call>\n", call, "\n</tool_call>"], delay=0.002)
 
-    def run(render_cache_bytes: int) -> tuple[str, list[str], list[str]]:
+    def run(prefix_cache_bytes: int) -> tuple[str, list[str], list[str]]:
         backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
         backend.responder = respond
         proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE), reasoning_parser="qwen3",
-                              tool_call_parser="qwen25", render_cache_bytes=render_cache_bytes)
+                              tool_call_parser="qwen25", prefix_cache_bytes=prefix_cache_bytes)
         seen: list[str] = []
 
         @function_tool
@@ -261,6 +258,6 @@ def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_f
 
     cached = run(64 << 20)
     assert cached[0] == ANSWER and cached[1] == [f"{CITY} {k}" for k in range(4)]
-    assert len(counts) == 5 and counts[:2] == [0, 0] and all(c > 0 for c in counts[2:]), counts
+    assert len(counts) == 4 and counts[0] == 0 and all(c > 0 for c in counts[1:]), counts  # 4+ messages
     plain = run(0)
     assert plain[0] == ANSWER and cached[2] == plain[2] and len(plain[2]) == 5

@@ -392,3 +392,28 @@ def test_client_control_text_beside_an_image_is_escaped_not_tokenized(backend_fa
         assert isinstance(body["prompt"], dict) and body["prompt"]["prompt_string"].count(MARKER) == 1
         read.append([backend.specials[t - SPECIAL_ID] for t in backend.evaluated(body) if t >= SPECIAL_ID])
     assert read[0] == read[1] == ["<|im_start|>", "<|im_end|>", "<|im_start|>"]
+
+
+def test_the_prefix_service_holds_an_image_by_its_digest_and_prompts_stay_exact(backend_factory,
+                                                                                 proxy_factory) -> None:
+    """An agent's conversation with a screenshot early on: its next turns take the decoded image from
+    the prefix service (kept as a digest, not its base64), and every prompt and its images are those
+    of a server without the service — also when the screenshot is replaced by another."""
+    servers = []
+    for cache in (64 << 20, 0):
+        backend = backend_factory("llamacpp", vision=True, media_marker=MARKER, chat_template=QWEN35.read_text())
+        servers.append((backend, proxy_factory(backend=backend.url, prefix_cache_bytes=cache)))
+    big = png(9) + b"\0" * 20_000  # (a PNG with trailing bytes: ~27 KB of base64)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."}, image_message(big)]
+    for i in range(6):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "user", "content": f"q{i}"}]
+        if i == 4:
+            messages[1] = image_message(png(11))
+        for _, proxy in servers:
+            chat(proxy).chat.completions.create(model="m", messages=messages)
+    on, off = ([b["prompt"] for b in backend.bodies()] for backend, _ in servers)
+    assert on == off and all(len(p["multimodal_data"]) == 1 for p in on)
+    prefix = servers[0][1].runtime.services.prefix
+    assert prefix.found > 0
+    units = [u for _, entry in prefix._held.values() if hasattr(entry, "units") for u in entry.units]
+    assert units and max(map(len, units)) < 4200  # the image's unit is its digest

@@ -1,4 +1,4 @@
-"""``tojson``'s memo (``app.templates.chat_template.JsonMemo``): what it answers is what
+"""``tojson``'s memo (kept by the prefix service, ``app.prefix``): what it answers is what
 ``json.dumps`` answers for the value in hand — a changed value is encoded again, and values equal
 in Python but not in JSON (``True`` and ``1``, ``nan`` and ``None``) never share an answer."""
 
@@ -10,8 +10,32 @@ from typing import Any
 
 import pytest
 
-from app.templates.chat_template import JsonMemo, _json_default
+from app.prefix import PrefixService
+from app.templates import chat_template
+from app.templates.chat_template import _json_default
 from bench.agent import agent_tools
+
+
+class Memo:
+    """``tojson`` as a render with a memo runs it (values of any size are kept)."""
+
+    def __init__(self, max_bytes: int = 4 << 20) -> None:
+        self.service = PrefixService(max_bytes)
+
+    def dumps(self, value: Any, **options: Any) -> str:
+        token = chat_template._memo.set(self.service)
+        try:
+            return chat_template._tojson(value, **options)
+        finally:
+            chat_template._memo.reset(token)
+
+    def __len__(self) -> int:
+        return len(self.service)
+
+
+@pytest.fixture(autouse=True)
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chat_template, "MEMO_MIN_BYTES", 0)
 
 
 def direct(value: Any, **options: Any) -> str:
@@ -39,7 +63,7 @@ def changed(path: tuple[str, ...], new: Any) -> dict[str, Any]:
     changed(("function", "parameters", "required"), ("path",)),  # a tuple: the same JSON, its own key
 ])
 def test_a_changed_value_gets_its_own_answer(other: dict[str, Any]) -> None:
-    memo = JsonMemo(min_bytes=0)
+    memo = Memo()
     assert memo.dumps(TOOL) == direct(TOOL)
     assert memo.dumps(TOOL) == direct(TOOL) and len(memo) == 1  # the second time: from the memo
     assert memo.dumps(other) == direct(other)
@@ -49,30 +73,30 @@ def test_a_changed_value_gets_its_own_answer(other: dict[str, Any]) -> None:
 
 
 def test_options_are_part_of_the_key() -> None:
-    memo = JsonMemo(min_bytes=0)
+    memo = Memo()
     for options in ({}, {"indent": 2}, {"sort_keys": True}, {"separators": (",", ":")}, {"ensure_ascii": True}):
         assert memo.dumps(TOOL, **options) == direct(TOOL, **options)
     assert len(memo) == 5
 
 
 def test_what_marshal_refuses_is_encoded_each_time() -> None:
-    memo = JsonMemo(min_bytes=0)
+    memo = Memo()
     assert memo.dumps(iter([1, 2])) == "[1, 2]"
     assert len(memo) == 0
 
 
 def test_the_memo_stays_within_its_bytes() -> None:
-    memo = JsonMemo(max_bytes=20_000, min_bytes=0)
+    memo = Memo(max_bytes=20_000)
     for i in range(40):
         value = {"i": i, "text": "x" * 2000}
         assert memo.dumps(value) == direct(value)
-        assert memo.bytes <= memo.max_bytes
+        assert memo.service.bytes <= memo.service.max_bytes
     assert 0 < len(memo) < 40
 
 
 def test_values_one_json_encoder_would_confuse_are_told_apart() -> None:
     """``nan`` and ``None`` are both ``null`` to orjson; ``json.dumps`` (and so the prompt) says ``NaN``."""
-    memo = JsonMemo(min_bytes=0)
+    memo = Memo()
     pad = "p" * 300
     assert memo.dumps({"m": None, "pad": pad}) == direct({"m": None, "pad": pad})
     assert memo.dumps({"m": math.nan, "pad": pad}).startswith('{"m": NaN')

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parsers import build_response_parser, fold
 from parsers.registry import REASONING_PARSERS, TOOL_PARSERS, reasoning_detector_class, tool_detector_class
-from tests.conftest import QWEN3_TEMPLATE
+from tests.conftest import QWEN3_TEMPLATE, sse_events
 from tests.harness import check_stream_invariants, comparable, split_random
 from tests.scripted_backend import Script
 
@@ -139,3 +139,198 @@ def test_random_request_bodies_get_openai_answers(app_url: str) -> None:
 
     check()
     client.close()
+
+
+# ------------------------------------------------------------------ the prefix service: every face, every shape
+
+class Twin:
+    """Two servers, the prefix service on and off, each with its own scripted backend: every
+    request goes to both, and every prompt their backends get must be byte for byte the same."""
+
+    def __init__(self, backend_factory: Any, proxy_factory: Any) -> None:
+        answer = ["<think>\nLook at it.\n</think>\n\n", '<tool_call>\n{"name": "bash", "arguments": ',
+                  '{"cmd": "ls", "n": 3, "all": true}}\n</tool_call>']
+        self.backends, self.proxies = [], []
+        for cache in (64 << 20, 0):
+            backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+            backend.default = Script(pieces=answer)
+            self.backends.append(backend)
+            self.proxies.append(proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE),
+                                              reasoning_parser="qwen3", tool_call_parser="qwen25",
+                                              prefix_cache_bytes=cache, api_key=["alice", "bob"],
+                                              thinking_secret="twin-secret-0123456789abcdef"))
+        self.client = httpx.Client(timeout=60)
+
+    def post(self, path: str, bodies: tuple[Any, Any], key: str) -> tuple[httpx.Response, httpx.Response]:
+        on, off = (self.client.post(p.url + path, json=b, headers={"authorization": f"Bearer {key}"})
+                   for p, b in zip(self.proxies, bodies, strict=True))
+        assert on.status_code == off.status_code, (path, on.text, off.text)
+        return on, off
+
+    def check(self) -> None:
+        on, off = ([b.get("prompt") for b in backend.bodies()] for backend in self.backends)
+        assert len(on) == len(off)
+        for k, (a, b) in enumerate(zip(on, off, strict=True)):
+            assert a == b, f"prompt {k} differs"
+
+    @property
+    def served(self) -> int:
+        """How many units the server with the service on took from it (it must have done something)."""
+        return int(self.proxies[0].runtime.services.prefix.found)
+
+
+CAMPAIGN_TOOLS = [{"type": "function", "function": {"name": n, "description": f"the {n} tool", "parameters": {
+    "type": "object", "properties": {"cmd": {"type": "string"}, "n": {"type": "integer"}, "all": {"type": "boolean"}}}}}
+    for n in ("bash", "grep", "read")]
+
+
+def _result(rng: Any, i: int) -> str:
+    """A tool's output: now and then holding the model's control text (a file about chat templates),
+    which a turn that comes again must be traced for as the first time (``Note.settled``)."""
+    return rng.choice([f"out {i} «é»"] * 6 + [f"out {i} <|im_end|>\n<|im_start|>user {i}", f"</think> {i}",
+                                              f"out {i} <tool_call"])
+
+
+def _chat_turn(rng: Any, i: int) -> list[dict[str, Any]]:
+    call_id = f"call_{i}_{rng.randrange(1000)}"
+    arguments = json.dumps({"cmd": f"ls {i}", "n": i, "all": rng.random() < 0.5})
+    return [{"role": "assistant", "content": rng.choice([None, "", f"step {i}"]),
+             "reasoning_content": rng.choice([None, f"why {i}"]),
+             "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": _result(rng, i)}]
+
+
+def _edit(rng: Any, items: list[Any], step: int, make: Any) -> list[Any]:
+    """One random change to a conversation's items (``make(step)``: a new item)."""
+    op = rng.choice(["append", "append", "append", "trailing", "edit", "insert", "remove"])
+    if op == "append" or len(items) < 3:
+        return [*items, *make(step)]
+    if op == "trailing":
+        return [*items, *make(step)][:-1] + [make(step)[-1]]
+    k = rng.randrange(1, len(items))
+    if op == "edit":
+        return [*items[:k], json.loads(json.dumps(items[k]).replace("out ", f"edited {step} ")), *items[k + 1:]]
+    if op == "insert":
+        return [*items[:k], make(step)[0], *items[k:]]
+    return [*items[:k], *items[k + 1:]]
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_chat_prompts_are_the_same_with_the_prefix_service_on_and_off(backend_factory, proxy_factory,
+                                                                       seed: int) -> None:
+    """Chat Completions under random changes — turns appended, a trailing user message rewritten,
+    messages edited, inserted and removed, the tools, the template switches and the tenant
+    changed: the prompts are those of a server without the prefix service."""
+    import random
+
+    rng = random.Random(seed)
+    twin = Twin(backend_factory, proxy_factory)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are an agent."},
+                                      {"role": "user", "content": "Fix it."}]
+    tools: list[dict[str, Any]] | None = CAMPAIGN_TOOLS
+    key, kwargs = "alice", {}
+    for step in range(40):
+        change = rng.random()
+        if change < 0.1:
+            tools = rng.choice([None, CAMPAIGN_TOOLS, CAMPAIGN_TOOLS[:2]])
+        elif change < 0.15:
+            kwargs = rng.choice([{}, {"enable_thinking": False}])
+        elif change < 0.2:
+            key = rng.choice(["alice", "bob"])
+        else:
+            messages = _edit(rng, messages, step, lambda i: [*_chat_turn(rng, i), {"role": "user", "content": f"r {i}"}])
+        body = {"model": "m", "messages": messages, "stream": rng.random() < 0.5, "max_tokens": 32,
+                **({"tools": tools} if tools else {}), **({"chat_template_kwargs": kwargs} if kwargs else {})}
+        twin.post("/v1/chat/completions", (body, body), key)
+    twin.check()
+    assert twin.served > 5
+
+
+def _anthropic_turn(rng: Any, i: int) -> list[dict[str, Any]]:
+    tool_id = f"toolu_{i}_{rng.randrange(1000)}"
+    return [{"role": "assistant", "content": [{"type": "text", "text": f"step {i}"}, {
+        "type": "tool_use", "id": tool_id, "name": "bash", "input": {"cmd": f"ls {i}", "n": i, "all": True}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": _result(rng, i)},
+                                         {"type": "text", "text": f"<system-reminder>{i}</system-reminder>"}]}]
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_messages_prompts_are_the_same_with_the_prefix_service_on_and_off(backend_factory, proxy_factory,
+                                                                           seed: int) -> None:
+    """The Messages API in Claude Code's shape (system blocks with ``cache_control``, the newest
+    block marked), under the same random changes."""
+    import random
+
+    rng = random.Random(seed)
+    twin = Twin(backend_factory, proxy_factory)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "Fix it."}]}]
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in CAMPAIGN_TOOLS]
+    for step in range(30):
+        messages = _edit(rng, messages, step, lambda i: _anthropic_turn(rng, i))
+        while messages[-1]["role"] != "user":
+            messages = messages[:-1]
+        marked = json.loads(json.dumps(messages))
+        last = marked[-1]["content"]
+        if isinstance(last, list) and last:
+            last[-1]["cache_control"] = {"type": "ephemeral"}
+        body = {"model": "m", "max_tokens": 64, "stream": rng.random() < 0.5, "tools": tools, "messages": marked,
+                "system": [{"type": "text", "text": f"x-anthropic-billing-header: cc_version={step};"},
+                           {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]}
+        twin.post("/v1/messages", (body, body), rng.choice(["alice", "alice", "bob"]))
+    twin.check()
+    assert twin.served > 5
+
+
+def _output(response: httpx.Response) -> list[dict[str, Any]]:
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        done = [e for e in sse_events(response) if isinstance(e, dict) and e.get("type") == "response.completed"]
+        return list(done[-1]["response"]["output"]) if done else []
+    return list(response.json().get("output") or [])
+
+
+def test_responses_prompts_are_the_same_with_the_prefix_service_on_and_off(backend_factory, proxy_factory) -> None:
+    """The Responses API: the whole input every turn (Codex: ``store: false``, the server's sealed
+    reasoning and calls handed back), chains of ``previous_response_id`` (continued, branched from
+    an earlier response, one deleted in the middle), and a conversation."""
+    import random
+
+    rng = random.Random(11)
+    twin = Twin(backend_factory, proxy_factory)
+    head = {"model": "m", "tools": [{"type": "function", **t["function"]} for t in CAMPAIGN_TOOLS],
+            "max_output_tokens": 64}
+    # Codex's shape, with edits: the same items to both servers (the seals are the same secret's)
+    items: list[dict[str, Any]] = [{"type": "message", "role": "developer", "content": "Sandbox."},
+                                   {"type": "message", "role": "user", "content": "Fix it."}]
+    for step in range(16):
+        body = {**head, "store": False, "input": items, "instructions": rng.choice(["Be brief.", "Be brief!"]),
+                "include": ["reasoning.encrypted_content"], "stream": rng.random() < 0.5}
+        on, _ = twin.post("/v1/responses", (body, body), "alice")
+        assert on.status_code == 200, on.text
+        made = _output(on)
+        calls = [i["call_id"] for i in made if i.get("type") == "function_call"]
+        new = [*made, *({"type": "function_call_output", "call_id": c, "output": _result(rng, step)} for c in calls)]
+        items = _edit(rng, items, step, lambda _i, new=new: new)
+    # the Agents SDK's shape: chains, a branch, a deleted link
+    ids: list[tuple[str, str]] = []
+    for step in range(14):
+        previous = ids[-1] if ids and rng.random() < 0.8 else rng.choice(ids) if ids else None
+        text = _result(rng, step)
+        bodies = tuple({**head, "input": [{"type": "message", "role": "user", "content": text}],
+                        "stream": False, **({"previous_response_id": p} if p else {})}
+                       for p in (previous or (None, None)))
+        on, off = twin.post("/v1/responses", bodies, "alice")  # type: ignore[arg-type]
+        if on.status_code == 200:
+            ids.append((on.json()["id"], off.json()["id"]))
+        if step == 8 and len(ids) > 3:  # a response in the middle of the chain is deleted
+            gone = ids[-3]
+            for proxy, rid in zip(twin.proxies, gone, strict=True):
+                assert twin.client.delete(proxy.url + f"/v1/responses/{rid}",
+                                          headers={"authorization": "Bearer alice"}).status_code == 200
+    # a conversation
+    made = [twin.client.post(p.url + "/v1/conversations", json={"items": []},
+                             headers={"authorization": "Bearer bob"}).json()["id"] for p in twin.proxies]
+    for step in range(8):
+        bodies = tuple({**head, "conversation": c, "input": f"turn {step}", "stream": step % 2 == 0} for c in made)
+        twin.post("/v1/responses", bodies, "bob")  # type: ignore[arg-type]
+    twin.check()
+    assert twin.served > 10

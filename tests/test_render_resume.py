@@ -1,14 +1,16 @@
 """Resumed renders (``app.templates.resume``) are byte-identical to whole renders, on every real
-template, over growing conversations — and the proof refuses the loops it cannot vouch for.
+template, over growing, rewritten and edited conversations — and the proof refuses the loops it
+cannot vouch for.
 
-Each template is rendered twice per step: by a template without a cache (the whole render, as
-before) and by one with a cache that has seen every earlier step of the same conversation.
+Each template is rendered twice per step: whole, and continuing the render of the step before
+(``Chain``: what the prefix service hands each render of one conversation).
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import random
 from pathlib import Path
 
 import orjson
@@ -19,8 +21,7 @@ from app.jsontext import JsonText, dumps_body
 from app.templates import chat_template, resume
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import TemplateProfile, render_conversation, template_messages
-from app.templates.resume import SEPARATOR, NotProven, RenderCache, plan_of
-from app.templates.resume import serialised as resume_serialised
+from app.templates.resume import SEPARATOR, NotProven, RenderState, Resume, plan_of
 from bench.agent import agent_tools
 from tests.data.render_cases import PINNED_NOW
 
@@ -73,9 +74,42 @@ def agent_steps(with_reasoning: bool) -> list[list[Turn]]:
 ENCODED: list[int] = []  # prompts that came with their own JSON encoding (resumed renders)
 
 
-def _render(template: ChatTemplate, turns: list[Turn], tools: list[dict] | None, **kwargs: object) -> str:
+class Chain:
+    """One conversation's renders, each continuing the one before (as ``app.prefix`` chains them)."""
+
+    def __init__(self, template: ChatTemplate) -> None:
+        self.template = template
+        self.state: RenderState | None = None
+        self.reused = 0  # iterations taken from the render before, over all renders
+
+    def link(self) -> Resume:
+        return Resume(self.state)
+
+    def took(self, resume: Resume) -> None:
+        self.state = resume.state
+        self.reused += resume.reused
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None, **kwargs: object) -> str:
+        resume = self.link()
+        try:
+            return self.template.render(messages, tools, resume=resume, kwargs=kwargs)
+        finally:
+            self.took(resume)
+
+    def conversation(self, turns: list[Turn], tools: list[dict] | None, **kwargs: object) -> str:
+        resume = self.link()
+        try:
+            return render_conversation(self.template, turns, tools, kwargs=kwargs, resume=resume)
+        finally:
+            self.took(resume)
+
+
+def _render(template: ChatTemplate | Chain, turns: list[Turn], tools: list[dict] | None, **kwargs: object) -> str:
     try:
-        prompt = render_conversation(template, turns, tools, **kwargs)
+        if isinstance(template, Chain):
+            prompt = template.conversation(turns, tools, **kwargs)
+        else:
+            prompt = render_conversation(template, turns, tools, kwargs=kwargs)
     except TemplateError as exc:
         return f"TemplateError: {exc}"
     if isinstance(prompt, JsonText):  # the body takes this encoding as it is: it must be exactly the prompt's
@@ -88,8 +122,7 @@ def _render(template: ChatTemplate, turns: list[Turn], tools: list[dict] | None,
 def test_resumed_renders_are_byte_identical(name: str) -> None:
     source = TEMPLATES[name]
     whole = ChatTemplate(source, "<BOS>", "<EOS>")
-    resumed = ChatTemplate(source, "<BOS>", "<EOS>")
-    resumed.cache = RenderCache(1 << 24)
+    resumed = Chain(ChatTemplate(source, "<BOS>", "<EOS>"))
     tools = agent_tools(3, 600)
     for with_tools in (True, False):
         for with_reasoning in (True, False):
@@ -104,8 +137,16 @@ def test_resumed_renders_are_byte_identical(name: str) -> None:
     edited = [Turn(t.role, t.text.replace("output of bash 1", "EDITED"), t.calls, t.reasoning, t.tool_call_id)
               for t in steps[-1]]
     assert _render(resumed, edited, tools) == _render(whole, edited, tools)
+    # a trailing user message rewritten every turn (the last user turn moves on: captured values change)
+    for i, turns in enumerate(steps):
+        trailing = [*turns, Turn("user", f"reminder {i}")]
+        assert _render(resumed, trailing, tools) == _render(whole, trailing, tools)
+    # an early message edited every turn
+    for i, turns in enumerate(steps):
+        early = [turns[0], Turn("user", f"repo map {i}"), *turns[2:]]
+        assert _render(resumed, early, tools) == _render(whole, early, tools)
     if name.split("/")[-1] in AGENT_TEMPLATES:
-        assert resumed.cache.hits > 0, "a proven template must reuse earlier iterations"
+        assert resumed.reused > 0, "a proven template must reuse earlier iterations"
         assert ENCODED, "a resumed render carries its encoding"
 
 
@@ -160,9 +201,8 @@ def test_what_the_loop_reads_is_captured_and_compared() -> None:
     source = ("{%- set ns = namespace(last=0) %}{%- for m in messages %}{%- if m.role == 'user' %}"
               "{%- set ns.last = loop.index0 %}{%- endif %}{%- endfor %}"
               + LOOP + "{%- if loop.index0 < ns.last %}old:{% else %}new:{% endif %}{{ message.content }}|" + END)
-    whole, resumed = ChatTemplate(source), ChatTemplate(source)
-    resumed.cache = RenderCache(1 << 20)
-    plan = resumed.loop_plan()
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
+    plan = resumed.template.loop_plan()
     assert plan is not None and plan.captured == ("ns",)
     messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     for more in ([], [{"role": "assistant", "content": "c"}], [{"role": "user", "content": "d"}]):
@@ -173,25 +213,10 @@ def test_what_the_loop_reads_is_captured_and_compared() -> None:
 
 def test_the_separator_in_the_data_falls_back_to_a_whole_render() -> None:
     source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
-    whole, resumed = ChatTemplate(source), ChatTemplate(source)
-    resumed.cache = RenderCache(1 << 20)
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
     messages = [{"role": "user", "content": f"a{SEPARATOR}b"}, {"role": "assistant", "content": "ok"}]
     assert resumed.render(messages) == whole.render(messages)
-    assert len(resumed.cache) == 0
-
-
-def test_the_cache_stays_within_its_bytes() -> None:
-    source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
-    template = ChatTemplate(source)
-    template.cache = cache = RenderCache(20_000)
-    for i in range(40):  # forty different conversations of ~2 KB each
-        template.render([{"role": "user", "content": f"{i} " + "x" * 2000}])
-        assert cache.bytes_held <= cache.max_bytes
-    assert 0 < len(cache) < 40
-    big = RenderCache(100)
-    template.cache = big
-    template.render([{"role": "user", "content": "y" * 5000}])  # larger than the whole bound: not kept
-    assert len(big) == 0 and big.bytes_held == 0
+    assert resumed.state is None
 
 
 NUMBERS = "{%- for m in messages %}{{ m.n }}|{%- endfor %}"
@@ -204,26 +229,13 @@ NUMBERS = "{%- for m in messages %}{{ m.n }}|{%- endfor %}"
     [{"n": 7}, {"n": 2}, {"n": 1}],  # within the items the key digests
 ])
 def test_a_changed_earlier_message_is_not_reused(earlier: list[dict]) -> None:
-    whole, resumed = ChatTemplate(NUMBERS), ChatTemplate(NUMBERS)
-    resumed.cache = RenderCache(1 << 20)
+    whole, resumed = ChatTemplate(NUMBERS), Chain(ChatTemplate(NUMBERS))
     now = [{"n": 1}, {"n": 2}, {"n": 1}, {"n": 4}]
     assert resumed.render(earlier) == whole.render(earlier)
+    same = sum(1 for a, b in zip(earlier, now, strict=False) if a == b and type(a["n"]) is type(b["n"]))
     assert resumed.render(now) == whole.render(now) == "1|2|1|4|"
-    assert resumed.cache.hits == 0
-    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.cache.hits == 1  # the prefix is
-
-
-def test_the_cache_index_holds_what_the_cache_holds() -> None:
-    """Entries dropped for the byte bound leave the lookup index too; a render seen again replaces
-    its old entry."""
-    template = ChatTemplate(TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"])
-    template.cache = cache = RenderCache(60_000)
-    for i in range(30):
-        for n in (2, 3, 4, 4):  # a conversation growing; its last turn sent twice
-            template.render([{"role": "user", "content": f"{i} {k} " + "x" * 1000} for k in range(n)])
-            assert cache.bytes_held <= cache.max_bytes
-            assert cache.filed() == len(cache)
-    assert 0 < len(cache) < 90
+    assert resumed.reused == same  # the iterations whose item is the same at the same place, no other
+    assert resumed.render([*now, {"n": 5}]) == "1|2|1|4|5|" and resumed.reused == same + 4
 
 
 LOOP_READS = ("{%- for m in messages %}{{ loop.index0 }},{{ loop.index }},{{ loop.first }},{{ loop.last }},"
@@ -236,53 +248,53 @@ LOOP_READS = ("{%- for m in messages %}{{ loop.index0 }},{{ loop.index }},{{ loo
 def test_the_loop_reads_the_same_wherever_the_render_resumes() -> None:
     """The resumed loop runs over the items not reused; what its body reads of ``loop`` and of the
     items around it is what a whole render reads."""
-    whole, resumed = ChatTemplate(LOOP_READS), ChatTemplate(LOOP_READS)
-    resumed.cache = RenderCache(1 << 20)
+    whole, resumed = ChatTemplate(LOOP_READS), Chain(ChatTemplate(LOOP_READS))
     messages = [{"content": f"m{i}"} for i in range(9)]
     for n in (1, 2, 3, 5, 6, 9, 9, 4):
         assert resumed.render(messages[:n]) == whole.render(messages[:n])
-    assert resumed.cache.hits >= 5
+    edited = [*messages[:3], {"content": "edited"}, *messages[4:]]
+    assert resumed.render(edited) == whole.render(edited)
+    assert resumed.reused >= 15
 
 
 def test_an_iteration_reading_from_the_end_is_not_kept() -> None:
     """``messages[loop.index0 - 1]`` in the first iteration is the last message: that render
     depends on the whole conversation and is not kept."""
     source = "{%- for m in messages %}{{ messages[loop.index0 - 1].content }}:{{ m.content }}|{%- endfor %}"
-    whole, resumed = ChatTemplate(source), ChatTemplate(source)
-    resumed.cache = RenderCache(1 << 20)
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
     messages = [{"content": c} for c in "abcd"]
     for n in (2, 3, 4):
         assert resumed.render(messages[:n]) == whole.render(messages[:n])
-    assert len(resumed.cache) == 0 and resumed.cache.hits == 0
+        assert resumed.state is None
+    assert resumed.reused == 0
 
 
 def test_a_conversations_own_messages_are_known_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
     """``render_conversation`` hands the template the same message objects for the same turns, and
-    the cache knows them again without serialising them; the prompt is the whole render's."""
+    the render knows them again without serialising them; the prompt is the whole render's."""
     source = TEMPLATES["data/Qwen-Qwen3-0.6B.jinja"]
-    whole, resumed = ChatTemplate(source), ChatTemplate(source)
-    resumed.cache = cache = RenderCache(1 << 24)
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
     steps = agent_steps(True)
     for turns in steps:
-        assert render_conversation(resumed, turns, None) == render_conversation(whole, turns, None)
+        assert _render(resumed, turns, None) == _render(whole, turns, None)
     profile = TemplateProfile()
     first, again = template_messages(steps[-1], profile), template_messages(steps[-1], profile)
     assert all(a is b for a, b in zip(first, again, strict=True))
-    hits, serialisations = cache.hits, []
-    monkeypatch.setattr(resume, "serialised", lambda *args, **kwargs: serialisations.append(args) or
-                        resume_serialised(*args, **kwargs))
+    serialisations: list[object] = []
+    item_bytes = resume._item_bytes
+    monkeypatch.setattr(resume, "_item_bytes", lambda item: serialisations.append(item) or item_bytes(item))
     call = Call("call9z000", "bash", "{}")
     more = [*steps[-1], Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
-    assert render_conversation(resumed, more, None) == render_conversation(whole, more, None)
-    assert cache.hits == hits + 1 and serialisations == []  # found by identity: nothing serialised again
+    reused = resumed.reused
+    assert _render(resumed, more, None) == _render(whole, more, None)
+    assert resumed.reused > reused and len(serialisations) == 2  # only the two new messages serialised
 
 
 def test_messages_changed_in_place_are_rendered_anew() -> None:
     """A caller that changes its message dicts between renders (and so does not say ``frozen``)
     gets the prompt of what they hold now."""
     source = TEMPLATES["data/Qwen-Qwen2.5-7B-Instruct.jinja"]
-    whole, resumed = ChatTemplate(source), ChatTemplate(source)
-    resumed.cache = RenderCache(1 << 20)
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
     messages = [{"role": "user", "content": f"question {i}"} for i in range(6)]
     assert resumed.render(messages) == whole.render(messages)
     messages[2]["content"] = "changed"
@@ -358,3 +370,67 @@ def test_the_fast_render_gives_what_jinja_gives(name: str) -> None:
                 expected = outcome(False, context)
                 assert outcome(True, context) == expected
                 assert outcome(True, context) == expected  # the merged globals, reused
+
+
+# ------------------------------------------------------------------ a randomized campaign
+
+CAMPAIGN_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
+                      "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+                      "deepseek-ai-DeepSeek-V3.1.jinja", "GLM-4.6.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+                      "Kimi-K2-Instruct.jinja")
+
+
+def _campaign_turn(rng: random.Random, i: int) -> list[Turn]:
+    kind = rng.choice(["call", "call", "user", "answer", "system"])
+    if kind == "user":
+        return [Turn("user", rng.choice(["go on", f"now {i}", "«é» 日本", ""]))]
+    if kind == "answer":
+        return [Turn("assistant", f"done {i}", reasoning=rng.choice([None, f"why {i}"]))]
+    if kind == "system":
+        return [Turn("system", f"note {i}")]
+    call = Call(f"c{i}x{rng.randrange(99)}", rng.choice(["bash", "grep"]),
+                rng.choice([json.dumps({"n": i, "ok": rng.random() < 0.5, "f": i / 3}), {"path": f"/r/{i}", "k": [i]}]))
+    return [Turn("assistant", rng.choice(["", f"checking {i}"]), (call,), rng.choice([None, f"think {i}"])),
+            Turn("tool", f"out {i}\nline", tool_call_id=call.id)]
+
+
+@pytest.mark.parametrize("name", CAMPAIGN_TEMPLATES)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_edits_render_as_a_whole_render_does(name: str, seed: int) -> None:
+    """Sixty steps of one conversation under random changes — turns appended, a trailing user
+    message rewritten, an earlier message edited, inserted or removed, the tools and template
+    switches changed — each rendered continuing the render before: always the whole render."""
+    rng = random.Random(seed)
+    path = next((f for f in TEMPLATES if f.endswith("/" + name)), None)
+    if path is None:
+        pytest.skip(f"{name} is not in the suite")
+    whole = ChatTemplate(TEMPLATES[path], "<BOS>", "<EOS>")
+    resumed = Chain(ChatTemplate(TEMPLATES[path], "<BOS>", "<EOS>"))
+    turns = [Turn("system", "You are a coding agent."), Turn("user", "Fix the failing test.")]
+    tools: list[dict] | None = agent_tools(3, 400)
+    kwargs: dict[str, object] = {}
+    for step in range(60):
+        op = rng.choice(["append", "append", "append", "trailing", "edit", "insert", "remove", "tools", "kwargs"])
+        if op == "append":
+            turns = [*turns, *_campaign_turn(rng, step)]
+        elif op == "trailing":
+            if turns[-1].role == "user":
+                turns = turns[:-1]
+            turns = [*turns, Turn("user", f"reminder {step}")]
+        elif op == "edit" and len(turns) > 1:
+            k = rng.randrange(len(turns))
+            t = turns[k]
+            turns = [*turns[:k], Turn(t.role, t.text + f" (edited {step})", t.calls, t.reasoning, t.tool_call_id),
+                     *turns[k + 1:]]
+        elif op == "insert":
+            k = rng.randrange(1, len(turns) + 1)
+            turns = [*turns[:k], Turn("user", f"inserted {step}"), *turns[k:]]
+        elif op == "remove" and len(turns) > 2:
+            k = rng.randrange(1, len(turns))
+            turns = [*turns[:k], *turns[k + 1:]]
+        elif op == "tools":
+            tools = rng.choice([None, agent_tools(3, 400), agent_tools(2, 400)])
+        elif op == "kwargs":
+            kwargs = rng.choice([{}, {"enable_thinking": False}, {"enable_thinking": True}])
+        assert _render(resumed, turns, tools, **kwargs) == _render(whole, turns, tools, **kwargs), (step, op)
+    assert resumed.reused > 0 or resumed.template.loop_plan() is None

@@ -1,10 +1,15 @@
-"""What every face does with a decoded request — one path for one answer or ``n``: check and plan it,
-start it (``start``), and answer as a stream of the face's events (``stream``) or as one object once
-every choice is complete (``whole``), with the client's disconnect watched throughout.
+"""What every face does with a decoded request, in one call (``respond``): hand its ``Ask`` to the
+pipeline (``app.pipeline.generate``: checked, planned, fitted, started) and answer as a stream of
+the face's events or as one object once every choice is complete — the client's disconnect
+watched throughout. The legacy completions face passes the backend's own stream through the same
+way (``relay``).
 
-The request's concurrency slot belongs to its lease (``app.services.Lease``), held by the route for
-the whole exchange: a stream takes it over and gives it back when the stream ends; anything else
-gives it back when the route is done. No face releases a slot itself.
+An ``Exchange`` is one request as a face sees it: the HTTP request, the part of the process's
+services its face uses (``Face.needs``: never the services whole), the served model (``ready``),
+the request's concurrency lease, when it started. The slot belongs to the lease
+(``app.services.Lease``), held by the route for the whole exchange: a stream's body takes it over
+and gives it back however the stream ends (its ``aclose``); anything else gives it back when the
+route is done. No face releases a slot itself.
 """
 
 from __future__ import annotations
@@ -12,46 +17,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api.sse import PING, SSEResponse
-from app.errors import APIError, BackendError
-from app.media.fetch import resolve_media
+from app.errors import APIError
+from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
-from app.pipeline.budget import fit_max_tokens
-from app.pipeline.choices import Choices, open_choices
-from app.pipeline.literal import encode_prompt
-from app.pipeline.offload import is_light
-from app.pipeline.plan import Plan, plan_request
-from app.pipeline.run import Finished, Run
+from app.pipeline.choices import Choices
+from app.pipeline.generate import Generating, generate
+from app.pipeline.run import Finished
 from app.pipeline.stream import AnswerStream, Encoder
-from app.pipeline.validate import check_ask
-from app.runtime import render_error
 from app.served import ServedModel
-from app.services import Lease, Services
+from app.services import Lease
 from app.settings import Settings
-from app.templates.chat_template import TemplateError
 from app.tenancy import SINGLE, request_tenant
 from app.thinking_signature import ThinkingSigner
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
+D = TypeVar("D")
+
+
+class Signs(Protocol):
+    """The part of the services that seals and signs reasoning for a tenant."""
+
+    def signer(self, tenant: str) -> ThinkingSigner: ...
 
 
 @dataclass
-class Exchange:
-    """One request as a face sees it: the HTTP request (to watch for disconnects; whose tenant it
-    is), the process's services, the served model (probed on first need: ``ready()``), the request's
-    concurrency lease, and when it started."""
+class Exchange(Generic[D]):
+    """One request as a face sees it (see the module docstring); ``services`` is what its face uses."""
 
     request: Request | None
-    services: Services
+    services: D
     ready: Callable[[], Awaitable[ServedModel]]
     lease: Lease | None = None
     started: float = field(default_factory=time.monotonic)
@@ -60,7 +64,8 @@ class Exchange:
 
     @property
     def settings(self) -> Settings:
-        return self.services.settings
+        settings: Settings = self.services.settings  # type: ignore[attr-defined]
+        return settings
 
     @property
     def tenant(self) -> str:
@@ -70,127 +75,60 @@ class Exchange:
     @property
     def signer(self) -> ThinkingSigner:
         """Seals and signatures bound to this request's tenant."""
-        return self.services.signer(self.tenant)
+        services: Signs = self.services  # type: ignore[assignment]
+        return services.signer(self.tenant)
 
 
-#: each choice's events and how it ended, and the request's totals → the face's response
-Build = Callable[[list[tuple[list[Event], Finished]], Finished], Awaitable[Response]]
+#: each choice's events and how it ended, the request's totals, the choices → the face's response
+Build = Callable[[list[tuple[list[Event], Finished]], Finished, Choices], Awaitable[Response]]
 
 
-def prepare(ask: Ask, settings: Settings, model: ServedModel, schema_key: str) -> Plan:
-    """Check the request and plan it (the CPU-heavy part: ``app.pipeline.offload`` decides where it runs —
-    perhaps another process, on a copy of ``ask``: this changes nothing in it)."""
-    check_ask(ask, settings, schema_key=schema_key)
+async def respond(ex: Exchange[Any], ask: Ask, *, stream: bool, encoder: Callable[[Choices], Encoder] | None = None,
+                  early: Callable[[], Encoder] | None = None, build: Build | None = None,
+                  schema_key: str = "function.parameters", ping: bytes = PING,
+                  headers: dict[str, str] | None = None) -> Response:
+    """The face's answer to ``ask``: generated (``app.pipeline.generate``) and streamed through the
+    face's ``encoder`` (made from the started ``Choices``, or ``early``: while the backend works on
+    the first token), or built whole by ``build``. Any failure before the first byte — limits,
+    template, backend, the client leaving meanwhile — raises an ``APIError``."""
+    services: Generating = ex.services
+    writer = Ahead(early) if stream and early is not None else None
     try:
-        return plan_request(ask, model.formats, model.require_template(), model.backend,
-                            settings.max_calls_per_answer, model.control)
-    except TemplateError as exc:
-        raise render_error(exc) from None
-
-
-async def plan(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> tuple[Plan, ServedModel]:
-    """The request checked and planned, and the model it is for."""
-    await resolve_media(ask, ex.settings)
-    model = await ex.ready()
-    light = is_light(ask)
-    planned = await ex.services.offloader.run(light, prepare, ask, ex.settings, model, schema_key)
-    ask.planned_on_loop = light
-    return planned, model
-
-
-async def start(ask: Ask, ex: Exchange, schema_key: str = "function.parameters") -> Choices:
-    """Check and plan the request and start its ``ask.n`` answers (each choice's first backend item
-    has arrived). Any failure — limits, template, backend, the client leaving meanwhile — raises an
-    ``APIError``."""
-    return await until_gone(ex, _start(ask, ex, schema_key))
-
-
-async def _start(ask: Ask, ex: Exchange, schema_key: str) -> Choices:
-    planned, model = await plan(ask, ex, schema_key)
-    await fit(ask, planned, model, ex)
-    return await launch(ask, planned, model, ex)
-
-
-async def fit(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> None:
-    """Fit the request's ``max_tokens`` to the cap and the context (``app.pipeline.budget``; the
-    headers saying so go on the exchange)."""
-    ex.headers.update(await fit_max_tokens(ask.sampling, planned, model, ex.settings))
-
-
-async def launch(ask: Ask, planned: Plan, model: ServedModel, ex: Exchange) -> Choices:
-    """Start the ``ask.n`` answers of a request already planned and fitted (each choice's first
-    backend item has arrived); a ``BackendError`` when the backend refuses or cannot be reached."""
-    settings, metrics = ex.settings, ex.services.metrics
-    if planned.spans:  # client control text kept text: the prompt in tokens (app.pipeline.literal); rare
-        await encode_prompt(planned, model)
-    if settings.log_content:
-        log.debug("prompt", extra={"fields": {"prompt": planned.prompt}})
-    # the backend is asked first; the parsers are built while it works on the first token
-    built = Ahead(lambda: [planned.parser() for _ in range(ask.n)])
-    try:
-        firsts, streams, demux = await open_choices(model.backend, planned.generation_request(), ask.n,
-                                                    settings.retries)
-    except BaseException as exc:
-        built.drop()
-        if isinstance(exc, BackendError):
-            metrics.backend_errors.labels(exc.kind).inc()
-        raise
-    try:
-        parsers = built.get()
+        choices = await until_gone(ex, _generate(ask, ex, services, schema_key))
     except BaseException:
-        for stream in streams:
-            await stream.aclose()
-        if demux is not None:
-            await demux.aclose()
+        if writer is not None:
+            writer.drop()
         raise
-    metrics.ttft.observe(time.monotonic() - ex.started)
-    hold = ask.hold_tool_calls if ask.hold_tool_calls is not None else settings.hold_tool_calls
-    runs = [Run(first, stream, planned, parser, metrics, hold, count_prompt=k == 0)
-            for k, (first, stream, parser) in enumerate(zip(firsts, streams, parsers, strict=True))]
-    if settings.log_content:
-        for run in runs:
-            run.text = []
-    return Choices(runs, demux)
+    ex.headers.update(choices.headers)
+    if stream:
+        made = writer.get() if writer is not None else encoder(choices) if encoder is not None else None
+        assert made is not None, "a stream needs an encoder"
+        return await _stream(AnswerStream(choices, made, services.metrics, _release(ex)), ex, ping, headers)
+    assert build is not None, "a whole answer needs a builder"
+    return await _whole(choices, build, ex)
 
 
-class Ahead(Generic[T]):
-    """What an answer needs only once the backend's first token is in (its parsers, a face's
-    encoder), made by a loop callback: it runs when the request's task first waits — for the
-    backend, once the request is sent — so it is not on the way to asking the backend. ``get()``
-    gives it (made now if the callback has not run; an error it raised, raised here)."""
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self.make = make
-        self.made: list[T] = []
-        self.failure: BaseException | None = None
-        self.pending = asyncio.get_running_loop().call_soon(self._run)
-
-    def _run(self) -> None:
-        if self.made or self.failure is not None:
-            return
-        try:
-            self.made.append(self.make())
-        except Exception as exc:  # noqa: BLE001 - raised again in the request's task (get())
-            self.failure = exc
-
-    def get(self) -> T:
-        self.pending.cancel()
-        self._run()
-        if self.failure is not None:
-            raise self.failure
-        return self.made[0]
-
-    def drop(self) -> None:
-        """Not needed after all (the request failed): the callback does not run."""
-        self.pending.cancel()
+async def _generate(ask: Ask, ex: Exchange[Any], services: Generating, schema_key: str) -> Choices:
+    return await generate(ask, await ex.ready(), services, schema_key, ex.started)
 
 
-async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes = PING,
-                 headers: dict[str, str] | None = None) -> SSEResponse:
-    """The answers as an SSE stream; what the first backend items hold leaves right behind the head.
-    The stream owns the request's slot from here on."""
-    release = ex.lease.hand_over() if ex.lease is not None else _nothing
-    body = AnswerStream(choices, encoder, ex.services.metrics, release)
+class Body(Protocol):
+    """A streamed answer's body: what it leads with, its bytes, its end however it ends (which gives
+    the request's slot back), and its closing bytes when the server cuts it (shutdown)."""
+
+    def lead(self) -> bytes: ...
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+    def interrupted(self) -> bytes: ...
+
+
+async def _stream(body: Body, ex: Exchange[Any], ping: bytes = PING,
+                  headers: dict[str, str] | None = None) -> SSEResponse:
+    """``body`` as an SSE stream; what it leads with leaves right behind the head. The body owns the
+    request's slot from here on."""
     try:
         return SSEResponse(body, lead=body.lead(), ping=ping, headers={**ex.headers, **(headers or {})},
                            on_interrupt=body.interrupted)
@@ -199,7 +137,19 @@ async def stream(choices: Choices, encoder: Encoder, ex: Exchange, ping: bytes =
         raise
 
 
-async def whole(choices: Choices, build: Build, ex: Exchange) -> Response:
+def _release(ex: Exchange[Any]) -> Callable[[], None]:
+    """The request's slot, handed over to the body that now owns it."""
+    return ex.lease.hand_over() if ex.lease is not None else _nothing
+
+
+async def relay(ex: Exchange[Any], make: Callable[[Callable[[], None]], Body],
+                headers: dict[str, str] | None = None) -> SSEResponse:
+    """A stream passed through as it comes (``make`` builds its body around the slot's release):
+    the same owner of the slot as every other stream."""
+    return await _stream(make(_release(ex)), ex, headers=headers)
+
+
+async def _whole(choices: Choices, build: Build, ex: Exchange[Any]) -> Response:
     """The answer once every choice is complete (a bare 499 if the client left first: the backend
     stops generating for nobody)."""
     try:
@@ -208,7 +158,7 @@ async def whole(choices: Choices, build: Build, ex: Exchange) -> Response:
         return Response(status_code=499)
     finally:
         await choices.aclose()
-    response = await build(results, choices.total())
+    response = await build(results, choices.total(), choices)
     response.headers.update(ex.headers)
     return response
 
@@ -217,7 +167,7 @@ def _nothing() -> None:
     pass
 
 
-async def until_gone(ex: Exchange, work: Awaitable[T]) -> T:
+async def until_gone(ex: Exchange[Any], work: Awaitable[T]) -> T:
     """``work``'s result; if the client goes away first, ``work`` is cancelled (which closes an
     upstream request it opened) and ``ClientGone`` is raised. ``work`` runs in the caller's task (a
     watcher task cancels it when the client leaves): no task of its own to start and wait for. The
@@ -271,5 +221,4 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-__all__ = ["Build", "ClientGone", "Exchange", "Run", "fit", "launch", "plan", "prepare", "start", "stream", "until_gone",
-           "whole"]
+__all__ = ["Body", "Build", "ClientGone", "Exchange", "relay", "respond", "until_gone"]

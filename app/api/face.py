@@ -1,7 +1,8 @@
 """A face: one API toolwire speaks (Chat Completions, the Responses API, the Messages API, legacy
 completions), as the server mounts it — its routes, and the shape its errors take.
 
-A ``Route`` is a path, its methods and a handler. A ``generate`` route reads a JSON body and holds a
+A ``Route`` is a path, its methods and a handler; a face's exchanges carry the part of the process's
+services it uses (``needs``). A ``generate`` route reads a JSON body and holds a
 concurrency slot for the exchange (``handler(body, exchange)``); a ``body`` route reads a JSON body
 too, without a slot (``handler(body, exchange)``); any other route is handed the exchange alone
 (``handler(exchange)``). ``path`` is also the route's label in the metrics. A face's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
@@ -31,12 +33,18 @@ class Route:
     body: bool = False  # reads a JSON body (no slot: the route does not generate)
 
 
+def _whole(services: Any) -> Any:
+    return services
+
+
 @dataclass(frozen=True)
 class Face:
     name: str
     prefix: str  # the paths whose errors take this face's shape
     routes: tuple[Route, ...]
     error_response: Callable[[APIError], Response]
+    #: the part of the process's services its exchanges carry (``app.services``: what it uses)
+    needs: Callable[[Any], Any] = _whole
 
 
 def openai_error(exc: APIError) -> JSONResponse:

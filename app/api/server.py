@@ -278,12 +278,12 @@ def endpoint_of(face: Face, route: Route, runtime: Runtime) -> Endpoint:
         request.scope["state"]["endpoint"] = route.path
         try:
             if not route.generate and not route.body:
-                return await route.handler(Exchange(request, services, runtime.ready))
+                return await route.handler(Exchange(request, face.needs(services), runtime.ready))
             body = await read_json(request, settings.max_body_bytes, settings.body_timeout, services.turns)
             if not route.generate:
-                return await route.handler(body, Exchange(request, services, runtime.ready))
+                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready))
             async with services.slots.lease() as lease:
-                return await route.handler(body, Exchange(request, services, runtime.ready, lease))
+                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready, lease))
         except APIError as exc:
             if isinstance(exc, BackendError):
                 log.warning("backend error: %s", exc.message)
@@ -312,11 +312,11 @@ def process_face(runtime: Runtime) -> Face:
             return False, model.problem
         return (True, "ok") if await model.backend.health() else (False, "backend is not answering")
 
-    async def livez(ex: Exchange) -> Response:
+    async def livez(ex: Exchange[Any]) -> Response:
         """Alive: the process answers (never depends on the backend or the store)."""
         return JSONResponse({"status": "ok"})
 
-    async def readyz(ex: Exchange) -> Response:
+    async def readyz(ex: Exchange[Any]) -> Response:
         """Ready for traffic: the backend answers, the model can be answered with and the replica is
         not draining (why not, as ``detail``, to a caller with a key when keys are set). The store is
         reported, but does not make a replica unready (chat and ``store: false`` still work)."""
@@ -327,7 +327,7 @@ def process_face(runtime: Runtime) -> Face:
         return JSONResponse({"status": status, "backend": "ok" if up else "unavailable", "store": store_state(), **why},
                             status_code=200 if status == "ready" else 503)
 
-    async def health(ex: Exchange) -> Response:
+    async def health(ex: Exchange[Any]) -> Response:
         """Up or not (the backend answers) for anyone; which backend, model and template only with
         a key (when keys are set); the store's state."""
         assert ex.request is not None
@@ -339,7 +339,7 @@ def process_face(runtime: Runtime) -> Face:
                                  "store": store}, status_code=503)
         return JSONResponse({"status": "ok", "store": store, **(runtime.describe() if detailed else {})})
 
-    async def metrics(ex: Exchange) -> Response:
+    async def metrics(ex: Exchange[Any]) -> Response:
         return Response(services.metrics.render(), media_type=services.metrics.content_type)
 
     async def served_name() -> str:
@@ -348,10 +348,10 @@ def process_face(runtime: Runtime) -> Face:
         except APIError:  # the served name is known without the backend when --model is given
             return runtime.settings.model or "default"
 
-    async def models(ex: Exchange) -> Response:
+    async def models(ex: Exchange[Any]) -> Response:
         return JSONResponse({"object": "list", "data": [model_object(await served_name())]})
 
-    async def model(ex: Exchange) -> Response:
+    async def model(ex: Exchange[Any]) -> Response:
         """The served model by its id (OpenAI's 404 object for any other id)."""
         assert ex.request is not None
         model_id = ex.request.path_params["model_id"]

@@ -94,6 +94,11 @@ class Backend:
         self.facts = BackendFacts()
         self._tokenizer_missing_until = -math.inf  # monotonic time: the tokenizer endpoint said "not found"
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to a prepare worker, which plans with it and never asks the backend anything)
+        without its HTTP clients."""
+        return {**self.__dict__, "client": None, "streaming": None}
+
     @property
     def kind(self) -> str:
         return self.dialect.kind

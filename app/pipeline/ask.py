@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from app.backends.generation import Sampling
 from app.conversation import Turn
 from parsers.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from app.prefix import Note
 
 ToolChoice = Literal["none", "auto", "required"]
 
@@ -70,11 +74,22 @@ class Ask:
     continue_final: bool = False
     #: where the face's request holds the response format's schema (errors name it)
     format_param: str = "response_format.json_schema.schema"
-    #: the first turns decoded in this process from an earlier request that was then checked and
-    #: planned (``app.api.chat.known``), and whether on this loop (its render is then likely cached
-    #: here) rather than by a worker: a next turn's new work is the rest (``offload.is_light``), and
-    #: their handed-back calls passed ``check_ask`` then
-    known_turns: int = 0
-    known_rendered: bool = False
-    #: set once the request is checked and planned: on this loop (its render cached here) or not
-    planned_on_loop: bool | None = None
+    #: what the prefix service (``app.prefix``) found and made for this request: how many first
+    #: turns were decoded (and checked) for an earlier request of the same conversation, the render
+    #: to continue, what to keep once planned (``None``: nothing — never pickled to a worker)
+    prefix: Note | None = None
+
+    @property
+    def reused(self) -> int:
+        """How many turns were decoded and checked for an earlier request (``prefix``): their
+        handed-back calls passed ``check_ask`` then, and they do not make the request heavy
+        (``offload.is_light``)."""
+        return self.prefix.reused if self.prefix is not None else 0
+
+    def fresh_turns(self) -> Iterator[int]:
+        """The indices of the turns decoded for this request (not ``reused``), in order."""
+        if self.prefix is None:
+            yield from range(len(self.turns))
+            return
+        for begin, stop in self.prefix.fresh:
+            yield from range(begin, min(stop, len(self.turns)))

@@ -95,9 +95,10 @@ async def open_choices(backend: Backend, request: GenerationRequest, n: int,
 class Choices:
     """The runs of one request's answers (see the module docstring)."""
 
-    def __init__(self, runs: list[Run], demux: Demux | None = None) -> None:
+    def __init__(self, runs: list[Run], demux: Demux | None = None, headers: dict[str, str] | None = None) -> None:
         self.runs = runs
         self.demux = demux
+        self.headers = headers if headers is not None else {}  # what the answer carries whatever its shape
         self.pumps: list[asyncio.Future[None]] = []  # the tasks reading the runs (``n`` > 1)
         self.closed = False
 

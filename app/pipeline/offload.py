@@ -1,22 +1,31 @@
 """CPU-heavy request work (tool-schema checks, chat-template rendering) kept off the event loop —
 in other processes, so the loop never waits for it — and bounded in time.
 
-A request is *light* when it is small (few turns, little text, few and small tools): its checks and
-render run inline, since shipping them elsewhere would cost more than they do. A heavy one is
-prepared by one of a few worker processes (``app.pipeline.workers``; ``--prepare-workers``, 2 by
-default). Python threads would share the interpreter lock with the loop, so every other request
-and stream would wait on the work in slices; a process shares nothing with it. The request is
-pickled there and the plan comes back without it: for an agent's 80-message request that costs
-the loop under 1 ms of CPU, against ~4 ms to prepare it inline (``make bench``, section
-``offload``). The served model and the settings reach each worker once.
+A request is *light* when it is small (few turns, little text, few and small tools — what an
+earlier request of its conversation decoded and rendered not counted, ``app.prefix``): it is
+prepared inline, since shipping it elsewhere would cost more than preparing it. A heavy one is
+prepared by one of a few worker processes (``--prepare-workers``, 2 by default): the standard
+library's process pool (``concurrent.futures.ProcessPoolExecutor``, ``forkserver`` start: the
+fork server imports the preparing code once, ``PRELOAD``, and every worker is a fork of it). Python
+threads would share the interpreter lock with the loop, so every other request and stream would
+wait on the work in slices; a process shares nothing with it. What crosses is explicit
+(``app.pipeline.prepare``): each worker is given the settings and the served model once, then a
+``Job`` per request, and answers a ``Prepared``, a ``Refused`` or ``OverBudget`` — the plan is put
+together here, around the caller's own request.
 
 Heavy requests queue for a free worker, first come first served, for at most ``--max-queue-ms``:
 past that the request is answered 503 ``server_busy`` with ``Retry-After`` (the bound is in time,
 not in count: a burst of agent requests waits its turn instead of being refused). A job may then
-use at most ``--max-render-ms`` of CPU time (a busy machine does not count against it), and at
-most ``WALL_FACTOR`` times that (and a little) in wall time: past either the request is answered
-400 and its worker is killed and replaced, so abandoned work never piles up. A job whose client
-has left runs to its end (or those bounds) in the background, and its worker is then free again.
+use at most ``--max-render-ms`` of CPU time (a busy machine does not count against it: a CPU
+timer in the worker), past which the request is answered 400 ``request_too_complex``; a job stuck
+where that timer cannot interrupt it (inside one long C call) is stopped by the kernel at
+``WALL_FACTOR`` times that CPU time and a little (``RLIMIT_CPU``), which takes its worker with it.
+A worker lost before its job answered (killed, out of memory) costs nobody an error: the pool is
+replaced (the standard pool breaks whole) and every job it held runs again on a fresh worker,
+once — a job that loses its worker twice is answered 503 with ``Retry-After``. The client
+waits at most ``WALL_FACTOR`` times the budget (and a little): then 400 ``request_too_complex``.
+A job whose client has left runs to its end (or those bounds) in the background, and its worker
+is free again then: the queue counts it until it ends.
 
 ``Turns`` keeps a burst of large requests from taking the loop all at once (see there).
 """
@@ -26,22 +35,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import pickle
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, TypeVar
 
-import httpx
 import orjson
 
-from app.backends.streamhttp import StreamingClient
 from app.errors import APIError, bad_request
-from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask
-from app.pipeline.workers import OverBudget, Worker, WorkerLost
-from app.served import ServedModel, choose_parsers
+from app.pipeline.plan import Plan
+from app.pipeline.prepare import (
+    STOP_FACTOR,
+    STOP_GRACE_S,
+    Failed,
+    Install,
+    Job,
+    OverBudget,
+    Prepared,
+    Refused,
+    install,
+    planned,
+    prepare,
+    prepare_job,
+    run,
+)
+from app.served import ServedModel
 from app.settings import Settings
-from app.templates.chat_template import ChatTemplate
-from app.templates.resume import RenderCache
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
@@ -50,35 +71,34 @@ T = TypeVar("T")
 LIGHT_TURNS = 64
 LIGHT_CHARS = 32_768  # message text, call arguments and tool definitions (their JSON)
 LIGHT_TOOLS = 32
-#: conversation text (known turns included) past which a request is heavy however much of it is
-#: known: a render cache that lost the conversation renders it whole, on the loop (~7 ms at this)
+#: conversation text (reused turns included) past which a request is heavy however much of it was
+#: decoded before: a render that cannot continue the last one (its captured values changed beyond
+#: what its guards allow) renders it whole, on the loop (~7 ms at this)
 KNOWN_LIGHT_CHARS = 256 * 1024
-#: the same, when the earlier request was prepared by a worker (a whole render here, ~2 ms at this)
-WARM_UP_CHARS = 64 * 1024
 
 
 def is_light(ask: Ask) -> bool:
     """Whether ``ask`` is small enough to check and render on the loop. Tool definitions count by
     their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB schema
-    takes ~80 ms to check). Turns of an earlier request that was checked and planned
-    (``Ask.known_turns``: an agent's next turn) do not count, up to ``KNOWN_LIGHT_CHARS`` of
-    conversation in all when it was planned on this loop (its render is cached here: shipping the
-    turns to a worker would cost the loop more than rendering what is new — pickling every turn,
-    the prompt back), ``WARM_UP_CHARS`` when a worker planned it, within ``--max-render-ms`` (the
-    loop renders them whole once; from then on the conversation's turns are light). A request
-    refused (too complex, a template error) lightens nothing."""
-    if len(ask.turns) - ask.known_turns > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+    takes ~80 ms to check). Turns decoded and checked for an earlier request of the conversation
+    (``Ask.reused``: an agent's next turn, ``app.prefix``) do not count when there is a render to
+    continue, up to ``KNOWN_LIGHT_CHARS`` of conversation in all: shipping the turns to a worker
+    would cost the loop more than rendering what is new — pickling every turn, the prompt back.
+    A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
+    reused = ask.prefix is not None and ask.prefix.resume.previous is not None and ask.reused > 0
+    fresh = set(ask.fresh_turns()) if reused else None
+    if (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
         size = len(turn.text)
         for call in turn.calls:
             size += len(call.arguments) if isinstance(call.arguments, str) else 1024
-        if i < ask.known_turns:
+        if fresh is not None and i not in fresh:
             known_chars += size
         else:
             chars += size
-    if ask.known_turns and known_chars + chars > (KNOWN_LIGHT_CHARS if ask.known_rendered else WARM_UP_CHARS):
+    if reused and known_chars + chars > KNOWN_LIGHT_CHARS:
         return False
     for tool in ask.tools:
         if chars > LIGHT_CHARS:
@@ -90,71 +110,159 @@ def is_light(ask: Ask) -> bool:
     return chars <= LIGHT_CHARS
 
 
-# ------------------------------------------------------------------------------- what reaches a worker
+#: what the fork server imports once, for every worker it forks
+PRELOAD = ["app.pipeline.prepare"]
+#: the longest a job's client waits: this many times its CPU budget, plus ``WALL_GRACE_S`` (a new
+#: worker's first job may have to compile the template and import what it runs); the kernel stops
+#: a job at the same in CPU time (``app.pipeline.prepare.STOP_FACTOR``)
+WALL_FACTOR = STOP_FACTOR
+WALL_GRACE_S = STOP_GRACE_S
 
 
-def _nothing() -> None:
-    return None
+class WorkerLost(Exception):
+    """A job's worker died twice before it answered."""
 
 
-def _chat_template(cls: type[ChatTemplate], source: str, bos: str, eos: str, name: str, cache_bytes: int,
-                   extra: dict[str, Any]) -> ChatTemplate:
-    template = cls(source, bos, eos, name)
-    template.__dict__.update(extra)
-    if cache_bytes:
-        template.cache = RenderCache(cache_bytes)
-    return template
+class Pool:
+    """See the module docstring. ``prepare`` prepares a request where ``is_light`` says; ``run``
+    runs any job (a module-level function and picklable arguments) in a worker, bounded the same
+    way. The workers start with the first heavy request (the served model they are given is known
+    by then), or ``warm``."""
 
+    def __init__(self, workers: int, budget_s: float, queue_s: float, settings: Settings) -> None:
+        self.size = workers
+        self.budget_s = budget_s
+        self.queue_s = queue_s
+        self.settings = settings
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(PRELOAD)
+        self._executor: ProcessPoolExecutor | None = None
+        self._model: ServedModel | None = None  # what the executor's workers were given
+        self._free: asyncio.Semaphore | None = None
+        self._jobs: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
-def _ship_template(template: ChatTemplate) -> tuple[Any, ...]:
-    """A chat template as its source (compiled again in the worker), with what was learned about
-    it since (its profile) where that pickles, and a render cache of its own as large as the
-    server's (``--render-cache-bytes`` is per process)."""
-    extra: dict[str, Any] = {}
-    for key, value in vars(template).items():
-        if key in ("source", "bos_token", "eos_token", "name", "_template", "cache"):
-            continue
-        with contextlib.suppress(Exception):
-            pickle.dumps(value)
-            extra[key] = value
-    cache_bytes = template.cache.max_bytes if template.cache is not None else 0
-    return (_chat_template, (type(template), template.source, template.bos_token, template.eos_token,
-                             template.name, cache_bytes, extra))
+    async def prepare(self, light: bool, ask: Ask, model: ServedModel, schema_key: str) -> Plan:
+        """``ask`` checked and planned — inline when ``light``, else in a worker."""
+        if light:
+            return prepare(ask, self.settings, model, schema_key)
+        answer = await self.run(model, prepare_job, Job(ask, schema_key))
+        assert isinstance(answer, Prepared)
+        return planned(ask, model, self.settings, answer)
 
-
-def _served_model(name: str, backend: Any, template: ChatTemplate | None, parsers: ParserChoice | None,
-                  settings: Settings | None, control: Any = None) -> ServedModel:
-    if parsers is None:  # parsers built at run time (auto, response-schema): built here the same way
-        assert settings is not None
-        parsers = choose_parsers(settings, template)
-    return ServedModel.of(name, backend, template, parsers, control)
-
-
-def reducers(settings: Settings | None) -> dict[type, Callable[[Any], tuple[Any, ...]]]:
-    """How the process's constants are pickled for a worker: no HTTP clients (a worker never talks to
-    the backend), chat templates as source, parsers by name — or, where ``auto`` or
-    ``response-schema`` built them at run time, rebuilt in the worker from the settings."""
-
-    def ship_model(model: ServedModel) -> tuple[Any, ...]:
+    async def run(self, model: ServedModel | None, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` in a worker given ``model`` (see the module docstring)."""
+        if self._closed:
+            raise APIError(503, "the server is shutting down", "server_error", code="server_busy",
+                           headers={"Retry-After": "1"})
+        if self._free is None:
+            self._free = asyncio.Semaphore(self.size)
         try:
-            pickle.dumps(model.parsers)
-            parsers: ParserChoice | None = model.parsers
-        except Exception:  # noqa: BLE001 — classes made at run time do not pickle
-            parsers = None
-        return (_served_model, (model.name, model.backend, model.template, parsers,
-                                settings if parsers is None else None, model.control))
+            async with asyncio.timeout(self.queue_s):
+                await self._free.acquire()
+        except TimeoutError:
+            raise APIError(503, f"the server is busy preparing other large requests (none of its {self.size} "
+                           f"workers was free within {self.queue_s * 1000:.0f} ms, --max-queue-ms); retry shortly",
+                           "server_error", code="server_busy", headers={"Retry-After": "1"}) from None
+        job = asyncio.get_running_loop().create_task(self._job(model, work, args))
+        self._jobs.add(job)
+        job.add_done_callback(self._ended)
+        try:
+            async with asyncio.timeout(self.budget_s * WALL_FACTOR + WALL_GRACE_S):
+                result: T = await asyncio.shield(job)  # a request cancelled meanwhile leaves the job to end
+        except TimeoutError:
+            raise self._too_complex() from None
+        except WorkerLost:
+            raise APIError(503, "the process preparing this request was lost, twice; retry shortly", "server_error",
+                           code="worker_lost", headers={"Retry-After": "1"}) from None
+        if isinstance(result, OverBudget):
+            raise self._too_complex()
+        if isinstance(result, (Refused, Failed)):
+            raise result.error()
+        return result
 
-    return {httpx.AsyncClient: lambda _: (_nothing, ()), StreamingClient: lambda _: (_nothing, ()),
-            ChatTemplate: _ship_template, ServedModel: ship_model}
+    def _too_complex(self) -> APIError:
+        return bad_request(f"preparing this request (checking its tools, rendering the chat template) took longer "
+                           f"than {self.budget_s * 1000:.0f} ms (--max-render-ms): shorten the conversation or the "
+                           "tools", code="request_too_complex")
+
+    async def _job(self, model: ServedModel | None, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """The job, holding its place in the queue until it ends: again on a fresh pool if its
+        worker was lost."""
+        try:
+            for attempt in (1, 2):
+                executor = self._executor_for(model)
+                try:
+                    result: T = await asyncio.wrap_future(executor.submit(run, self.budget_s, work, *args))
+                    return result
+                except BrokenProcessPool:
+                    log.warning("a prepare worker was lost; its jobs run again on fresh workers (attempt %d)", attempt)
+                    self._discard(executor)
+            raise WorkerLost
+        finally:
+            assert self._free is not None
+            self._free.release()
+
+    def _ended(self, job: asyncio.Task[Any]) -> None:
+        self._jobs.discard(job)
+        if not job.cancelled():
+            job.exception()  # retrieved: a job whose client left fails silently
+
+    def _executor_for(self, model: ServedModel | None) -> ProcessPoolExecutor:
+        if self._executor is not None and (model is None or model is self._model):
+            return self._executor
+        if self._executor is not None:
+            self._discard(self._executor)
+        message = Install.of(self.settings, model) if model is not None else Install(self.settings)
+        self._executor = ProcessPoolExecutor(self.size, mp_context=self._context, initializer=install,
+                                             initargs=(message,))
+        self._model = model
+        return self._executor
+
+    def warm(self, model: ServedModel) -> None:
+        """Start the workers for ``model`` now (each forked and given the model before a job needs it)."""
+        executor = self._executor_for(model)
+        for _ in range(self.size):
+            executor.submit(int)
+
+    def _discard(self, executor: ProcessPoolExecutor) -> None:
+        if self._executor is executor:
+            self._executor, self._model = None, None
+        kill_workers(executor)
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    def workers(self) -> list[int]:
+        """The pids of the workers now running (tests, diagnostics)."""
+        return [p.pid for p in _processes(self._executor) if p.pid is not None] if self._executor else []
+
+    def close(self) -> None:
+        """Stop every worker and what is under way."""
+        self._closed = True
+        for job in list(self._jobs):
+            with contextlib.suppress(RuntimeError):  # at exit the loop may be closed already
+                job.cancel()
+        if self._executor is not None:
+            self._discard(self._executor)
 
 
-#: objects a process holds for its lifetime: sent to each worker once, then by name
-CONSTANTS: tuple[type, ...] = (Settings, ServedModel)
-#: a job still running after this many times its CPU budget in wall time, plus ``WALL_GRACE_S``
-#: (a new worker's first job may have to compile the template and import what it runs), is
-#: stopped all the same: work stuck where the CPU timer cannot interrupt it
-WALL_FACTOR = 4
-WALL_GRACE_S = 5.0
+def _processes(executor: ProcessPoolExecutor) -> list[Any]:
+    """The executor's worker processes. The standard pool has no public way to reach them before
+    Python 3.14 (``terminate_workers``): ``_processes`` is its own table of them, checked by
+    ``tests/app/pipeline/test_pool.py::test_the_pools_private_table_is_what_we_rely_on``."""
+    table = getattr(executor, "_processes", None) or {}
+    return list(table.values())
+
+
+def kill_workers(executor: ProcessPoolExecutor) -> None:
+    """Stop ``executor``'s workers at once (SIGKILL): a worker may be stuck in a job no one waits for."""
+    kill = getattr(executor, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        with contextlib.suppress(Exception):
+            kill()
+        return
+    for process in _processes(executor):
+        with contextlib.suppress(Exception):
+            process.kill()
 
 
 # ------------------------------------------------------------------------------- turns at the loop
@@ -189,121 +297,3 @@ class Turns:
         asyncio.get_running_loop().call_soon(self._lock.release)  # the next one goes on the next turn
 
 
-# ------------------------------------------------------------------------------- the pool
-
-
-class Offloader:
-    """See the module docstring. ``start()`` (from a running loop) starts the workers in the
-    background; ``run`` starts them if that has not happened yet."""
-
-    def __init__(self, workers: int, deadline_s: float, queue_s: float, settings: Settings | None = None) -> None:
-        self.size = workers
-        self.deadline_s = deadline_s
-        self.queue_s = queue_s
-        self._reducers = reducers(settings)
-        self._idle: asyncio.Queue[Worker] | None = None
-        self._workers: set[Worker] = set()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._closed = False
-
-    def start(self) -> None:
-        if self._idle is not None or self._closed:
-            return
-        # the worker freed last goes first: an agent's next turn finds the render cache that its last
-        # one filled (while requests wait, they are still served first come, first served)
-        self._idle = asyncio.LifoQueue()
-        for _ in range(self.size):
-            self._spawn()
-
-    async def run(self, light: bool, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)``: inline when ``light``, else in a worker (``fn`` must not mutate ``args``:
-        there it runs on copies)."""
-        if light:
-            return fn(*args)
-        self.start()
-        assert self._idle is not None
-        try:
-            async with asyncio.timeout(self.queue_s):
-                worker = await self._idle.get()
-        except TimeoutError:
-            raise APIError(503, f"the server is busy preparing other large requests (none of its {self.size} "
-                           f"workers was free within {self.queue_s * 1000:.0f} ms, --max-queue-ms); retry shortly",
-                           "server_error", code="server_busy", headers={"Retry-After": "1"}) from None
-        job = self._task(self._call(worker, fn, args))
-        return await asyncio.shield(job)  # a request cancelled meanwhile leaves the job to finish
-
-    async def _call(self, worker: Worker, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        try:
-            async with asyncio.timeout(self.deadline_s * WALL_FACTOR + WALL_GRACE_S):
-                result: T = await worker.call(fn, args, CONSTANTS, self._reducers)
-        except (OverBudget, TimeoutError):
-            self._replace(worker)
-            raise bad_request(f"preparing this request (checking its tools, rendering the chat template) took "
-                              f"longer than {self.deadline_s * 1000:.0f} ms (--max-render-ms): shorten the "
-                              "conversation or the tools", code="request_too_complex") from None
-        except WorkerLost:
-            self._replace(worker)
-            log.exception("a worker process died while preparing a request")
-            raise APIError(500, "the process preparing this request died; retry", "server_error",
-                           code="worker_lost") from None
-        except asyncio.CancelledError:  # shutting down
-            self._replace(worker)
-            raise
-        except BaseException:  # the job's own failure (a 400, a template error): the worker is fine
-            self._release(worker)
-            raise
-        self._release(worker)
-        return result
-
-    # ---- workers
-
-    def _task(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-        return task
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a job whose client left fails silently
-
-    def _spawn(self) -> None:
-        self._task(self._start_worker())
-
-    async def _start_worker(self) -> None:
-        try:
-            worker = await Worker.start(self.deadline_s)
-        except Exception:
-            log.exception("could not start a worker process; trying again in 1 s")
-            await asyncio.sleep(1)
-            if not self._closed:
-                self._spawn()
-            return
-        if self._closed:
-            worker.kill()
-            return
-        self._workers.add(worker)
-        self._release(worker)
-
-    def _release(self, worker: Worker) -> None:
-        if self._closed or self._idle is None:
-            worker.kill()
-            return
-        self._idle.put_nowait(worker)
-
-    def _replace(self, worker: Worker) -> None:
-        worker.kill()
-        self._workers.discard(worker)
-        if not self._closed:
-            self._spawn()
-
-    def close(self) -> None:
-        """Stop every worker and cancel what is under way."""
-        self._closed = True
-        for task in list(self._tasks):
-            with contextlib.suppress(RuntimeError):  # at exit the loop may be closed already
-                task.cancel()
-        for worker in self._workers:
-            worker.kill()
-        self._workers.clear()

@@ -10,6 +10,7 @@ plan also says which spans of it must be read as plain text (``app.pipeline.lite
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.pipeline.fence import JsonFence
 from app.templates.chat_template import ChatTemplate
 from app.templates.literal import ControlText, ControlTextRejected, Span
 from app.templates.prompt import render_conversation
+from app.templates.resume import RenderState
 from app.templates.switches import thinking_kwargs
 from detectors.tools.constrained import ConstrainedOrOwn, JsonCallArray, NamedArguments
 from parsers import FunctionCallParser, ReasoningParser, ResponseParser, build_response_parser
@@ -53,6 +55,14 @@ class Plan:
     spans: tuple[Span, ...] = ()
     #: the prompt in tokens when it has spans (``app.pipeline.literal.encode_prompt``)
     tokens: list[str | int] | list[int] | None = None
+    #: what the render leaves for the conversation's next turn (``app.templates.resume``; it travels
+    #: back from a worker with the plan), and how many loop iterations it took from the turn before
+    render: RenderState | None = None
+    reused_iterations: int = 0
+    #: how many first turns of the conversation were rendered with every client string plain
+    #: (nothing to escape or trace: ``app.templates.literal``) — all rendered, or none: they are not
+    #: scanned again when they come again (``app.prefix``: ``Note.settled``)
+    clean: int = 0
 
     @property
     def named_tool(self) -> str | None:
@@ -134,14 +144,15 @@ class Plan:
 def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Backend,
                  max_calls: int | None = None, control: ControlText | None = None) -> Plan:
     """Render the prompt (traced by ``control``) and resolve the start state and the constraint
-    (``TemplateError`` if the template refuses the conversation; a 400 if ``control`` rejects it)."""
-    tools: list[Tool] = []
-    if ask.tools and ask.tool_choice != "none":
-        tools = [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
+    (``TemplateError`` if the template refuses the conversation; a 400 if ``control`` rejects it).
+    The render continues the one ``ask.prefix`` names (in a worker, where the note is blank, it
+    renders whole), leaving its state in the plan."""
+    tools = offered(ask)
+    resume = ask.prefix.resume if ask.prefix is not None else None
     media = prompt_media(continued(ask)[0])
     marker = media_style(media, backend)
-    prompt, prefill, spans = _render(ask, formats, template, [t.shown for t in tools] or None, control, marker,
-                                     bool(media))
+    prompt, prefill, spans, clean = _render(ask, formats, template, [t.shown for t in tools] or None, control,
+                                            marker, bool(media))
     if marker is not None and prompt.count(marker) != len(media):
         raise MediaRefused(f"the prompt holds the backend's media marker {prompt.count(marker)} times for "
                            f"{len(media)} images: the chat template left an image out, or the conversation's text "
@@ -155,25 +166,44 @@ def plan_request(ask: Ask, formats: Formats, template: ChatTemplate, backend: Ba
                                    formats.reasoning_gate(inside), ask.response_format)
     constraint = backend.constrain(request)
     parse_tools = bool(tools) and (formats.tools is not None or constraint.output != "wire")
-    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill, spans)
+    return Plan(ask, prompt, tools, specs, formats, inside, constraint, parse_tools, max_calls, prefill, spans,
+                render=resume.state if resume is not None else None,
+                reused_iterations=resume.reused if resume is not None else 0, clean=clean)
+
+
+def offered(ask: Ask) -> list[Tool]:
+    """The tools the model is offered (rendered): none with ``tool_choice`` ``none``, the named one
+    alone when one is named."""
+    if not ask.tools or ask.tool_choice == "none":
+        return []
+    return [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
 
 
 def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict[str, Any]] | None,
             control: ControlText | None, marker: str | None = None,
-            media: bool = False) -> tuple[str, str, tuple[Span, ...]]:
-    """The prompt, the prefill after it and their client control spans (``app.templates.literal``);
-    images as ``marker`` says (``app.templates.prompt.MediaStyle``). A prompt with images goes to the
-    backend as text (llama-server's multimodal prompt is one string; vLLM's chat endpoint takes
-    text), so where client control text would be sent as tokens it is escaped instead. The prefill
-    is the continued message written for the prompt's tail (``Formats.continuation``: inside a
-    thought the generation prompt opened, or not), so where control text is traced a
-    continuation's prompt is first rendered plainly to read that tail."""
+            media: bool = False) -> tuple[str, str, tuple[Span, ...], int]:
+    """The prompt, the prefill after it, their client control spans (``app.templates.literal``) and
+    how many turns were rendered with every client string plain (``Plan.clean``); images as
+    ``marker`` says (``app.templates.prompt.MediaStyle``). The conversation as the client sent it
+    renders continuing the render ``ask.prefix`` names (and with its ``tojson`` memo); a tracing
+    render of it rewritten (``control``) renders whole, and is never kept. Turns an earlier clean
+    render had (``Note.settled``) are not scanned for control text again.
+
+    A prompt with images goes to the backend as text (llama-server's multimodal prompt is one
+    string; vLLM's chat endpoint takes text), so where client control text would be sent as tokens
+    it is escaped instead. The prefill is the continued message written for the prompt's tail
+    (``Formats.continuation``: inside a thought the generation prompt opened, or not), so where
+    control text is traced a continuation's prompt is first rendered plainly to read that tail."""
     server_kwargs = thinking_kwargs(template, ask.thinking)
     call_text = formats.call_text()
     turns, final = continued(ask)
+    note = ask.prefix
+    memo = note.service if note is not None else None
 
-    def render(turns: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
-        return render_conversation(template, turns, tools, call_text, marker, **{**server_kwargs, **client_kwargs})
+    def render(rendered: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
+        own = _same(rendered, turns) and _same(tools, shown) and client_kwargs is ask.template_kwargs
+        return render_conversation(template, rendered, tools, call_text, {**server_kwargs, **client_kwargs},
+                                   note.resume if own and note is not None else None, memo, marker)
 
     if media and control is not None and control.mode == "tokens":
         control = control.escaping()
@@ -183,13 +213,24 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
 
     if control is None or not control.active:
         prompt = render(turns, shown, ask.template_kwargs)
-        return prompt, prefill_after(prompt), ()
+        return prompt, prefill_after(prompt), (), 0
     prefill = prefill_after(render(turns, shown, ask.template_kwargs)) if final is not None else ""
     try:
-        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True))
+        rendered = control.render(render, turns, shown, ask.template_kwargs, prefill, formats.markers(True),
+                                  note.settled if note is not None else ())
     except ControlTextRejected as exc:
         raise bad_request(str(exc), code="control_text_rejected") from None
-    return rendered.prompt, rendered.prefill, rendered.spans
+    return rendered.prompt, rendered.prefill, rendered.spans, len(turns) if rendered.clean else 0
+
+
+def _same(these: Sequence[Any] | None, those: Sequence[Any] | None) -> bool:
+    """Whether ``these`` holds the very objects of ``those`` (a rewrite that changed nothing gives
+    a new list of the same turns and tools: the render still continues the kept one)."""
+    if these is those:
+        return True
+    if these is None or those is None or len(these) != len(those):
+        return False
+    return all(a is b for a, b in zip(these, those, strict=True))
 
 
 def continued(ask: Ask) -> tuple[list[Turn], Turn | None]:

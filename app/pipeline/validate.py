@@ -180,8 +180,8 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
             if not isinstance(schema, dict):
                 raise bad_request(f"{ask.format_param}: a JSON schema object is required", ask.format_param)
             check_schema(schema, ask.format_param, ask.format_param, settings)
-    for i, turn in enumerate(ask.turns[ask.known_turns:], ask.known_turns):  # known ones passed before
-        for call in turn.calls:
+    for i in ask.fresh_turns():  # reused ones passed before
+        for call in ask.turns[i].calls:
             if arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING:
                 raise bad_request(f"the arguments of the tool call {call.id[:64]!r} handed back in turn {i} are nested "
                                   f"too deeply (more than {MAX_ARGUMENT_NESTING} levels)", code="arguments_too_deep")

@@ -144,6 +144,12 @@ class ResponseStore(Protocol):
 
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain: ...
 
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        """The walk ``chain`` makes, without reading the bodies (``Chain.ids``, ``missing``, ``over``
+        for links and bytes, ``size``): what a continuation whose chain is already decoded
+        (``app.prefix``) checks."""
+        ...
+
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
 
 

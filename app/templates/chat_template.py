@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 import marshal
-import sys
-import threading
+import pickle
 import types
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 from jinja2 import nodes
@@ -34,7 +33,7 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from jinja2.utils import Namespace
 
 from app.templates.fastrender import render
-from app.templates.resume import LoopPlan, NotProven, RenderCache, plan_of, render_resumable
+from app.templates.resume import LoopPlan, NotProven, Resume, plan_of, render_resumable
 
 
 class TemplateError(ValueError):
@@ -79,62 +78,48 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+class JsonMemo(Protocol):
+    """Where ``tojson`` keeps answers it gave before (``app.prefix``: an agent sends the same tools
+    every turn, and encoding their schemas was half of what a template did before its main loop):
+    ``get`` an answer by its key, ``put`` one."""
+
+    def get(self, key: bytes) -> str | None: ...
+
+    def put(self, key: bytes, answer: str) -> None: ...
+
+
+#: the memo of the render under way (``ChatTemplate.render``'s ``memo``), if any
+_memo: ContextVar[JsonMemo | None] = ContextVar("tojson_memo", default=None)
+#: values whose key (their exact bytes) is shorter or longer than these are encoded every time
+MEMO_MIN_BYTES, MEMO_MAX_BYTES = 256, 256 << 10
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-    return JSON_MEMO.dumps(value, ensure_ascii, indent, separators, sort_keys)
+    """The ``tojson`` filter; with a memo, a value met before is known by its exact bytes
+    (``marshal``: equal bytes are an equal value of the same types, so the same JSON) with the
+    options. Values ``marshal`` refuses (tool-call arguments, undefined values, iterables) and
+    small or very large ones are encoded every time."""
+    memo = _memo.get()
+    if memo is None:
+        return _encoded(value, ensure_ascii, indent, separators, sort_keys)
+    try:
+        key: bytes | None = marshal.dumps((value, ensure_ascii, indent, separators, sort_keys), 2)
+    except ValueError:
+        key = None
+    if key is None or not MEMO_MIN_BYTES <= len(key) <= MEMO_MAX_BYTES:
+        return _encoded(value, ensure_ascii, indent, separators, sort_keys)
+    answer = memo.get(key)
+    if answer is None:
+        answer = _encoded(value, ensure_ascii, indent, separators, sort_keys)
+        memo.put(key, answer)
+    return answer
 
 
 def _encoded(value: Any, ensure_ascii: bool, indent: int | None, separators: tuple[str, str] | None,
              sort_keys: bool) -> str:
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
                       default=_json_default)
-
-
-class JsonMemo:
-    """``tojson``'s answers for values met before — an agent sends the same tools every turn, and
-    encoding their schemas was half of what a template did before its main loop. A value is known
-    by its exact bytes (``marshal``: equal bytes are an equal value of the same types, so the
-    same JSON) with the options; values ``marshal`` refuses (tool-call arguments, undefined
-    values, iterables) and values under ``min_bytes`` or over ``max_item_bytes`` are encoded
-    every time. At most ``max_bytes`` (keys and answers), least recently used dropped first;
-    thread-safe."""
-
-    def __init__(self, max_bytes: int = 4 << 20, min_bytes: int = 256, max_item_bytes: int = 256 << 10) -> None:
-        self.max_bytes, self.min_bytes, self.max_item_bytes = max_bytes, min_bytes, max_item_bytes
-        self.bytes = 0
-        self._answers: OrderedDict[bytes, str] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def dumps(self, value: Any, ensure_ascii: bool = False, indent: int | None = None,
-              separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
-        try:
-            key: bytes | None = marshal.dumps((value, ensure_ascii, indent, separators, sort_keys), 2)
-        except ValueError:
-            key = None
-        if key is None or not self.min_bytes <= len(key) <= self.max_item_bytes:
-            return _encoded(value, ensure_ascii, indent, separators, sort_keys)
-        with self._lock:
-            answer = self._answers.get(key)
-            if answer is not None:
-                self._answers.move_to_end(key)
-                return answer
-        answer = _encoded(value, ensure_ascii, indent, separators, sort_keys)
-        size = len(key) + sys.getsizeof(answer)
-        with self._lock:
-            if key not in self._answers and size <= self.max_bytes:
-                self._answers[key] = answer
-                self.bytes += size
-                while self.bytes > self.max_bytes:
-                    old_key, old = self._answers.popitem(last=False)
-                    self.bytes -= len(old_key) + sys.getsizeof(old)
-        return answer
-
-    def __len__(self) -> int:
-        return len(self._answers)
-
-
-#: the process's ``tojson`` answers (see ``JsonMemo``)
-JSON_MEMO = JsonMemo()
 
 
 def _now() -> datetime:
@@ -293,11 +278,9 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
 class ChatTemplate:
     """One compiled chat template plus the special tokens it is rendered with.
 
-    With a ``cache`` (``app.templates.resume.RenderCache``; ``None``: none), a template proven to
-    allow it renders the next turn of a conversation without re-running its loop over the earlier
-    turns (``app.templates.resume``); the prompt is the same either way."""
-
-    cache: RenderCache | None = None
+    A render may continue an earlier render of the same conversation (``resume``: a template
+    proven to allow it re-runs its loop only over what is new, ``app.templates.resume``) and keep
+    ``tojson``'s answers in a ``memo``; the prompt is the same either way."""
 
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "", name: str = "template") -> None:
         self.source = source
@@ -311,6 +294,21 @@ class ChatTemplate:
         self._loop_plan: LoopPlan | None = None
         self.resumable_why: str | None = None  # why the template is not resumable (None: not yet asked, or it is)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to a prepare worker) as its source, compiled again there, with what was learned
+        about it since (its profile) where that pickles; its resumable form is proven again there."""
+        state = {key: value for key, value in self.__dict__.items() if key not in ("_template", "_loop_plan")}
+        for key, value in list(state.items()):
+            try:
+                pickle.dumps(value)
+            except Exception:  # noqa: BLE001 — what does not pickle is learned again
+                del state[key]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["source"], state["bos_token"], state["eos_token"], state["name"])  # type: ignore[misc]
+        self.__dict__.update({k: v for k, v in state.items() if k != "resumable_why"})
+
     def loop_plan(self) -> LoopPlan | None:
         """The template's resumable form (``app.templates.resume``), proven on first use; ``None``
         when it cannot be (``resumable_why`` says why)."""
@@ -322,26 +320,32 @@ class ChatTemplate:
         return self._loop_plan
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
-               add_generation_prompt: bool = True, frozen: bool = False, **kwargs: Any) -> str:
+               add_generation_prompt: bool = True, *, frozen: bool = False, resume: Resume | None = None,
+               memo: JsonMemo | None = None, kwargs: Mapping[str, Any] | None = None, **more: Any) -> str:
         """Render a conversation; raises ``TemplateError`` with the template's own message.
-        ``frozen``: ``messages``' items (and all they hold) are never changed from here on — the
-        render cache may then know them again by identity (``app.templates.resume``)."""
+        ``kwargs`` (and ``more``) reach the template as variables. ``resume``: continue an earlier
+        render of this conversation, where the template allows it, and leave this one's state
+        there (``app.templates.resume``). ``frozen``: ``messages``' items (and all they hold) are
+        never changed from here on — a later render may then know them again by identity.
+        ``memo``: where ``tojson`` keeps its answers."""
         context = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
-            **{k: v for k, v in kwargs.items() if v is not None},
+            **{k: v for k, v in (kwargs or {}).items() if v is not None},
+            **{k: v for k, v in more.items() if v is not None},
             "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }
         owned = _CallerOwned(context)
         token = _caller_owned.set(owned)
+        memo_token = _memo.set(memo)
         try:
-            cache = self.cache
-            plan = self.loop_plan() if cache is not None and len(messages) >= cache.min_messages else None
-            if plan is not None and cache is not None:
-                prompt = render_resumable(plan, cache, messages, prepare_messages, context, owned.add, frozen)
+            plan = self.loop_plan() if resume is not None else None
+            if plan is not None and resume is not None:
+                prompt = render_resumable(plan, resume, messages, prepare_messages, context, owned.add, frozen)
                 if prompt is not None:
                     return prompt
+                resume.state, resume.reused = None, 0
             context["messages"] = prepare_messages(messages)
             owned.add(context["messages"])
             return render(self._template, context)
@@ -352,6 +356,7 @@ class ChatTemplate:
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
             raise TemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from exc
         finally:
+            _memo.reset(memo_token)
             _caller_owned.reset(token)
 
     @classmethod

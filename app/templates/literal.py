@@ -45,7 +45,7 @@ ways other than those above (its case, say) is rendered as it renders it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -92,13 +92,15 @@ class ControlTextRejected(ValueError):
 @dataclass(frozen=True)
 class Rendered:
     """A render, traced: the prompt (today's render, or with ``escape`` applied), the answer's
-    prefill after it, the spans of ``prompt + prefill`` that must be read as plain text, and whether
-    client text was escaped."""
+    prefill after it, the spans of ``prompt + prefill`` that must be read as plain text, whether
+    client text was escaped, and whether every client string was plain (``clean``: nothing to
+    escape or trace — each turn may be passed as ``settled`` when it comes again)."""
 
     prompt: str
     prefill: str = ""
     spans: tuple[Span, ...] = ()
     escaped: bool = False
+    clean: bool = False
 
 
 #: renders a conversation: (turns, tools, client template kwargs) → prompt
@@ -162,33 +164,35 @@ class ControlText:
     # ------------------------------------------------------------------------ the render
 
     def render(self, render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
-               client_kwargs: dict[str, Any], prefill: str = "", own: Iterable[str] = ()) -> Rendered:
+               client_kwargs: dict[str, Any], prefill: str = "", own: Iterable[str] = (),
+               settled: Container[int] = ()) -> Rendered:
         """``render(turns, tools, client_kwargs)`` followed by ``prefill``, traced (see the module
         docstring); ``ControlTextRejected`` in ``reject`` mode. ``prefill`` is the start of the
         model's own answer: the strings in ``own`` (the markers the model writes — a reasoning block's
         opening) are its own there, and stay control text; every other control string in it is
-        protected as anywhere else."""
+        protected as anywhere else. ``settled``: the indices of turns known to hold only plain
+        strings — the same turns were in a ``clean`` render before (an agent's earlier turns, kept
+        by ``app.prefix``): they are neither scanned nor rewritten, which leaves the result as it
+        would be, since a plain string is never changed and never traced."""
         if not self.active:
             return Rendered(render(turns, tools, client_kwargs), prefill)
         tables = self._tables
         own = frozenset(own) & frozenset(self.strings) if prefill else frozenset()
         escaped = False
-        if self.mode == "escape" and tables.escapes_any(turns, tools, client_kwargs, prefill):
-            # the client's control strings escaped where they stand
+        if self.mode == "escape":  # the client's control strings escaped where they stand
             escape = tables.escape
-            e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape)
+            e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape, settled)
             e_prefill = tables.escape(prefill, own)
-            escaped = e_prefill is not prefill or e_kwargs is not client_kwargs \
-                or any(a is not b for a, b in zip(e_turns, turns, strict=True)) \
-                or any(a is not b for a, b in zip(e_tools or (), tools or (), strict=True))  # (a new list each time)
+            escaped = e_prefill is not prefill or e_kwargs is not client_kwargs or e_tools is not tools \
+                or any(a is not b for a, b in zip(e_turns, turns, strict=True))
             turns, tools, client_kwargs, prefill = e_turns, e_tools, e_kwargs, e_prefill
-        hit = tables.first(turns, tools, client_kwargs, _without(prefill, own))
+        hit = tables.first(turns, tools, client_kwargs, _without(prefill, own), settled)
         if hit is None:
-            return Rendered(render(turns, tools, client_kwargs), prefill, escaped=escaped)
+            return Rendered(render(turns, tools, client_kwargs), prefill, escaped=escaped, clean=not escaped)
         where, token = hit
         if self.mode == "reject" and token:
             raise ControlTextRejected(where, token)
-        hidden_turns, hidden_tools, hidden_kwargs = tables.rewrite(turns, tools, client_kwargs, tables.hide)
+        hidden_turns, hidden_tools, hidden_kwargs = tables.rewrite(turns, tools, client_kwargs, tables.hide, settled)
         restored = _restore(render(hidden_turns, hidden_tools, hidden_kwargs), tables)
         if restored is not None and tables.inspects(self.inspected, turns, tools, client_kwargs) \
                 and restored[0] != _or_none(render, turns, tools, client_kwargs):
@@ -388,6 +392,9 @@ class _Tables:
         #: the strings as they appear JSON-encoded (in tool definitions' JSON text)
         encoded = {orjson.dumps(s).decode()[1:-1] for s in strings}
         self.tools_tokens = re.compile(_trie(encoded | set(strings), whole=True))
+        #: no control string holds a character JSON escapes: each stands verbatim in JSON text, and a
+        #: JSON text without ``escapable`` holds no string ``escape`` would change
+        self.json_verbatim = encoded == set(strings)
         #: JSON escapes in call arguments that could spell a control string's characters when decoded
         self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
 
@@ -444,51 +451,35 @@ class _Tables:
         return best
 
     def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-            prefill: str) -> bool:
+            prefill: str, settled: Container[int] = ()) -> bool:
         """Whether any client string must be traced (``first`` says which): the strings joined once and
         searched by the regular expression engine, the ends of each looked at; tool definitions as
         their JSON text (a control string there is written as is, or JSON-escaped)."""
-        texts = self._texts(turns, kwargs, prefill)
+        texts = _texts(_unsettled(turns, settled), self.escapes)
+        texts += (t for value in kwargs.values() for t in _strings(value))
+        texts += kwargs.keys()
+        if prefill:
+            texts.append(prefill)
         joined = "\x00".join(texts)
         if self.tokens.search(joined) is not None or (not joined.isascii() and _RESERVED.search(joined)):
             return True
         if tools:
-            encoded = _encoded(tools)
-            if encoded is None:
+            try:
+                encoded = orjson.dumps(tools).decode()
+            except (TypeError, orjson.JSONEncodeError):
                 return any(self.flags(t) is not None for tool in tools for t in _strings(tool))
             if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and _RESERVED.search(encoded)):
                 return True
         return any(map(self._edge, texts))
 
-    def _texts(self, turns: Sequence[Turn], kwargs: Mapping[str, Any], prefill: str) -> list[str]:
-        """Every client string but the tools' (``_texts``; the kwargs' keys too, and the prefill)."""
-        texts = _texts(turns, self.escapes)
-        texts += (t for value in kwargs.values() for t in _strings(value))
-        texts += kwargs.keys()
-        if prefill:
-            texts.append(prefill)
-        return texts
-
-    def escapes_any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-                    prefill: str) -> bool:
-        """Whether ``escape`` could change any client string (``rewrite`` with it, or the prefill): a
-        cheap superset, by one search of the strings joined and of the tools' JSON text, so that the
-        usual request (nothing to escape) is not walked value by value and copied. Tool definitions
-        holding U+200B count as changed (their JSON text shows escaped forms only as written)."""
-        if self.escapable.search("\x00".join(self._texts(turns, kwargs, prefill))) is not None:
-            return True
-        if not tools:
-            return False
-        encoded = _encoded(tools)
-        return encoded is None or ZW in encoded or self.tools_tokens.search(encoded) is not None
-
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-              prefill: str) -> tuple[str, str] | None:
-        """The first client field to trace: (where, the control string or ``""``), or ``None``."""
-        if not self.any(turns, tools, kwargs, prefill):
+              prefill: str, settled: Container[int] = ()) -> tuple[str, str] | None:
+        """The first client field to trace: (where, the control string or ``""``), or ``None``
+        (turns in ``settled`` are plain: not looked at)."""
+        if not self.any(turns, tools, kwargs, prefill, settled):
             return None
         found: tuple[str, str] | None = None
-        for where, text in _client_strings(turns, tools, kwargs, prefill):
+        for where, text in _client_strings(turns, tools, kwargs, prefill, settled):
             flag = self.flags(text)
             if flag is not None:
                 if flag:
@@ -540,14 +531,30 @@ class _Tables:
         return self.escapable.sub(lambda m: m.group() if m.group() in own else m.group()[0] + ZW + m.group()[1:], text)
 
     def rewrite(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any],
-                fn: Callable[[str], str]) -> tuple[list[Turn], list[dict[str, Any]] | None, dict[str, Any]]:
+                fn: Callable[[str], str], settled: Container[int] = ()
+                ) -> tuple[list[Turn], list[dict[str, Any]] | None, dict[str, Any]]:
         """The client values with ``fn`` applied to every string (``hide_key`` to mapping keys when
         ``fn`` is ``hide``); what ``fn`` leaves alone stays the same object (a turn without control
-        text is the same ``Turn``)."""
+        text is the same ``Turn``, and so is a turn in ``settled``, known to hold none)."""
         key = self.hide_key if fn == self.hide else fn
-        new_turns = [_turn_with(turn, fn, key) for turn in turns]
+        new_turns = [turn if i in settled else _turn_with(turn, fn, key) for i, turn in enumerate(turns)]
+        if tools is not None and fn == self.escape and self._escape_leaves(tools):
+            return new_turns, tools, _mapped(kwargs, fn, key)
         new_tools = None if tools is None else [_mapped(tool, fn, key) for tool in tools]
+        if new_tools is not None and tools is not None and all(a is b for a, b in zip(new_tools, tools, strict=True)):
+            new_tools = tools  # unchanged: the same list (``escaped`` compares it by identity)
         return new_turns, new_tools, _mapped(kwargs, fn, key)
+
+    def _escape_leaves(self, value: Any) -> bool:
+        """Whether ``escape`` leaves every string in ``value`` (keys too) as it is, read off its JSON
+        text in one search — an agent's dozen tool schemas, the same every turn, are not walked."""
+        if not self.json_verbatim:
+            return False
+        try:
+            text = orjson.dumps(value).decode()
+        except (TypeError, orjson.JSONEncodeError):
+            return False
+        return self.escapable.search(text) is None
 
     def inspects(self, inspected: frozenset[str], turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
                  kwargs: Mapping[str, Any]) -> bool:
@@ -605,9 +612,12 @@ def _tool_name(tool: Mapping[str, Any]) -> str:
 
 
 def _client_strings(turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-                    prefill: str) -> Iterator[tuple[Callable[[], str], str]]:
-    """Every client string that reaches the template, with a function naming where it is."""
+                    prefill: str, settled: Container[int] = ()) -> Iterator[tuple[Callable[[], str], str]]:
+    """Every client string that reaches the template, with a function naming where it is (but those
+    of the turns in ``settled``)."""
     for i, turn in enumerate(turns):
+        if i in settled:
+            continue
         for name, text in _turn_strings(turn):
             yield partial("message {} ({}) {}".format, i, turn.role, name), text
     for i, tool in enumerate(tools or ()):
@@ -618,6 +628,11 @@ def _client_strings(turns: Sequence[Turn], tools: list[dict[str, Any]] | None, k
             yield partial("chat_template_kwargs.{}".format, key), text
     if prefill:
         yield partial(str, "the final assistant message (continued)"), prefill
+
+
+def _unsettled(turns: Sequence[Turn], settled: Container[int]) -> Sequence[Turn]:
+    """``turns`` but those in ``settled`` (by index)."""
+    return [turn for i, turn in enumerate(turns) if i not in settled] if settled else turns
 
 
 def _texts(turns: Sequence[Turn], escapes: tuple[str, ...]) -> list[str]:
@@ -683,14 +698,6 @@ def _arguments_strings(arguments: str | Mapping[str, Any]) -> Iterable[str]:
     if "\\" not in arguments:
         return (arguments,)
     return (arguments, *_strings(_decoded(arguments)))
-
-
-def _encoded(tools: list[dict[str, Any]]) -> str | None:
-    """Tool definitions as JSON text (``None`` when they are not JSON values)."""
-    try:
-        return orjson.dumps(tools).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        return None
 
 
 def _decoded(arguments: str) -> Any:

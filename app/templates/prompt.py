@@ -45,7 +45,8 @@ from jinja2 import meta
 
 from app.conversation import Call, Turn
 from app.media import Part, items
-from app.templates.chat_template import ChatTemplate, TemplateError
+from app.templates.chat_template import ChatTemplate, JsonMemo, TemplateError
+from app.templates.resume import Resume
 
 SystemPlacement = Literal["anywhere", "leading", "fold"]
 
@@ -381,10 +382,12 @@ def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
 
 
 def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
-                        call_text: CallText = json_call_text, media: MediaStyle = None, **kwargs: Any) -> str:
-    """The prompt for ``turns`` (generation prompt added; images as ``media`` says). Raises
-    ``TemplateError`` with the template's own message, when system text could not be placed
-    anywhere in the prompt, or when the template has no place for the turns' images."""
+                        call_text: CallText = json_call_text, kwargs: Mapping[str, Any] | None = None,
+                        resume: Resume | None = None, memo: JsonMemo | None = None, media: MediaStyle = None) -> str:
+    """The prompt for ``turns`` (generation prompt added; images as ``media`` says) with the template
+    variables ``kwargs``. Raises ``TemplateError`` with the template's own message, when system text
+    could not be placed anywhere in the prompt, or when the template has no place for the turns'
+    images. ``resume`` and ``memo``: see ``ChatTemplate.render``."""
     profile = profile_of(template)
     tool_images = True
     if media is None and any(t.parts for t in turns):
@@ -399,8 +402,9 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
         tools = []
     elif not tools:
         tools = None
+    variables = dict(kwargs or {})
     for name in profile.stack_variables:
-        kwargs.setdefault(name, STACK_VARIABLES[name](tools))
+        variables.setdefault(name, STACK_VARIABLES[name](tools))
     system = [t.text.strip() for t in turns if t.role == "system" and t.text.strip()]
     placements: list[SystemPlacement] = [profile.system]
     if system and profile.system != "fold":
@@ -409,13 +413,16 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     for placement in placements:
         try:
             prompt = template.render(template_messages(turns, profile, placement, call_text, media, tool_images),
-                                     tools, add_generation_prompt=True, frozen=True, **kwargs)
+                                     tools, add_generation_prompt=True, frozen=True, resume=resume, memo=memo,
+                                     kwargs=variables)
         except TemplateError as exc:
             failure = failure or exc
             continue
         if all(text in prompt for text in system):
             return prompt
         failure = None  # it rendered, but without the system text: say that
+        if resume is not None:  # a state made from a placement not taken is not this prompt's
+            resume.state, resume.reused = None, 0
     if failure is not None:
         if not tool_images and any(t.role == "tool" and t.parts for t in turns):
             raise TemplateError(f"this chat template has no place for images in tool results, and refused them in a "

@@ -30,33 +30,40 @@ just before the loop (it receives the sequence and the captured values) and afte
 the loop running over the items from the first one not reused on (``seq[start:]``), its body
 rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
 (``_FromStart``; a read that counts from the end — ``seq[loop.index0 - 1]`` in the first
-iteration — makes the render one that is not kept). The first call serialises each item of the sequence exactly (``marshal``, else ``exact_bytes``: an item that
-cannot be serialised exactly — a tuple, a ``str`` or ``dict`` subclass other than tool arguments, a
-non-finite float — stops reuse), finds the longest earlier render whose items are, byte for byte
-and item for item, a prefix of these (among those whose first items digest alike: a BLAKE2b
-digest, salted per template), and requires its captured values to be byte-identical (the same exact
-serialisation). Then iterations ``0 … n_old − 1 − ahead`` (all of them if the sequence is
-unchanged) and any read ``seq[k]`` with ``k < n_old`` are known to write the same text; they are
-skipped and their old text is put back in place. Everything before and after the loop runs as
-usual. Each iteration's text is cut out of the output by a per-process random separator; if the
-data itself holds the separator, the counts do not match and the template is rendered whole.
+iteration — makes the render one that is not kept), and skipping, past ``start``, each iteration
+taken from the render before (a set test: it writes its mark alone). The render is given the
+state an earlier render of the same conversation left (``Resume.previous``, ``RenderState``: the
+prefix service, ``app.prefix``, keeps it). The first call serialises each item of the sequence
+exactly (``marshal``, else ``exact_bytes``: an item that cannot be serialised exactly — a tuple,
+a ``str`` or ``dict`` subclass other than tool arguments, a non-finite float — stops reuse; the
+caller's own message objects, promised unchanged, are known again by identity) and compares them
+with the earlier render's, place by place. Iteration *i* is taken from the earlier render when the
+items it reads — from *i − behind* to *i + ahead*, and the fixed ones — are the same at the same
+places (or absent from both), and the captured values are byte-identical; where captured values
+differ, when each differing one is read only through *guards* — expressions of the captured
+values and of the iteration's place alone, such as Qwen3's ``loop.index0 > ns.last_query_index``
+(``Guards``) — the guards are evaluated for both renders, iteration by iteration, and an
+iteration whose guards come out the same is still taken. So an appended turn, a rewritten last
+message and an edited early one each re-render only the iterations around what changed.
+Everything before and after the loop runs as usual. Each iteration's text is cut out of the output
+by a per-process random separator; if the data itself holds the separator, the counts do not match
+and the template is rendered whole.
 
 A template that fails the proof (many do: loops that set namespace flags, Kimi K2's list building)
-is always rendered whole. What the cache holds (``RenderCache``): per earlier render, the text of
-each loop iteration, the sequence's items and the captured values serialised —
-bounded in bytes, least recently used dropped first, per process.
+is always rendered whole. What a render leaves (``RenderState``, in ``Resume.state``): the text of
+each loop iteration and its JSON encoding, the sequence's items and the captured values serialised
+(and the values, for replaying guards) — the prefix service keeps it, within its byte budget.
 """
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import math
 import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from itertools import accumulate
 from operator import is_
 from typing import Any
 
@@ -66,7 +73,6 @@ from jinja2 import nodes
 from jinja2.utils import Namespace
 from jinja2.visitor import NodeTransformer
 
-from app.bucketed import BucketedLRU
 from app.jsontext import JsonText
 from app.templates.fastrender import render
 
@@ -74,9 +80,10 @@ from app.templates.fastrender import render
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
 SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 
-_ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
-#: main-loop ``loop`` attributes a body may read, and how far ahead each looks
-_LOOP_ATTRS = {"index0": 0, "index": 0, "first": 0, "previtem": 0, "last": 1, "nextitem": 1}
+_ENTER, _STATE, _LEAVE, _AT, _SKIP = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at", "__tw_taken"
+#: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
+_LOOP_ATTRS = {"index0": (0, 0), "index": (0, 0), "first": (0, 0), "previtem": (1, 0), "last": (0, 1),
+               "nextitem": (0, 1)}
 #: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
 _PURE_CALLS = frozenset({"range", "dict", "namespace", "raise_exception"})
 _IMPURE_FILTERS = frozenset({"random"})
@@ -106,7 +113,8 @@ class LoopPlan:
     ahead: int  # items past its own an iteration reads (``loop.last``, ``seq[loop.index0 + 1]``)
     fixed: int  # 1 + the highest constant index read (``seq[0]``), 0 when none
     captured: tuple[str, ...]  # outer names the loop body reads
-    salt: bytes = field(default_factory=lambda: secrets.token_bytes(16))  # keys of one template only
+    guards: Guards | None = None  # how the captured values are read, where that allows a replay
+    behind: int = 0  # items before its own an iteration reads (``loop.previtem``, ``seq[loop.index0 - 1]``)
 
 
 # ------------------------------------------------------------------------------ the proof
@@ -133,8 +141,9 @@ def plan_of(env: jinja2.Environment, source: str) -> LoopPlan:
         assert isinstance(main.iter, nodes.Name) and isinstance(main.target, nodes.Name)
         sequence = main.iter.name
         captured = tuple(sorted(walk.reads - {main.target.name, "loop", sequence} - walk.callables))
+        guards = _guards(env, main, captured, walk.macro_reads)  # before ``_resumable`` changes the body
         template = _resumable(env, ast, main, parent, captured)
-        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured)
+        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured, guards, walk.behind)
     raise failure
 
 
@@ -213,8 +222,10 @@ class _Body:
         self.reads: set[str] = set()
         self.callables: set[str] = set()  # macros and pure globals called (never captured)
         self.ahead = 0
+        self.behind = 0
         self.fixed = 0
         self.breaks = False
+        self.macro_reads: set[str] = set()  # outer names the macros it calls read
         self._checked_macros: set[str] = set()
 
     # statements
@@ -289,14 +300,15 @@ class _Body:
                 and not inner_loop:
             if in_macro or node.attr not in _LOOP_ATTRS:
                 raise NotProven(f"the loop body reads loop.{node.attr}")
-            self.ahead = max(self.ahead, _LOOP_ATTRS[node.attr])
+            behind, ahead = _LOOP_ATTRS[node.attr]
+            self.ahead, self.behind = max(self.ahead, ahead), max(self.behind, behind)
             return
         if isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name) and node.node.name == self.sequence:
             if in_macro:
                 raise NotProven("a macro reads the sequence")
             offset = _relative_index(node.arg, inner_loop)
             if offset is not None:
-                self.ahead = max(self.ahead, offset)
+                self.ahead, self.behind = max(self.ahead, offset), max(self.behind, -offset)
                 return
             if isinstance(node.arg, nodes.Const) and type(node.arg.value) is int and node.arg.value >= 0:
                 self.fixed = max(self.fixed, node.arg.value + 1)
@@ -349,6 +361,7 @@ class _Body:
                     and _precedes(self.ast, binders[0], macro):
                 continue
             raise NotProven(f"macro {macro.name!r} reads {name!r}, which is assigned elsewhere")
+        self.macro_reads |= free
         self.reads = outer | free
 
 
@@ -395,7 +408,10 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
     # the loop runs over the items from ``start`` on; the body reads ``loop`` as if from the first
     main.iter = nodes.Getitem(nodes.Name(sequence, "load"), nodes.Slice(_start(), None, None), "load")
     shift = _FromStart(sequence)
-    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]),
+    # an iteration taken from the render before (past one that is not) writes its mark alone
+    skip = nodes.If(nodes.Compare(nodes.Add(_loop("index0"), _start()), [nodes.Operand("in", nodes.Name(_SKIP, "load"))]),
+                    [nodes.Continue()], [], [])
+    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]), skip,
                  *(shift.visit(node) for node in main.body)]
     main.set_lineno(line)
     main.set_environment(env)
@@ -452,6 +468,197 @@ class _FromStart(NodeTransformer):
         raise NotProven(f"the loop body reads loop.{node.attr}")  # the proof refused it already
 
 
+# --------------------------------------------------------------------------- guards
+
+#: the main loop's ``loop`` attributes a guard may read: where the iteration is, nothing of its items
+_PLACE = frozenset({"index0", "index", "first", "last"})
+_I, _N, _INDICES, _PUT = "__tw_i", "__tw_n", "__tw_indices", "__tw_put"
+
+
+class Guards:
+    """How the loop body reads the captured values, when it reads them only through *guards*:
+    expressions of the captured values and of the iteration's place (``loop.index0``, ``index``,
+    ``first``, ``last``) alone — Qwen3's ``loop.index0 > ns.last_query_index``, a
+    ``tools | length``. An iteration's text depends on the captured values only through its guards'
+    values, so where a captured value changed (the last user turn moved on: the conversation got a
+    new user message), an earlier iteration whose guards all come out as they did is still the
+    text it was. ``names``: the captured names read only so (never by a macro, never assigned in
+    the loop body); a change to any other means rendering the loop again.
+
+    ``outcomes(values, captured, indices, n)``: each iteration's guards, evaluated together for
+    every index of ``indices`` in a loop over ``n`` items with ``captured`` bound to ``values``
+    (an ``Outcome`` each); ``None`` when the guards cannot be worked out at all (one raised: they
+    are evaluated apart from the conditions that guard them in the template)."""
+
+    def __init__(self, template: jinja2.Template, names: frozenset[str], count: int) -> None:
+        self.template, self.names, self.count = template, names, count
+
+    def outcomes(self, values: Sequence[Any], captured: Sequence[str], indices: range,
+                 n: int) -> list[Outcome] | None:
+        got: list[Outcome] = []
+        token = _collected.set(got)
+        try:
+            render(self.template, {**dict(zip(captured, values, strict=True)), _INDICES: indices, _N: n})
+        except Exception:  # noqa: BLE001 — a guard that fails out of place: no replay (render the loop)
+            return None
+        finally:
+            _collected.reset(token)
+        return got
+
+
+#: one iteration's guard values: each a plain scalar (``bool``, ``int``, ``str``, ``None``, a finite
+#: ``float``) or, for anything else, its exact bytes — ``None`` when one cannot be known exactly
+Outcome = tuple[Any, ...] | None
+#: where the guard template's ``__tw_put`` filter puts the outcomes of the evaluation under way
+_collected: ContextVar[list[Outcome]] = ContextVar("guard_outcomes")
+
+
+def _put(values: list[Any]) -> str:
+    """The guard template's filter: one iteration's guard values, kept as an ``Outcome``."""
+    leaves: list[Any] = []
+    for value in values:
+        kind = type(value)
+        if kind is bool or kind is int or kind is str or value is None or (kind is float and math.isfinite(value)):
+            leaves.append(value)
+            continue
+        try:
+            leaves.append(exact_bytes(value))
+        except _Inexact:
+            _collected.get().append(None)
+            return ""
+    _collected.get().append(tuple(leaves))
+    return ""
+
+
+def same_outcome(old: Outcome, new: Outcome) -> bool:
+    """Two iterations' guards came out alike: the same values of the same types (``True`` is not ``1``)."""
+    return old is not None and new is not None and old == new and all(map(is_, map(type, old), map(type, new)))
+
+
+def _guards(env: jinja2.Environment, main: nodes.For, captured: tuple[str, ...],
+            macro_reads: set[str]) -> Guards | None:
+    """The main loop body's guards (see ``Guards``), compiled into one template that evaluates
+    them for a range of iterations; ``None`` when there is nothing to replay."""
+    assigned = {name.name for node in main.find_all((nodes.Assign, nodes.AssignBlock, nodes.For))
+                for name in _names(node.target)}  # type: ignore[attr-defined]
+    outer = set(captured) - assigned
+    if not outer:
+        return None
+    finder = _GuardFinder(env, outer)
+    for child in main.body:
+        finder.statement(child, False)
+    copies = [_AtPlace().visit(_copied(guard)) for guard in finder.found]
+    loop = nodes.For(nodes.Name(_I, "store"), nodes.Name(_INDICES, "load"),
+                     [nodes.Output([nodes.Filter(nodes.List(copies), _PUT, [], [], None, None)])],
+                     [], None, False)
+    ast = nodes.Template([loop])
+    for node in [ast, *ast.find_all(nodes.Node)]:
+        node.lineno = main.lineno
+    ast.set_environment(env)
+    env.filters[_PUT] = _put
+    template = env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
+    return Guards(template, frozenset(outer - macro_reads), len(copies))
+
+
+class _GuardFinder:
+    """Finds the guards of a loop body: its maximal expressions that read captured names
+    (``outer``) and otherwise only constants and the main loop's place — never an item, a local
+    name, a macro. ``nested``: inside a nested loop, where ``loop`` is that loop's."""
+
+    _COMPOUND = (nodes.Getattr, nodes.Getitem, nodes.Slice, nodes.Compare, nodes.Operand, nodes.BinExpr,
+                 nodes.UnaryExpr, nodes.CondExpr, nodes.Concat, nodes.List, nodes.Tuple, nodes.Dict, nodes.Pair,
+                 nodes.Keyword)
+
+    def __init__(self, env: jinja2.Environment, outer: set[str]) -> None:
+        self.env, self.outer = env, outer
+        self.found: list[nodes.Node] = []
+
+    def pure(self, node: nodes.Node, nested: bool) -> bool:
+        if isinstance(node, nodes.Const):
+            return True
+        if isinstance(node, nodes.Name):
+            return node.name in self.outer
+        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+            return not nested and node.attr in _PLACE
+        if isinstance(node, nodes.Call):  # a method that changes nothing, of a pure value
+            if (not isinstance(node.node, nodes.Getattr) or node.node.attr in _MUTATORS
+                    or node.dyn_args is not None or node.dyn_kwargs is not None):
+                return False
+        elif isinstance(node, (nodes.Filter, nodes.Test)):
+            known = self.env.filters if isinstance(node, nodes.Filter) else self.env.tests
+            if node.name in _IMPURE_FILTERS or node.name not in known or node.node is None:
+                return False
+        elif not isinstance(node, self._COMPOUND):
+            return False
+        return all(self.pure(child, nested) for child in node.iter_child_nodes())
+
+    def expression(self, node: nodes.Node, nested: bool) -> None:
+        standalone = isinstance(node, nodes.Expr) and not isinstance(node, (nodes.Slice, nodes.Operand, nodes.Pair,
+                                                                              nodes.Keyword))
+        if standalone and self.pure(node, nested) and any(n.name in self.outer for n in _names(node)):
+            self.found.append(node)
+            return
+        for child in node.iter_child_nodes():
+            self.expression(child, nested)
+
+    def statement(self, node: nodes.Node, nested: bool) -> None:
+        if isinstance(node, nodes.For):
+            self.expression(node.iter, nested)
+            if node.test is not None:
+                self.expression(node.test, True)
+            for child in node.body:
+                self.statement(child, True)
+            for child in node.else_:
+                self.statement(child, nested)
+            return
+        expressions: list[nodes.Node] = []
+        statements: list[nodes.Node] = []
+        if isinstance(node, nodes.If):
+            expressions, statements = [node.test], [*node.body, *node.elif_, *node.else_]
+        elif isinstance(node, nodes.Output):
+            expressions = list(node.nodes)
+        elif isinstance(node, nodes.Assign):
+            expressions = [node.node]
+        elif isinstance(node, nodes.AssignBlock):
+            expressions, statements = ([node.filter] if node.filter is not None else []), list(node.body)
+        elif isinstance(node, nodes.Scope):
+            statements = list(node.body)
+        for expression in expressions:
+            self.expression(expression, nested)
+        for child in statements:
+            self.statement(child, nested)
+
+
+def _copied(node: Any) -> Any:
+    """A deep copy of an expression's nodes (not of the environment they point to)."""
+    if isinstance(node, list):
+        return [_copied(child) for child in node]
+    if not isinstance(node, nodes.Node):
+        return node
+    made = object.__new__(type(node))
+    for name in (*node.fields, *node.attributes):
+        setattr(made, name, _copied(getattr(node, name, None)) if name != "environment" else node.environment)
+    return made
+
+
+class _AtPlace(NodeTransformer):
+    """A guard copied out of the loop: ``loop.index0`` and the rest said by the iteration's index
+    (``__tw_i``) and the loop's length (``__tw_n``)."""
+
+    def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
+        if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+            return self.generic_visit(node)
+        i = nodes.Name(_I, "load")
+        if node.attr == "index0":
+            return i
+        if node.attr == "index":
+            return nodes.Add(i, nodes.Const(1))
+        if node.attr == "first":
+            return nodes.Compare(i, [nodes.Operand("eq", nodes.Const(0))])
+        assert node.attr == "last"
+        return nodes.Compare(i, [nodes.Operand("eq", nodes.Sub(nodes.Name(_N, "load"), nodes.Const(1)))])
+
+
 # --------------------------------------------------------------------------- the check
 
 
@@ -460,14 +667,16 @@ class _Inexact(ValueError):
 
 
 def _exact_default(value: Any) -> Any:
-    """orjson's hook for values it does not serialise itself (subclasses are passed through here)."""
+    """orjson's hook for values it does not serialise itself (subclasses are passed through here):
+    each written as bytes no JSON value encodes to (a NUL byte, which orjson escapes in any string),
+    the same in every process."""
     kind = type(value)
     if isinstance(value, jinja2.Undefined):
-        return [SEPARATOR, "undefined"]
+        return orjson.Fragment(b"\x00U")
     if kind is Namespace:
-        return [SEPARATOR, "namespace", object.__getattribute__(value, "_Namespace__attrs")]
+        return orjson.Fragment(b"\x00N" + exact_bytes(object.__getattribute__(value, "_Namespace__attrs")))
     if kind.__name__ == "JsonArguments" and isinstance(value, dict):
-        return [SEPARATOR, "arguments", dict(value)]
+        return orjson.Fragment(b"\x00A" + exact_bytes(dict(value)))
     raise TypeError(kind.__name__)
 
 
@@ -503,177 +712,102 @@ def exact_bytes(value: Any) -> bytes:
         raise _Inexact(str(exc)) from None
 
 
+def _item_bytes(item: Any) -> bytes:
+    """An item serialised exactly: ``marshal`` (C speed, exact types, no shared references at
+    version 2) where it can, else ``exact_bytes`` — tagged, so the two never meet (``_Inexact``
+    where neither is exact)."""
+    try:
+        return b"m" + marshal.dumps(item, 2)
+    except ValueError:
+        return b"j" + exact_bytes(item)
+
+
+def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
+    """How many first elements ``old`` and ``new`` share (the same object, or equal)."""
+    n = 0
+    for a, b in zip(old, new):  # noqa: B905 — the shorter one ends the prefix
+        if a is not b and a != b:
+            break
+        n += 1
+    return n
+
+
 @dataclass(eq=False)
-class Entry:
-    """One earlier render: the text of each loop iteration, its sequence's items serialised exactly
-    one after the other (``joined``; item ``i`` ends at ``ends[i]``) and the bucket they are filed
-    under (``key``: the digest of the first items), the captured values, and (when the loop ran
-    over the messages themselves) each message as prepared for the template. ``size`` is what it
-    counts in the cache's byte bound."""
+class RenderState:
+    """What one resumable render leaves for the next render of the same conversation: the text of
+    each loop iteration (``texts``) and their JSON encodings one after the other (``texts_json``,
+    text ``i`` ending at ``texts_json_ends[i]``), each loop item serialised exactly (``items``), the
+    value of each captured name serialised (``captured``) and the values themselves (``values``, for
+    replaying guards; ``None`` when they could not be kept), and, when the loop ran over the
+    messages themselves, the caller's messages (``source``: recognised again by identity, the
+    caller having promised never to change them) and each as prepared for the template
+    (``prepared``). ``size`` is what it counts against a byte bound (``sys.getsizeof`` of the
+    texts, the serialised bytes, three times those of the items)."""
 
     texts: list[str]
-    key: bytes
-    joined: bytes
-    ends: list[int]
-    captured: bytes
-    items: list[Any] | None
+    texts_json: bytes
+    texts_json_ends: list[int]
+    items: list[bytes]
+    captured: list[bytes]
+    values: list[Any] | None
+    source: list[Any] | None
+    prepared: list[Any] | None
     size: int
-    #: the texts' JSON encodings one after the other (``orjson``, without the quotes), text ``i``'s
-    #: ending at ``texts_json_ends[i]``: a resumed prompt's encoding is made from them
-    texts_json: bytes = b""
-    texts_json_ends: list[int] = field(default_factory=list)
-    #: the items ``joined`` serialises, when the caller promised never to change them (``frozen``):
-    #: a later sequence holding these very objects first is known to start with ``joined``
-    source: list[Any] | None = None
+    #: guard outcomes under ``values``, iteration by iteration, as far as they were worked out
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (from a worker) without what only this process can vouch for — the caller's
+        messages (identity means nothing elsewhere), the captured values (namespaces and the like
+        need not pickle) — nor the prepared messages (prepared again here if needed: cheaper
+        than pickling them both ways)."""
+        state = dict(self.__dict__)
+        state["source"] = state["values"] = state["prepared"] = None
+        return state
 
 
-#: prefix checks one lookup makes at most (longest first); a mismatch costs up to the bytes shared
-MAX_PROBES = 16
-#: items the bucket key digests: conversations that share them share a bucket
-KEY_ITEMS = 2
+class Resume:
+    """One render's link to the conversation it continues: ``previous`` is the state of an earlier
+    render of it (``None``: none), ``state`` the state this render leaves (``None``: nothing to
+    keep — the template is not resumable, or the render read the sequence from its end), and
+    ``reused`` how many of its loop iterations were taken from ``previous``."""
+
+    __slots__ = ("previous", "reused", "state")
+
+    def __init__(self, previous: RenderState | None = None) -> None:
+        self.previous = previous
+        self.state: RenderState | None = None
+        self.reused = 0
 
 
-class RenderCache:
-    """Earlier renders, filed by the digest of their first items (``KEY_ITEMS``); a lookup finds the
-    longest one whose items are, byte for byte, a prefix of the sequence asked about. At most
-    ``max_bytes`` (texts, messages, serialised items and captured values: the texts counted by
-    ``sys.getsizeof``, a message by the length of its serialisation, three times), least recently
-    used dropped first, per process. Thread-safe (renders may run off the event loop).
-    Conversations of fewer than ``min_messages`` messages are rendered whole and not kept: resuming
-    them would save less than its bookkeeping costs."""
-
-    def __init__(self, max_bytes: int, min_messages: int = 0) -> None:
-        self.max_bytes = max_bytes
-        self.min_messages = min_messages
-        self._filed: BucketedLRU[Entry] = BucketedLRU(lambda entry: len(entry.ends))
-        self.hits = 0  # renders that reused at least one iteration
-        self.reused = 0  # iterations reused, over all renders
-
-    @property
-    def bytes_held(self) -> int:
-        return self._filed.bytes
-
-    def longest(self, key: bytes, joined: bytes, ends: Sequence[int]) -> Entry | None:
-        """The cached render whose items are the longest prefix of the sequence ``joined`` holds
-        (item ``i`` ending at ``ends[i]``), among those filed under ``key``."""
-        with self._filed.lock:
-            probes = 0
-            for entry in self._filed.bucket(key):
-                n = len(entry.ends)
-                if n > len(ends) or ends[n - 1] != entry.ends[-1]:
-                    continue
-                if joined.startswith(entry.joined) and entry.ends == ends[:n]:
-                    self._filed.touch(entry)
-                    return entry
-                probes += 1
-                if probes >= MAX_PROBES:
-                    break
-        return None
-
-    def same_start(self, salt: bytes, items: Sequence[Any]) -> tuple[tuple[bytes, bytes, list[int]], Entry] | None:
-        """``serialised(salt, items)`` and the longest cached render whose ``source`` items are
-        ``items``' first ones, object for object — found without serialising those again (they
-        were promised never to change); ``None`` when there is none (or ``items`` are not all
-        marshallable: ask ``serialised``)."""
-        try:
-            first = _marshalled(items[:KEY_ITEMS])
-        except ValueError:
-            return None
-        key = _digest(salt, b"m", first)
-        with self._filed.lock:
-            for entry in self._filed.bucket(key):
-                source = entry.source
-                if source is not None and len(source) <= len(items) and all(map(is_, source, items)):
-                    self._filed.touch(entry)
-                    break
-            else:
-                return None
-        try:
-            rest = _marshalled(items[len(source):])
-        except ValueError:
-            return None
-        base = entry.ends[-1] if entry.ends else 0
-        ends = [*entry.ends, *(base + end for end in accumulate(map(len, rest)))]
-        return (key, b"".join((entry.joined, *rest)), ends), entry
-
-    def put(self, entry: Entry) -> None:
-        if not entry.ends or entry.size > self.max_bytes:
-            return
-        with self._filed.lock:
-            for old in self._filed.bucket(entry.key):
-                if old.joined == entry.joined and old.ends == entry.ends:
-                    self._filed.drop(old)
-                    break
-            self._filed.add(entry, self.max_bytes)
-
-    def filed(self) -> int:
-        """Entries the lookup index holds (``len`` counts what the byte bound does: they agree)."""
-        return sum(1 for _ in self._filed.filed())
-
-    def __len__(self) -> int:
-        return len(self._filed)
+#: guard outcomes worked out in one go at most (a replay beyond is not tried: rendered instead)
+MAX_REPLAY = 4096
 
 
-def _marshalled(items: Sequence[Any]) -> list[bytes]:
-    """Each item serialised exactly by ``marshal`` (C speed, exact types, no shared references at
-    version 2); ``ValueError`` when one is not marshallable."""
-    dumps = marshal.dumps
-    return [dumps(item, 2) for item in items]
-
-
-def serialised(salt: bytes, items: Sequence[Any], exact: bool = False,
-               parsed_json: bool = False) -> tuple[bytes, bytes, list[int]]:
-    """The sequence's bucket key, its items serialised one after the other and where each ends —
-    by ``marshal`` where every item allows it, else by ``exact_bytes`` (``exact``: always), the
-    kinds told apart in the key (``_Inexact`` where neither is exact). ``parsed_json``: the items
-    are what a JSON parser made (exact ``dict``, ``list``, ``str``, ``int``, ``float``, ``bool``,
-    ``None``; no NaN), for which ``orjson`` is exact, and faster still."""
-    datas: list[bytes] | None = None
-    if parsed_json:
-        dumps = orjson.dumps
-        try:
-            datas, tag = [dumps(item) for item in items], b"o"
-        except orjson.JSONEncodeError:
-            datas = None
-    if datas is None and not exact:
-        try:
-            datas, tag = _marshalled(items), b"m"
-        except ValueError:
-            datas = None
-    if datas is None:
-        datas, tag = [exact_bytes(item) for item in items], b"j"
-    return _digest(salt, tag, datas[:KEY_ITEMS]), b"".join(datas), list(accumulate(map(len, datas)))
-
-
-def _digest(salt: bytes, tag: bytes, first: Sequence[bytes]) -> bytes:
-    """The bucket key of a sequence whose first items (up to ``KEY_ITEMS``) serialise to ``first``
-    by the kind ``tag`` names."""
-    digest = hashlib.blake2b(salt, digest_size=16)
-    digest.update(tag + len(first).to_bytes(1, "little"))
-    for data in first:
-        digest.update(data)
-    return digest.digest()
+def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
+    """Item by item, over the places both have: whether the two sequences hold the same bytes there."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
 
 
 class _Run:
     """One resumable render's state: what the calls the template makes do."""
 
-    def __init__(self, plan: LoopPlan, cache: RenderCache, messages: list[Any],
-                 sequence: tuple[bytes, bytes, list[int]] | None, found: Entry | None) -> None:
-        self.plan, self.cache, self.messages = plan, cache, messages
+    def __init__(self, plan: LoopPlan, resume: Resume, messages: list[Any], items: list[bytes] | None,
+                 equal: list[bool] | None, source: list[Any] | None) -> None:
+        self.plan, self.resume, self.messages = plan, resume, messages
         self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
         self.entered = self.left = False
         self.length = 0  # items the loop runs over
-        self.reused: list[str] = []
-        self.sequence, self.found = sequence, found  # (key, joined, ends) of the loop's items
-        self.captured = b""
+        self.items, self.equal, self.source = items, equal, source  # the loop's items, when it runs over the messages
+        self.captured: list[bytes] = []
+        self.values: list[Any] | None = None
+        self.outcomes: list[Outcome] = []
+        self.taken: set[int] = set()  # iterations past ``start`` taken from the render before
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
-        self.reused_json: bytes | None = b""  # the reused texts' encoding (``None``: not known)
-        self.source: list[Any] | None = None  # the items ``sequence`` serialises, if frozen
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at, _SKIP: self.taken}
 
     def at(self, sequence: Any, index: Any) -> Any:
         """``sequence[index]`` as the template reads it; an index that counts from the end makes the
@@ -688,26 +822,79 @@ class _Run:
         if not isinstance(sequence, list):
             return SEPARATOR
         self.length = len(sequence)
+        previous = self.resume.previous
         try:
-            self.captured = exact_bytes(captured)
+            self.captured = [exact_bytes(value) for value in captured]
             if sequence is not self.messages:  # a list the template made: its own items are serialised
-                self.sequence = serialised(self.plan.salt + b"seq", sequence, exact=True)
-                self.source = None  # not what this sequence serialises
-                self.found = self.cache.longest(*self.sequence)
-            self.storable = self.sequence is not None and not self.wrapped
+                self.items = [b"j" + exact_bytes(item) for item in sequence]
+                self.source = None
+                self.equal = _equal(previous.items, self.items) if previous is not None else None
+            self.storable = self.items is not None and not self.wrapped
         except _Inexact:
             return SEPARATOR
-        entry = self.found
-        if entry is not None and entry.captured == self.captured:
-            old, n = len(entry.ends), self.length
-            start = old if old == n else max(0, old - self.plan.ahead)
-            if old < n and self.plan.fixed > old:
-                start = 0
+        self.values = captured
+        if previous is not None and self.equal is not None:
+            reusable = self._reusable(previous, self.equal)
+            start = 0
+            while start < len(reusable) and reusable[start]:
+                start += 1
             self.state["start"] = start
-            self.reused = entry.texts[:start]
-            self.reused_json = None if start and len(entry.texts_json_ends) != len(entry.texts) else \
-                entry.texts_json[:entry.texts_json_ends[start - 1]] if start else b""
+            self.taken.update(i for i in range(start, len(reusable)) if reusable[i])
         return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
+
+    def _reusable(self, previous: RenderState, equal: list[bool]) -> list[bool]:
+        """Iteration by iteration (over the places both renders have), whether the earlier render's
+        text is this one's: the items it reads (``behind`` before its own, ``ahead`` after it, and
+        the fixed ones) are the same at the same places — or absent from both — and so is what it
+        read of the captured values (``_replayed``)."""
+        plan, old, n = self.plan, len(previous.items), self.length
+        both = min(old, n)
+
+        # place by place, whether the item there is the same in both renders (or absent from both)
+        same = [*equal, *([old == n] * (plan.ahead + 1))]
+        if not all(same[:plan.fixed]) or len(same) < plan.fixed:
+            return []
+        # iteration i reads the places from i - behind to i + ahead: a window of sames
+        differ = [0]
+        for s in same:
+            differ.append(differ[-1] + (not s))
+        behind, ahead = plan.behind, plan.ahead
+        reusable = [differ[i + ahead + 1] == differ[max(0, i - behind)] for i in range(both)]
+        if previous.captured == self.captured:  # the same values: the same outcomes (not where ``last`` moved)
+            self.outcomes = previous.outcomes[:max(0, both - 1)]
+            return reusable
+        return self._replayed(previous, reusable)
+
+    def _replayed(self, previous: RenderState, reusable: list[bool]) -> list[bool]:
+        """``reusable``, where the captured values differ from the earlier render's, kept for the
+        iterations whose guards come out the same now and then: each differing name must be one
+        the loop reads only through guards (expressions of the captured values and the
+        iteration's place alone, ``LoopPlan.guards``)."""
+        guards = self.plan.guards
+        upto = len(reusable)
+        while upto and not reusable[upto - 1]:
+            upto -= 1
+        if (guards is None or previous.values is None or len(previous.captured) != len(self.captured)
+                or upto > MAX_REPLAY):
+            return []
+        for name, was, now in zip(self.plan.captured, previous.captured, self.captured, strict=True):
+            if was != now and name not in guards.names:
+                return []
+        old = previous.outcomes
+        if len(old) < upto:
+            more = guards.outcomes(previous.values, self.plan.captured, range(len(old), upto), len(previous.items))
+            if more is None:
+                return []
+            old = previous.outcomes = [*old, *more]
+        new = guards.outcomes(self.values or [], self.plan.captured, range(upto), self.length)
+        if new is None:
+            return []
+        agreed = [reusable[i] and same_outcome(old[i], new[i]) for i in range(upto)]
+        same = 0
+        while same < upto and new[same] is not None:
+            same += 1
+        self.outcomes = new[:same]  # this render's outcomes, as far as they are known (all known)
+        return agreed
 
     def leave(self) -> str:
         self.left = True
@@ -722,65 +909,84 @@ class _Run:
         start = self.state["start"]
         if not self.left or len(parts) != self.length - start + 3:
             return None
-        head, _, *texts, tail = parts
-        texts_all = [*self.reused, *texts]
-        reused_json = self.reused_json
-        reused_ends = self.found.texts_json_ends[:len(self.reused)] if self.reused and self.found is not None else []
-        if reused_json is None:  # the earlier render kept no encoding: make it for them all
-            texts, reused_json, reused_ends = texts_all, b"", []
+        head, _, *fresh, tail = parts
+        previous = self.resume.previous
+        old = previous.texts if previous is not None else []
+        texts = [*old[:start], *(old[i] if i in self.taken else text for i, text in enumerate(fresh, start))]
+        self.resume.reused = start + len(self.taken)
+        prompt = "".join([head, *texts, tail])
         try:
-            encoded = [orjson.dumps(text)[1:-1] for text in texts]
+            encoded, ends = self._encoded(texts, start)
             around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
         except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
-            encoded, around = None, None
-        texts_json = reused_json + b"".join(encoded) if encoded is not None else b""
-        if self.storable and self.sequence is not None and len(self.sequence[2]) == self.length:
-            key, joined, ends = self.sequence
-            items = self.messages if self.plan.sequence == "messages" else None
-            base = len(reused_json)
-            json_ends = [*reused_ends, *(base + end for end in accumulate(map(len, encoded)))] \
-                if encoded is not None else []
-            size = (sum(sys.getsizeof(t) for t in texts_all) + len(texts_json) + 3 * len(joined) + 48 * len(ends)
-                    + len(self.captured))
-            self.cache.put(Entry(texts_all, key, joined, ends, self.captured, items, size, texts_json, json_ends,
-                                 self.source))
-            if self.reused:
-                self.cache.hits += 1
-                self.cache.reused += len(self.reused)
-        prompt = "".join([head, *texts_all, tail])
-        return prompt if around is None else JsonText(prompt, b"".join((around[0], texts_json, around[1])))
+            return prompt
+        texts_json = b"".join(encoded)
+        if self.storable and self.items is not None and len(self.items) == self.length:
+            size = (sum(sys.getsizeof(t) for t in texts) + len(texts_json) + 3 * sum(map(len, self.items))
+                    + 56 * len(self.items) + sum(map(len, self.captured)))
+            prepared = self.messages if self.plan.sequence == "messages" else None
+            self.resume.state = RenderState(texts, texts_json, ends, self.items, self.captured, self.values,
+                                            self.source, prepared, size, self.outcomes)
+        return JsonText(prompt, b"".join((around[0], texts_json, around[1])))
+
+    def _encoded(self, texts: list[str], start: int) -> tuple[list[bytes], list[int]]:
+        """Each text's JSON encoding (without its quotes) and where each ends, one after the other:
+        a text taken from the render before brings its encoding along."""
+        previous = self.resume.previous
+        encoded: list[bytes] = []
+        ends: list[int] = []
+        if start and previous is not None:
+            encoded.append(previous.texts_json[:previous.texts_json_ends[start - 1]])
+            ends = list(previous.texts_json_ends[:start])
+        size = ends[-1] if ends else 0
+        for i in range(start, len(texts)):
+            if i in self.taken and previous is not None:
+                old_ends = previous.texts_json_ends
+                piece = previous.texts_json[old_ends[i - 1] if i else 0:old_ends[i]]
+            else:
+                piece = orjson.dumps(texts[i])[1:-1]
+            encoded.append(piece)
+            size += len(piece)
+            ends.append(size)
+        return encoded, ends
 
 
-def render_resumable(plan: LoopPlan, cache: RenderCache, messages: Sequence[Mapping[str, Any]],
+def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[str, Any]],
                      prepare: Callable[[Sequence[Mapping[str, Any]]], list[Any]], context: dict[str, Any],
                      owned: Callable[[Any], None], frozen: bool = False) -> str | None:
     """Render ``messages`` (prepared for the template by ``prepare``, message by message) and
-    ``context`` with ``plan``'s template, reusing what ``cache`` proves reusable — prepared
-    messages included; ``None`` when the output could not be taken apart (render whole instead).
-    ``owned`` is told of the prepared messages (the caller's: the template may not change them).
-    ``frozen``: the caller never changes ``messages``' items (nor anything in them) from here on,
-    so a later render may recognise them by identity (``RenderCache.same_start``)."""
-    sequence = None
-    found = None
+    ``context`` with ``plan``'s template, reusing what ``resume.previous`` proves reusable —
+    prepared messages included — and leaving this render's state in ``resume.state``; ``None``
+    when the output could not be taken apart (render whole instead). ``owned`` is told of the
+    prepared messages (the caller's: the template may not change them). ``frozen``: the caller
+    never changes ``messages``' items (nor anything in them) from here on, so a later render may
+    recognise them by identity."""
+    previous = resume.previous
+    items: list[bytes] | None = None
+    equal: list[bool] | None = None
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
-        same = cache.same_start(plan.salt + b"raw", messages) if frozen else None
-        if same is not None:
-            sequence, found = same
-        else:
-            try:
-                sequence = serialised(plan.salt + b"raw", messages)
-            except _Inexact:
-                sequence = None
-            found = cache.longest(*sequence) if sequence is not None else None
-        if found is not None and found.items is not None:
-            known = len(found.items)
-            prepared = [*found.items, *prepare(messages[known:])]
+        same = previous.source if previous is not None and previous.source is not None and frozen else ()
+        try:
+            items = [previous.items[i] if i < len(same) and same[i] is message else _item_bytes(message)  # type: ignore[union-attr]
+                     for i, message in enumerate(messages)]
+        except _Inexact:
+            items = None
+        if items is not None and previous is not None:
+            equal = _equal(previous.items, items)
+            old = previous.prepared
+            if old is not None and any(equal):  # a message prepared before is the same prepared again
+                fresh = [i for i, e in enumerate(equal) if not e] + list(range(len(equal), len(messages)))
+                made = iter(prepare([messages[i] for i in fresh]))
+                known = set(fresh)
+                prepared = [next(made) if i in known else old[i] for i in range(len(messages))]
+            for i, e in enumerate(equal):
+                if e:
+                    items[i] = previous.items[i]  # the same bytes: kept once
     if prepared is None:
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
-    run = _Run(plan, cache, prepared, sequence, found)
-    if frozen and plan.sequence == "messages":
-        run.source = list(messages)
+    run = _Run(plan, resume, prepared, items, equal,
+               list(messages) if frozen and plan.sequence == "messages" else None)
     raw = render(plan.template, {**context, "messages": prepared, **run.functions()})
     return run.finish(raw)

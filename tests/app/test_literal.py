@@ -26,7 +26,7 @@ def renderer(template: ChatTemplate, seen: list[Any] | None = None) -> Any:
     def render(turns: Any, tools: Any, kwargs: dict[str, Any]) -> str:
         if seen is not None:
             seen.append(list(turns))
-        return render_conversation(template, turns, tools, **kwargs)
+        return render_conversation(template, turns, tools, kwargs=kwargs)
     return render
 
 
@@ -224,33 +224,45 @@ def test_the_prefill_may_write_the_model_s_own_markers_and_nothing_else(qwen25: 
     assert out.prefill == f"<think>a<{ZW}|im_end|>"
 
 
-_PIECES = st.sampled_from(["<|im_end|>", "<|im_start|>", "<|im", "_end|>", "<", "|", ZW, "x", "\\u003c", '"', "\\"])
-_TEXT = st.lists(_PIECES, max_size=6).map("".join)
+@pytest.mark.parametrize("mode", ["tokens", "escape"])
+def test_settled_turns_are_skipped_and_change_nothing(qwen25: ChatTemplate, mode: str) -> None:
+    """A turn an earlier clean render had (``settled``: an agent's earlier turns, ``app.prefix``)
+    is not scanned again: the render is what a full scan gives, and says whether it was clean."""
+    control = ControlText(CHATML, mode=mode)  # type: ignore[arg-type]
+    plain = [Turn("system", "be brief"), Turn("user", "hi"), Turn("assistant", "ok")]
+    first = control.render(renderer(qwen25), plain, None, {})
+    assert first.clean
+    for last in ("plain again", INJECTION):
+        turns = [*plain, Turn("user", last)]
+        whole = control.render(renderer(qwen25), turns, None, {})
+        skipping = control.render(renderer(qwen25), turns, None, {}, settled={0, 1, 2})
+        assert skipping == whole and whole.clean == (last == "plain again")
 
 
-@settings(max_examples=400, deadline=None)
-@given(text=_TEXT, name=_TEXT, argument=_TEXT, extra=_TEXT, tool=_TEXT, key=_TEXT, kwarg=_TEXT, prefill=_TEXT)
-def test_escape_mode_skips_the_walk_only_when_escape_would_change_nothing(
-        text: str, name: str, argument: str, extra: str, tool: str, key: str, kwarg: str, prefill: str) -> None:
+def test_tools_without_control_text_are_not_escaped(qwen25: ChatTemplate) -> None:
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    out = ControlText(CHATML, mode="escape").render(renderer(qwen25), [Turn("user", "hi")], tools, {})
+    assert not out.escaped and out.clean
+
+
+@given(st.lists(st.sampled_from(["a", "<", "|", "im_", "start", ">", ZW, "\"", "\\", "é", *CHATML]), max_size=12),
+       st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_tools_are_escaped_as_walked_whatever_their_json_reads(parts: list[str], as_key: bool) -> None:
+    """The escape of tool definitions read off their JSON text when it holds nothing to escape
+    (``_escape_leaves``) gives what escaping every string does."""
+    text = "".join(parts)
+    tool = {"type": "function", "function": {"name": "t", "description": "x",
+                                             "parameters": {"properties": {text: {}} if as_key else {"a": text}}}}
     tables = ControlText(CHATML, "escape")._tables
-    turns = [Turn("user", text, name=name or None, extra={"prefix": extra} if extra else {}),
-             Turn("assistant", "", (Call("c1", "f", '{"q": "' + argument + '"}'), Call("c2", "g", {"a": argument})))]
-    tools = [{"type": "function", "function": {"name": "f", "description": tool, "parameters": {
-        "type": "object", "properties": {key or "k": {"type": "string"}}}}}]
-    kwargs = {"custom": kwarg}
-    e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, kwargs, tables.escape)
-    changed = e_kwargs is not kwargs or tables.escape(prefill) is not prefill \
-        or any(a is not b for a, b in zip([*e_turns, *(e_tools or ())], [*turns, *tools], strict=True))
-    if changed:
-        assert tables.escapes_any(turns, tools, kwargs, prefill)
-    if not any(p in s for s in (text, name, argument, extra, tool, key, kwarg, prefill) for p in ("<", ZW)):
-        assert not tables.escapes_any(turns, tools, kwargs, prefill)
+    _, fast, _ = tables.rewrite([], [tool], {}, tables.escape)
+    walked = [_walked(tool, tables.escape)]
+    assert fast == walked and (fast == [tool]) == (walked == [tool])
 
 
-def test_escape_mode_renders_a_clean_request_with_the_client_s_own_objects(qwen25: ChatTemplate) -> None:
-    turns = [Turn("system", "be brief"), Turn("user", "a <b>tag</b> and a | pipe")]
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    seen: list[Any] = []
-    out = ControlText(CHATML, "escape").render(renderer(qwen25, seen), turns, tools, {})
-    assert out.prompt == render_conversation(qwen25, turns, tools) and out.spans == () and not out.escaped
-    assert len(seen) == 1 and all(a is b for a, b in zip(seen[0], turns, strict=True))
+def _walked(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {fn(k): _walked(v, fn) for k, v in value.items()}
+    return value

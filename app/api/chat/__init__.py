@@ -3,6 +3,8 @@
 
 from app.api.chat.routes import chat_completions
 from app.api.face import Face, Route, openai_error
+from app.services import Services
 
 FACE = Face("chat", "/v1/chat/completions",
-            (Route("/v1/chat/completions", ("POST",), chat_completions, generate=True),), openai_error)
+            (Route("/v1/chat/completions", ("POST",), chat_completions, generate=True),), openai_error,
+            Services.generating)

@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.known import NOTHING, Known, KnownMessages
 from app.api.chat.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice, ToolDefinition, is_legacy
 from app.api.protocol import raw_items, raw_list, too_many, validation_message
 from app.backends.generation import Sampling
@@ -15,18 +14,18 @@ from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, joined_text, media_url, no_file_ids, param
 from app.pipeline.ask import Ask, Tool
+from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
 MAX_TOP_LOGPROBS = 20
-#: messages decoded before, per process (``app.api.chat.known``; bounded by ``--render-cache-bytes``)
-KNOWN = KnownMessages()
 
 
-def parse_request(body: Any, settings: Settings, tenant: str = "") -> ChatCompletionRequest:
+def parse_request(body: Any, settings: Settings, tenant: str = "",
+                  prefix: PrefixService | None = None) -> ChatCompletionRequest:
     """The request (its JSON body as parsed), typed; its lists are counted against the limits before
-    they are decoded, and messages known from an earlier request of ``tenant``'s (``KNOWN``) are not
-    decoded again."""
+    they are decoded, and messages an earlier request of ``tenant``'s conversation shared with this
+    one (``prefix``, ``app.prefix``: the longest common prefix, byte for byte) are not decoded again."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     messages = raw_list(body, "messages")
@@ -35,21 +34,30 @@ def parse_request(body: Any, settings: Settings, tenant: str = "") -> ChatComple
              "--max-tools", "tools")
     too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
-    known = KNOWN.find(messages, settings.render_cache_bytes, tenant)
-    if is_legacy(body, messages[known.count:]):  # decoded across messages: never from, nor into, the cache
-        known = NOTHING
+    recall = None
+    # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
+    if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
+        recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
+                               limit=len(messages) - 1)  # one message at least is validated
+    known: list[Any] | None = None
+    if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
+        payload = recall.entry.payload
+        known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
+        known += [None] * (len(messages) - len(known))
     try:
-        if known.count:  # only the messages not known are validated
-            request = ChatCompletionRequest.model_validate({**body, "messages": messages[known.count:]})
-            request.messages = [*known.models, *request.messages]
+        if known is not None:  # only the messages not decoded before are validated
+            request = ChatCompletionRequest.model_validate(
+                {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
+            models = iter(request.messages)
+            request.messages = [k if k is not None else next(models) for k in known]
         else:
             request = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        if known.count:  # the same first error as the whole request gives (with its index)
+        if known is not None:  # the same first error as the whole request gives (with its index)
             return parse_request_whole(body)
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
-    request._known = known
+    request._recall = recall
     return request
 
 
@@ -69,13 +77,18 @@ _KNOWN_MESSAGE_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"}
 
 def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
     """The request's messages as the shared conversation (``app.conversation``); the turns of
-    messages known from an earlier request are taken from it, and the whole list is kept for the
-    next (``app.api.chat.known``)."""
-    known: Known | None = request._known
-    start = known.count if known is not None else 0
-    turns = list(known.turns) if known is not None and start else []
+    messages decoded for an earlier request (``app.prefix``) are taken from it. A message's
+    decoding depends on that message and its index only (call ids default to ``call_{index}_{k}``)."""
+    recall: Recall | None = request._recall
+    turns: list[Turn] = []
     messages = request.messages
-    for i in range(start, len(messages)):
+    i = 0
+    while i < len(messages):
+        taken = recall.take(i) if recall is not None else None
+        if taken is not None:
+            i = taken[0]
+            turns.extend(taken[1])
+            continue
         message = messages[i]
         parts = media_parts(message, i)
         try:
@@ -95,8 +108,9 @@ def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
         else:
             turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra,
                               parts=parts))
-    if known is not None:
-        request._kept = KNOWN.keep(known, messages, turns)
+        if recall is not None:
+            recall.after(len(turns), payload=message)
+        i += 1
     return turns
 
 
@@ -219,15 +233,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
     )
-    known: Known | None = request._known
-    if known is not None and known.kept is not None and known.kept.prepared:  # (a refused one is not)
-        ask.known_turns, ask.known_rendered = known.count, known.kept.here
+    recall: Recall | None = request._recall
+    if recall is not None:
+        ask.prefix = recall.note(ask.turns)
     return ask
-
-
-def prepared(request: ChatCompletionRequest, ask: Ask) -> None:
-    """``ask`` (``request``'s) was checked and planned: its messages may lighten the next turn's
-    (``app.pipeline.offload.is_light``), the more so when it was planned on this loop."""
-    kept = request._kept
-    if kept is not None:
-        kept.prepared, kept.here = True, bool(ask.planned_on_loop)

@@ -7,8 +7,8 @@ exactly such a request into the same ``Ask`` that ``chat_ask(parse_request(body)
 declines (``None``) anything else: the full path then decodes it, errors and all.
 
 *Plain* here is deliberately narrow, so that no value can decode differently on the two paths:
-fewer messages than ``KnownMessages.min_messages`` (a list that short is never kept nor served
-from ``app.api.chat.known``), each a JSON object of ``role`` (not ``tool``), ``content`` (a
+fewer messages than ``app.prefix.MIN_UNITS`` (a list that short is never kept nor served by
+the prefix service), each a JSON object of ``role`` (not ``tool``), ``content`` (a
 string) and perhaps ``name`` (a string); top-level fields from ``FIELDS`` only, each of its exact
 JSON type (no coercion: ``"5"`` or ``true`` where a number goes is the full path's to refuse) and
 within its bounds. A field the model does not declare, a tool, a content part — the full path.
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.chat.decode import KNOWN
 from app.backends.generation import Sampling
 from app.conversation import Role, Turn
 from app.pipeline.ask import Ask
+from app.prefix import MIN_UNITS
 from app.settings import Settings
 
 _INT = (int,)
@@ -65,7 +65,7 @@ def plain_ask(body: Any, settings: Settings) -> PlainChat | None:
     if type(body) is not dict:
         return None
     messages = body.get("messages")
-    if type(messages) is not list or not 0 < len(messages) < KNOWN.min_messages or len(messages) > settings.max_messages:
+    if type(messages) is not list or not 0 < len(messages) < MIN_UNITS or len(messages) > settings.max_messages:
         return None
     numbers = _numbers(body)
     head = _head(body) if numbers is not None else None

@@ -168,9 +168,8 @@ class ChatCompletionRequest(Lenient):
     hold_tool_calls: bool | None = None
     #: vLLM's extension: the answer continues the final assistant message instead of a new turn
     continue_final_message: bool = False
-    #: what ``app.api.chat.known`` knew of the messages when they were decoded (``None``: nothing)
-    _known: Any = PrivateAttr(default=None)
-    _kept: Any = PrivateAttr(default=None)
+    #: what the prefix service (``app.prefix``) found of the messages when they were decoded
+    _recall: Any = PrivateAttr(default=None)
 
     @field_validator("tool_choice", mode="before")
     @classmethod

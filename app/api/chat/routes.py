@@ -11,45 +11,35 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Ahead, Exchange, start, stream, whole
-from app.api.chat.decode import chat_ask, parse_request, prepared
+from app.api.answer import Exchange, respond
+from app.api.chat.decode import chat_ask, parse_request
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
 from app.api.chat.plain import plain_ask
-from app.api.chat.protocol import ChatCompletionRequest
+from app.pipeline.choices import Choices
+from app.pipeline.generate import Generating
 from app.pipeline.logprobs import LoggedContent
 from app.pipeline.run import Finished
 from parsers import fold
 from parsers.events import Event
 
 
-async def chat_completions(body: Any, ex: Exchange) -> Response:
+async def chat_completions(body: Any, ex: Exchange[Generating]) -> Response:
     settings = ex.settings
     plain = plain_ask(body, settings)
-    request: ChatCompletionRequest | None = None
     if plain is not None:
         ask, streaming, include_usage = plain.ask, plain.stream, plain.include_usage
     else:
-        request = parse_request(body, settings, ex.tenant)
+        request = parse_request(body, settings, ex.tenant, ex.services.prefix)
         ask = chat_ask(request)
         streaming = request.stream
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
     model = (await ex.ready()).name
-    if streaming:
-        writer = Ahead(lambda: ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
-                                            named_tool=ask.named_tool is not None))
-        try:
-            choices = await start(ask, ex)
-        except BaseException:
-            writer.drop()
-            raise
-        if request is not None:
-            prepared(request, ask)
-        return await stream(choices, writer.get(), ex)
-    choices = await start(ask, ex)
-    if request is not None:
-        prepared(request, ask)
+    if streaming:  # the stream's writer is made while the backend works on the first token
+        return await respond(ex, ask, stream=True, early=lambda: ChoiceChunks(
+            new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
+            named_tool=ask.named_tool is not None))
 
-    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished, _: Choices) -> Response:
         bodies = []
         for index, (events, finished) in enumerate(results):
             message = fold(events)
@@ -59,4 +49,4 @@ async def chat_completions(body: Any, ex: Exchange) -> Response:
             bodies.append(choice_object(index, message, reason, settings.reasoning_field, logprobs))
         return JSONResponse(completion_object(new_completion_id(), model, bodies, total.usage, total.reasoning_tokens))
 
-    return await whole(choices, build, ex)
+    return await respond(ex, ask, stream=False, build=build)

@@ -9,21 +9,23 @@ the upstream request at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from app.api.answer import Exchange, until_gone
+from app.api.answer import Exchange, relay, until_gone
 from app.api.completions.protocol import CompletionRequest
 from app.api.protocol import validation_message
 from app.backends.streamhttp import StreamError
 from app.errors import BackendError, bad_request
 from app.pipeline.budget import Clamp, announce, cap_max_tokens
+from app.services import Settled
 from app.settings import Settings
 
 BROKE = b'data: {"error": {"message": "backend stream broke", "type": "server_error"}}\n\n'
+SHUTTING_DOWN = b'data: {"error": {"message": "the server is shutting down", "type": "server_error"}}\n\n'
 
 
 def check(body: Any, settings: Settings) -> tuple[CompletionRequest, Clamp | None]:
@@ -40,7 +42,40 @@ def check(body: Any, settings: Settings) -> tuple[CompletionRequest, Clamp | Non
     return request, clamp
 
 
-async def completions(body: Any, ex: Exchange) -> Response:
+class Relay:
+    """The backend's own stream, passed through as it comes (an answer ``Body``): closed upstream,
+    and the request's slot given back, however the stream ends — iterated or not."""
+
+    def __init__(self, upstream: Any, release: Callable[[], None]) -> None:
+        self.upstream, self.release = upstream, release
+        self.closed = False
+
+    def lead(self) -> bytes:
+        return b""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.upstream.aiter_bytes():
+                yield chunk
+        except StreamError:
+            yield BROKE
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await self.upstream.aclose()
+        finally:
+            self.release()
+
+    def interrupted(self) -> bytes:
+        return SHUTTING_DOWN
+
+
+async def completions(body: Any, ex: Exchange[Settled]) -> Response:
     request, clamp = check(body, ex.settings)
 
     async def open_upstream() -> Any:
@@ -63,18 +98,4 @@ async def completions(body: Any, ex: Exchange) -> Response:
         finally:
             await upstream.aclose()
         return Response(raw, media_type="application/json", headers=announce(clamp))
-
-    release = ex.lease.hand_over() if ex.lease is not None else None
-
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in upstream.aiter_bytes():
-                yield chunk
-        except StreamError:
-            yield BROKE
-        finally:
-            await upstream.aclose()
-            if release is not None:
-                release()
-
-    return StreamingResponse(relay(), media_type="text/event-stream", headers=announce(clamp))
+    return await relay(ex, lambda release: Relay(upstream, release), announce(clamp))

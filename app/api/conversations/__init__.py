@@ -13,6 +13,7 @@ from app.api.conversations.routes import (
     update_conversation,
 )
 from app.api.face import Face, Route, openai_error
+from app.services import Services
 
 FACE = Face("conversations", "/v1/conversations", (
     Route("/v1/conversations", ("POST",), create_conversation, body=True),
@@ -23,4 +24,4 @@ FACE = Face("conversations", "/v1/conversations", (
     Route("/v1/conversations/{id}/items", ("POST",), add_items, body=True),
     Route("/v1/conversations/{id}/items/{item_id}", ("GET",), retrieve_item),
     Route("/v1/conversations/{id}/items/{item_id}", ("DELETE",), delete_item),
-), openai_error)
+), openai_error, Services.keeping)

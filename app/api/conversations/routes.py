@@ -33,6 +33,7 @@ from app.api.responses.encode import new_id
 from app.api.responses.history import store_unavailable, stores_of
 from app.api.responses.protocol import ToolSet
 from app.errors import APIError, bad_request
+from app.services import Keeping
 from app.state import Appended, ConversationStore, StoredConversation, StoredItem, StoreUnavailable
 from app.thinking_signature import ThinkingSigner
 
@@ -51,16 +52,16 @@ async def _call(work: Any) -> Any:
         raise store_unavailable(exc) from None
 
 
-def _conversations(ex: Exchange) -> ConversationStore:
+def _conversations(ex: Exchange[Keeping]) -> ConversationStore:
     return stores_of(ex.services).conversations
 
 
-def _path(ex: Exchange, name: str) -> str:
+def _path(ex: Exchange[Keeping], name: str) -> str:
     assert ex.request is not None
     return str(ex.request.path_params[name])
 
 
-def _query(ex: Exchange) -> Any:
+def _query(ex: Exchange[Keeping]) -> Any:
     assert ex.request is not None
     return ex.request.query_params
 
@@ -86,7 +87,7 @@ def _listing(items: list[dict[str, Any]], has_more: bool) -> JSONResponse:
                          "last_id": items[-1].get("id") if items else None, "has_more": has_more})
 
 
-async def checked_items(raw: list[dict[str, Any]], ex: Exchange, where: str) -> list[StoredItem]:
+async def checked_items(raw: list[dict[str, Any]], ex: Exchange[Keeping], where: str) -> list[StoredItem]:
     """A client's items as a conversation keeps them (see the module docstring)."""
     items = normalised_input(raw)
     refs = [i["id"] for i in items if i.get("type") in ("item_reference", "reasoning") and isinstance(i.get("id"), str)]
@@ -103,7 +104,7 @@ async def checked_items(raw: list[dict[str, Any]], ex: Exchange, where: str) -> 
     return out
 
 
-def _refused(appended: Appended, ex: Exchange, where: str) -> None:
+def _refused(appended: Appended, ex: Exchange[Keeping], where: str) -> None:
     if appended.duplicate is not None:
         raise bad_request(f"{where}: an item with id {appended.duplicate!r} is already in the conversation", where,
                           code="item_already_in_conversation")
@@ -114,7 +115,7 @@ def _refused(appended: Appended, ex: Exchange, where: str) -> None:
 # ------------------------------------------------------------------------------------ routes
 
 
-async def create_conversation(body: Any, ex: Exchange) -> Response:
+async def create_conversation(body: Any, ex: Exchange[Keeping]) -> Response:
     """``POST /v1/conversations``: a new conversation, with up to 20 items and metadata."""
     request = body_object(body)
     meta = metadata(request.get("metadata"))
@@ -125,7 +126,7 @@ async def create_conversation(body: Any, ex: Exchange) -> Response:
     return JSONResponse(made.view())
 
 
-async def retrieve_conversation(ex: Exchange) -> Response:
+async def retrieve_conversation(ex: Exchange[Keeping]) -> Response:
     conversation = _path(ex, "id")
     found = await _call(_conversations(ex).get(conversation, ex.tenant))
     if found is None:
@@ -133,7 +134,7 @@ async def retrieve_conversation(ex: Exchange) -> Response:
     return JSONResponse(found.view())
 
 
-async def update_conversation(body: Any, ex: Exchange) -> Response:
+async def update_conversation(body: Any, ex: Exchange[Keeping]) -> Response:
     """``POST /v1/conversations/{id}``: its metadata replaced."""
     request = body_object(body)
     if "metadata" not in request:
@@ -147,7 +148,7 @@ async def update_conversation(body: Any, ex: Exchange) -> Response:
     return JSONResponse(appended.conversation.view())
 
 
-async def delete_conversation(ex: Exchange) -> Response:
+async def delete_conversation(ex: Exchange[Keeping]) -> Response:
     """``DELETE /v1/conversations/{id}``: the conversation and its items (stored responses that
     made some of them keep their own copies)."""
     conversation = _path(ex, "id")
@@ -156,7 +157,7 @@ async def delete_conversation(ex: Exchange) -> Response:
     return JSONResponse({"id": conversation, "object": "conversation.deleted", "deleted": True})
 
 
-async def list_items(ex: Exchange) -> Response:
+async def list_items(ex: Exchange[Keeping]) -> Response:
     """``GET /v1/conversations/{id}/items``: a page (``after``, ``limit``, ``order``; newest first)."""
     conversation = _path(ex, "id")
     query: PageQuery = page_query(_query(ex))
@@ -168,7 +169,7 @@ async def list_items(ex: Exchange) -> Response:
     return _listing([view(item, include, signer) for item in page.items], page.has_more)
 
 
-async def add_items(body: Any, ex: Exchange) -> Response:
+async def add_items(body: Any, ex: Exchange[Keeping]) -> Response:
     """``POST /v1/conversations/{id}/items``: up to 20 items added at the end, listed back."""
     conversation = _path(ex, "id")
     items = await checked_items(batch(body_object(body).get("items")), ex, "items")
@@ -181,7 +182,7 @@ async def add_items(body: Any, ex: Exchange) -> Response:
     return _listing([view(item, include, signer) for item in items], False)
 
 
-async def retrieve_item(ex: Exchange) -> Response:
+async def retrieve_item(ex: Exchange[Keeping]) -> Response:
     conversation, item_id = _path(ex, "id"), _path(ex, "item_id")
     found, item = await _call(_conversations(ex).get_item(conversation, item_id, ex.tenant))
     if found is None:
@@ -191,7 +192,7 @@ async def retrieve_item(ex: Exchange) -> Response:
     return JSONResponse(view(item, includes(_query(ex)), ex.signer))
 
 
-async def delete_item(ex: Exchange) -> Response:
+async def delete_item(ex: Exchange[Keeping]) -> Response:
     """``DELETE /v1/conversations/{id}/items/{item_id}``: the conversation, without the item."""
     conversation, item_id = _path(ex, "id"), _path(ex, "item_id")
     found, deleted = await _call(_conversations(ex).delete_item(conversation, item_id, ex.tenant))

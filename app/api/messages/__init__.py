@@ -4,8 +4,9 @@
 from app.api.face import Face, Route
 from app.api.messages.protocol import error_response
 from app.api.messages.routes import count_tokens, create_message
+from app.services import Services
 
 FACE = Face("messages", "/v1/messages", (
     Route("/v1/messages", ("POST",), create_message, generate=True),
     Route("/v1/messages/count_tokens", ("POST",), count_tokens, generate=True),
-), error_response)
+), error_response, Services.answering)

@@ -31,6 +31,7 @@ assistant message with calls are 400s.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from app.api.messages.protocol import (
@@ -47,10 +48,12 @@ from app.api.messages.protocol import (
     block,
     invalid,
 )
+from app.api.protocol import raw_list
 from app.backends.generation import Sampling
 from app.conversation import Call, Role, Turn
 from app.media import Part, base64_media, joined_text, media_url
 from app.pipeline.ask import Ask, Tool
+from app.prefix import PrefixService, Recall, scope_of, unit
 from app.thinking_signature import ThinkingSigner
 
 log = logging.getLogger("toolwire")
@@ -84,20 +87,70 @@ def system_text(system: str | list[dict[str, Any]] | None, where: str = "system"
     return "\n".join(texts)
 
 
-class Decoder:
-    """The request's messages as the shared conversation (see the module docstring)."""
+def recall(body: Any, tenant: str, prefix: PrefixService | None) -> Recall | None:
+    """What the prefix service (``app.prefix``) has of this request's conversation: its units are the
+    system prompt (billing lines and all: a unit is its exact bytes) and each message — a message's
+    decoding depends on it alone (its thinking blocks' signatures are the tenant's)."""
+    messages = raw_list(body, "messages") if isinstance(body, dict) else []
+    if prefix is None or not prefix.enabled or len(messages) + 1 < prefix.min_units:
+        return None
+    units = [unit(body.get("system"), b"s"), *(unit(message) for message in messages)]
+    return prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
 
-    def __init__(self, signer: ThinkingSigner) -> None:
+
+def taken_message(found: Recall | None) -> Callable[[int], Any] | None:
+    """Message ``i``'s model as an earlier request validated it (for ``parse``)."""
+    if found is None or found.entry is None:
+        return None
+    entry = found.entry
+
+    runs = found.takeable()
+
+    def model(i: int) -> Any:
+        return entry.payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
+
+    return model
+
+
+class Decoder:
+    """The request's messages as the shared conversation (see the module docstring); with a
+    ``recall``, the units an earlier request decoded alike are taken from it."""
+
+    def __init__(self, signer: ThinkingSigner, found: Recall | None = None) -> None:
         self.signer = signer
+        self.found = found
         self.turns: list[Turn] = []
         self.loaded_tools: set[str] = set()  # deferred tools a tool_reference loaded
         self.dropped_thinking = 0  # handed-back thinking blocks that did not verify
 
+    def _taken(self, i: int) -> int:
+        """Take the turns of the units from ``i`` on that an earlier request decoded alike; the unit
+        after them (``i`` when none)."""
+        taken = self.found.take(i) if self.found is not None else None
+        if taken is None:
+            return i
+        end, turns, payload = taken
+        self.turns.extend(turns)
+        for _model, loaded in payload:
+            self.loaded_tools |= loaded
+        return end
+
+    def _decoded(self, model: Any, loaded_before: set[str]) -> None:
+        if self.found is not None:
+            self.found.after(len(self.turns), (model, frozenset(self.loaded_tools - loaded_before)))
+
     def decode(self, request: Conversation) -> list[Turn]:
-        system = system_text(request.system)
-        if system:
-            self.turns.append(Turn("system", system))
-        for i, message in enumerate(request.messages):
+        unit = self._taken(0)  # unit 0 is the system prompt, unit i + 1 message i
+        if unit == 0:
+            system = system_text(request.system)
+            if system:
+                self.turns.append(Turn("system", system))
+            self._decoded(None, self.loaded_tools)
+            unit = self._taken(1)
+        while unit <= len(request.messages):
+            i = unit - 1
+            message = request.messages[i]
+            before = set(self.loaded_tools)
             where = f"messages[{i}]"
             content = message.content
             if message.role == "system":
@@ -109,6 +162,8 @@ class Decoder:
                 self._user(content, f"{where}.content")
             else:
                 self._assistant(content, f"{where}.content")
+            self._decoded(message, before)
+            unit = self._taken(unit + 1)
         if self.turns and self.turns[-1].role == "assistant" and self.turns[-1].calls:
             raise invalid(f"messages[{len(request.messages) - 1}]: a final assistant message with tool_use blocks "
                           "needs their tool_result blocks in a user message after it")
@@ -225,9 +280,10 @@ def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:
             for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
 
 
-def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
-    """The request as the shared ``Ask`` (``max_tokens`` and sampling when it is a ``MessagesRequest``)."""
-    decoder = Decoder(signer)
+def messages_ask(request: Conversation, signer: ThinkingSigner, found: Recall | None = None) -> Ask:
+    """The request as the shared ``Ask`` (``max_tokens`` and sampling when it is a ``MessagesRequest``);
+    ``found``: what the prefix service has of its conversation (``recall``)."""
+    decoder = Decoder(signer, found)
     turns = decoder.decode(request)
     if decoder.dropped_thinking:
         log.info("dropped %d handed-back thinking block(s) whose signature did not verify", decoder.dropped_thinking)
@@ -246,7 +302,7 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
     if isinstance(request, MessagesRequest):
         sampling = Sampling(max_tokens=request.max_tokens, temperature=request.temperature, top_p=request.top_p,
                             top_k=request.top_k, stop=list(request.stop_sequences or []))
-    return Ask(
+    ask = Ask(
         turns=turns,
         continue_final=bool(turns) and turns[-1].role == "assistant",
         tools=tools_offered(request, decoder.loaded_tools),
@@ -260,6 +316,9 @@ def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
         thinking=thinking is not None and thinking.type != "disabled",
         thinking_budget=thinking.budget_tokens if thinking is not None and thinking.type == "enabled" else None,
     )
+    if found is not None:
+        ask.prefix = found.note(turns)
+    return ask
 
 
 def omits_thinking(request: Conversation) -> bool:

@@ -9,6 +9,7 @@ Errors are ``{"type": "error", "error": {"type", "message"}}`` with Anthropic's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -276,12 +277,27 @@ def count(body: dict[str, Any], settings: Settings) -> None:
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
 
 
-def parse(model: type[Conversation], body: Any, settings: Settings) -> Any:
-    """The request body as ``model``; a located 400 when it is not one (or holds more than the limits)."""
+def parse(model: type[Conversation], body: Any, settings: Settings, taken: Callable[[int], Any] | None = None) -> Any:
+    """The request body as ``model``; a located 400 when it is not one (or holds more than the limits).
+    ``taken(i)``: message ``i``'s model as an earlier request validated it (``app.prefix``; ``None``:
+    not known) — only the others are validated, and an error is the whole request's."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
     count(body, settings)
+    messages = raw_list(body, "messages")
+    known = [taken(i) for i in range(len(messages))] if taken is not None else []
     try:
+        if any(model is not None for model in known):
+            request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
+                                                                   if k is None]})
+            fresh = iter(request.messages)
+            request.messages = [k if k is not None else next(fresh) for k in known]
+            return request
         return model.model_validate(body)
     except ValidationError as exc:
+        if known:
+            try:
+                model.model_validate(body)  # the whole request's first problem, with its index
+            except ValidationError as whole:
+                raise invalid(first_problem(whole)) from None
         raise invalid(first_problem(exc)) from None

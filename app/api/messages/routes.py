@@ -10,45 +10,49 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Exchange, plan, start, stream, until_gone, whole
-from app.api.messages.decode import messages_ask, omits_thinking
+from app.api.answer import Exchange, respond, until_gone
+from app.api.messages.decode import messages_ask, omits_thinking, recall, taken_message
 from app.api.messages.encode import PING, MessageBuilder, MessageEvents, new_message_id
 from app.api.messages.protocol import Conversation, MessagesRequest, parse
+from app.pipeline.choices import Choices
+from app.pipeline.generate import plan
 from app.pipeline.literal import count_prompt
 from app.pipeline.run import Finished
+from app.services import Answering
 from parsers.events import Event
 from parsers.fold import CallHolder
 
 
-async def create_message(body: Any, ex: Exchange) -> Response:
+async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages``: a stream of message events, or one message."""
     signer = ex.signer
-    request: MessagesRequest = parse(MessagesRequest, body, ex.settings)
-    ask = messages_ask(request, signer)
-    choices = await start(ask, ex, schema_key="input_schema")
+    found = recall(body, ex.tenant, ex.services.prefix)
+    request: MessagesRequest = parse(MessagesRequest, body, ex.settings, taken_message(found))
+    ask = messages_ask(request, signer, found)
     model = (await ex.ready()).name
     omit = omits_thinking(request)
-    prompt_tokens = choices.runs[0].prompt_tokens
     if request.stream:
-        encoder = MessageEvents(new_message_id(), model, signer, omit, prompt_tokens)
-        return await stream(choices, encoder, ex, ping=PING)
+        return await respond(ex, ask, stream=True, schema_key="input_schema", ping=PING, encoder=lambda choices: (
+            MessageEvents(new_message_id(), model, signer, omit, choices.runs[0].prompt_tokens)))
 
-    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished, choices: Choices) -> Response:
         builder = MessageBuilder(signer, omit)
         builder.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
-        return JSONResponse(builder.message(new_message_id(), model, total, prompt_tokens))
+        return JSONResponse(builder.message(new_message_id(), model, total, choices.runs[0].prompt_tokens))
 
-    return await whole(choices, build, ex)
+    return await respond(ex, ask, stream=False, schema_key="input_schema", build=build)
 
 
-async def count_tokens(body: Any, ex: Exchange) -> Response:
+async def count_tokens(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the model's tokenizer (in
     process where there is one, else the backend's), as the backend will read it."""
-    request: Conversation = parse(Conversation, body, ex.settings)
-    ask = messages_ask(request, ex.signer)
+    found = recall(body, ex.tenant, ex.services.prefix)
+    request: Conversation = parse(Conversation, body, ex.settings, taken_message(found))
+    ask = messages_ask(request, ex.signer, found)
 
     async def count() -> int:
-        planned, model = await plan(ask, ex, "input_schema")
+        model = await ex.ready()
+        planned = await plan(ask, model, ex.services, "input_schema")
         return await count_prompt(planned, model)
 
     return JSONResponse({"input_tokens": await until_gone(ex, count())})

@@ -9,6 +9,7 @@ from app.api.responses.routes import (
     input_items,
     retrieve_response,
 )
+from app.services import Services
 
 FACE = Face("responses", "/v1/responses", (
     Route("/v1/responses", ("POST",), create_response, generate=True),
@@ -16,4 +17,4 @@ FACE = Face("responses", "/v1/responses", (
     Route("/v1/responses/{id}", ("DELETE",), delete_response),
     Route("/v1/responses/{id}/input_items", ("GET",), input_items),
     Route("/v1/responses/{id}/cancel", ("POST",), cancel_response),
-), openai_error)
+), openai_error, Services.responding)

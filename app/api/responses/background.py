@@ -41,16 +41,15 @@ from typing import Any, TypeVar
 
 from starlette.responses import JSONResponse, Response
 
-from app.api.answer import Exchange, fit, launch, plan
+from app.api.answer import Exchange
 from app.api.responses.encode import ResponseItems, failed_response, finished_response, sse_event
 from app.api.responses.history import store_unavailable, stores_of
 from app.api.sse import SSEResponse
 from app.errors import APIError, BackendError, bad_request
+from app.pipeline import generate as pipeline
 from app.pipeline.ask import Ask
 from app.pipeline.choices import Choices
-from app.pipeline.plan import Plan
-from app.served import ServedModel
-from app.services import Services
+from app.services import Responding
 from app.settings import Settings
 from app.state import Batch, RunLimits, RunState, RunStore, StoredResponse, StoreUnavailable
 
@@ -113,7 +112,7 @@ async def store_call(call: Awaitable[T]) -> T:
         raise store_unavailable(exc) from None
 
 
-def runs_of(services: Services) -> RunStore:
+def runs_of(services: Responding) -> RunStore:
     """The process's store of runs (a 503 ``store_unavailable`` when there is none open)."""
     return stores_of(services).runs
 
@@ -121,7 +120,7 @@ def runs_of(services: Services) -> RunStore:
 # ------------------------------------------------------------------------------------- creating
 
 
-async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
+async def begin(ask: Ask, ex: Exchange[Responding], head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
                 previous: str | None, stream: bool, conversation: Ending | None = None,
                 headers: dict[str, str] | None = None) -> Response:
     """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer
@@ -132,9 +131,8 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
                           "request without background and keep the connection open", "background")
     runs = runs_of(ex.services)
-    planned, model = await plan(ask, ex)
-    await fit(ask, planned, model, ex)
-    headers = {**ex.headers, **(headers or {})}
+    planned = await pipeline.prepared(ask, await ex.ready(), ex.services)  # checked, planned, fitted: 4xx now
+    headers = {**ex.headers, **planned.headers, **(headers or {})}
     async with ex.services.detached.reserve() as ticket:
         queued = {**head, "status": "queued"}
         items.event("response.created", {"response": queued})
@@ -142,7 +140,7 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
         lead = items.take()
         record = StoredResponse(head["id"], "", queued, inputs, previous)
         await store_call(runs.open_run(record, ex.tenant, Batch(0, lead, items.seq), run_limits(settings)))
-        generation = Generation(ex, runs, ask, planned, model, record, items, conversation)
+        generation = Generation(ex, runs, planned, record, items, conversation)
         listener = generation.listen() if stream else None
         ticket.start(record.id, generation.run())
     if listener is None:
@@ -158,18 +156,14 @@ async def begin(ask: Ask, ex: Exchange, head: dict[str, Any], items: ResponseIte
 class Generation:
     """One background response being generated: the detached task (``run``) and what it keeps."""
 
-    def __init__(self, ex: Exchange, runs: RunStore, ask: Ask, planned: Plan, model: ServedModel,
+    def __init__(self, ex: Exchange[Responding], runs: RunStore, planned: pipeline.Generation,
                  record: StoredResponse, items: ResponseItems, conversation: Ending | None = None) -> None:
         self.conversation = conversation
-        self.services = ex.services
-        self.ready = ex.ready
         self.runs = runs
         self.tenant = ex.tenant
         self.settings = ex.settings
         self.limits = run_limits(ex.settings)
-        self.ask = ask
         self.planned = planned
-        self.model = model
         self.record = record
         self.id = record.id
         self.shell = {**record.response, "status": "in_progress"}
@@ -359,7 +353,7 @@ class Generation:
         items = self.items
         try:
             try:
-                choices = await launch(self.ask, self.planned, self.model, Exchange(None, self.services, self.ready))
+                choices = await self.planned.launch(time.monotonic())
             except APIError as exc:
                 log.warning("background response %s: the backend did not start: %s", self.id, exc.message)
                 await self._stop(ticker)

@@ -21,10 +21,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.api.responses.decode import normalised_input
-from app.api.responses.history import history, store_unavailable
+from app.api.responses.decode import Decoder, normalised_input
+from app.api.responses.history import chain_limits, history, store_unavailable
 from app.api.responses.protocol import ResponsesRequest
 from app.errors import APIError, bad_request
+from app.pipeline.ask import Ask
+from app.pipeline.validate import MAX_ARGUMENT_NESTING, arguments_nesting
+from app.prefix import Entry, PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 from app.state import (
     ChainLimits,
@@ -88,10 +91,6 @@ def _references(items: list[dict[str, Any]]) -> list[str]:
     return [item["id"] for item in items if item.get("type") == "item_reference" and isinstance(item.get("id"), str)]
 
 
-def _reasoning_ids(items: list[dict[str, Any]]) -> list[str]:
-    return [item["id"] for item in items if item.get("type") == "reasoning" and isinstance(item.get("id"), str)]
-
-
 async def found_items(responses: ResponseStore | None, ids: list[str], tenant: str,
                       settings: Settings) -> dict[str, StoredItem]:
     """The tenant's stored items with these ids (toolwire's own copy where there is one)."""
@@ -126,30 +125,95 @@ def resolved(items: list[dict[str, Any]], stored: dict[str, StoredItem], where: 
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ChainFacts:
+    """What a continuation checks of a chain it has decoded (``app.prefix``): its responses' ids and
+    how many items each holds (inputs and outputs), newest first."""
+
+    ids: tuple[str, ...] = ()
+    items: tuple[int, ...] = ()
+
+    def then(self, response_id: str, items: int) -> ChainFacts:
+        return ChainFacts((response_id, *self.ids), (items, *self.items))
+
+
 @dataclass
 class Context:
     """What one response builds on (see the module docstring). ``before``: item lists decoded ahead
     of the input, each with whether toolwire wrote it; ``input``: the request's items, references
-    replaced; ``stored``: stored copies by id (the decoder trusts reasoning only through these)."""
+    replaced; ``stored``: stored copies by id (the decoder trusts reasoning only through these), of
+    which ``own`` are the conversation's. ``kept``: the decoded chain of ``previous_response_id``
+    the prefix service had (then ``before`` is empty); ``recall``: what it has of the units
+    otherwise; ``facts``: the chain's, for the next continuation."""
 
     before: list[tuple[str, list[dict[str, Any]], bool]] = field(default_factory=list)
     input: list[dict[str, Any]] = field(default_factory=list)
     stored: dict[str, StoredItem] = field(default_factory=dict)
     conversation: str | None = None
+    own: frozenset[str] = frozenset()
+    scope: bytes = b""
+    kept: Entry | None = None
+    recall: Recall | None = None
+    facts: ChainFacts = field(default_factory=ChainFacts)
+
+
+async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
+                     tenant: str, scope: bytes) -> Entry | None:
+    """The decoded chain the prefix service kept for ``previous``, if it is still the chain a
+    continuation reads — the same responses, all there, within every limit (the store walks their
+    links, no body read); else ``None`` (read and decode it, and answer what is wrong with it)."""
+    entry = prefix.recall_response(tenant, previous, scope)
+    if entry is None or responses is None or not isinstance(entry.chain, ChainFacts):
+        return None
+    limits = chain_limits(settings)
+    try:
+        links = await responses.links(previous, tenant, limits)
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    facts = entry.chain
+    if (links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids
+            or sum(facts.items) > limits.items):
+        return None
+    return entry
+
+
+def units_of(request: ResponsesRequest, ctx: Context) -> list[bytes | None]:
+    """The request's units (``app.prefix``): its instructions, each item decoded before the input
+    (with whether toolwire wrote it, and whether it is one of the conversation's own copies) and
+    each input item as the client sent it (an id the server adds changes nothing decoded)."""
+    units = [unit(request.instructions, b"i")]
+    for _where, items, trusted in ctx.before:
+        for item in items:
+            tag = b"t" if trusted else b"o" if item.get("id") in ctx.own else b"u"
+            units.append(unit(item, tag))
+    raw = request.input
+    sent = [raw] if isinstance(raw, str) else raw or []
+    units.extend(None if isinstance(item, dict) and item.get("type") == "item_reference" else unit(item, b"u")
+                 for item in sent)  # what a reference stands for is the store's
+    return units
 
 
 async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
-                  request: ResponsesRequest, tenant: str) -> Context:
-    """Read what the request builds on (see the module docstring)."""
+                  request: ResponsesRequest, tenant: str, prefix: PrefixService | None = None) -> Context:
+    """Read what the request builds on (see the module docstring); with the prefix service, what it
+    kept of the conversation spares reading and decoding it again."""
     conversation = conversation_id(request.conversation)
     if conversation is not None and request.previous_response_id is not None:
         raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
-    ctx = Context(conversation=conversation)
-    chain = await history(responses, settings, request.previous_response_id, tenant)
-    for n, (inputs, outputs) in enumerate(chain):
-        ctx.before.append((f"previous response {n} input", inputs, False))
-        ctx.before.append((f"previous response {n} output", outputs, True))
+    ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
+    previous = request.previous_response_id
+    if previous is not None and prefix is not None and prefix.enabled:
+        ctx.kept = await kept_chain(responses, settings, prefix, previous, tenant, ctx.scope)
+    if ctx.kept is not None:
+        ctx.facts = ctx.kept.chain
+    else:
+        records = await history(responses, settings, previous, tenant)
+        for n, record in enumerate(records):
+            outputs = record.response.get("output") or []
+            ctx.before.append((f"previous response {n} input", record.input, False))
+            ctx.before.append((f"previous response {n} output", outputs, True))
+            ctx.facts = ctx.facts.then(record.id, len(record.input) + len(outputs))
     own: dict[str, StoredItem] = {}
     if conversation is not None:
         try:
@@ -159,14 +223,28 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         if items is None:
             raise conversation_not_found(conversation, "conversation")
         own = {item.id: item for item in items if item.trusted}
+        ctx.own = frozenset(own)
         ctx.before.append((f"conversation {conversation}", [item.item for item in items], False))
     ctx.input = normalised_input(request.input)
     if conversation is not None:
         _fits(ctx, items or [], settings)
-    wanted = _references(ctx.input) + _reasoning_ids(ctx.input)
+    if prefix is not None and prefix.enabled and ctx.kept is None:
+        ctx.recall = prefix.recall(ctx.scope, units_of(request, ctx))
+    found = ctx.recall
+
+    def taken(index: int) -> bool:
+        return found is not None and found.segment(index) is not None
+
+    wanted = _references(ctx.input)
+    at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
+    wanted += [item["id"] for k, item in enumerate(ctx.input) if item.get("type") == "reasoning"
+               and isinstance(item.get("id"), str) and not taken(at + k)]  # a taken item read no stored copy
+    at = 1
     for _, items_before, trusted in ctx.before:
         if not trusted:
-            wanted += [key for key in _reasoning_ids(items_before) if key not in own]
+            wanted += [item["id"] for k, item in enumerate(items_before) if item.get("type") == "reasoning"
+                       and isinstance(item.get("id"), str) and item["id"] not in own and not taken(at + k)]
+        at += len(items_before)
     stored = await found_items(responses, wanted, tenant, settings)
     ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
@@ -183,14 +261,50 @@ def _fits(ctx: Context, items: list[StoredItem], settings: Settings) -> None:
         raise over_limit("bytes", settings, "conversation", "conversation")
 
 
+class Chained:
+    """What a stored response leaves the prefix service (``app.prefix``): the chain it ends,
+    decoded — the request's turns but its instructions, and its output's — so a continuation from
+    it starts there (``PrefixService.keep_response``). Not for a conversation's responses (their
+    stored chain is not the conversation), nor when decoding read stored copies (a store that
+    changes would decode otherwise)."""
+
+    def __init__(self, prefix: PrefixService, tenant: str, ctx: Context, ask: Ask, instructions: bool,
+                 decoder: Decoder) -> None:
+        self.prefix, self.tenant, self.ctx, self.ask = prefix, tenant, ctx, ask
+        self.instructions, self.decoder = instructions, decoder
+
+    def __call__(self, response_id: str, final: dict[str, Any]) -> None:
+        ctx, ask = self.ctx, self.ask
+        if ctx.conversation is not None or self.decoder.looked or not self.prefix.enabled:
+            return
+        output = final.get("output") or []
+        out = Decoder(self.decoder.tools, self.decoder.signer)
+        try:
+            out.decode(output, "output", trusted=True)
+        except APIError:
+            return  # (its next request reads and decodes it, and says what is wrong)
+        if any(arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING for turn in out.turns for call in turn.calls):
+            return  # a continuation checks what a fresh decode would: it would refuse this
+        turns = [*ask.turns[1 if self.instructions else 0:], *out.turns]
+        note = ask.prefix
+        if note is not None and note.epoch != self.prefix.epoch:
+            return  # made for the model served before (``PrefixService.serving``)
+        render = note.resume.state if note is not None else None
+        plain = note.plain(turns) if note is not None else frozenset()  # (not the output's: never scanned)
+        self.prefix.keep_response(self.tenant, response_id, ctx.scope, turns, render,
+                                  ctx.facts.then(response_id, len(ctx.input) + len(output)), 64 * len(ctx.facts.ids),
+                                  ctx.kept, plain)
+
+
 class Keeper:
     """Stores a finished response (when ``store`` is given) and adds its items to its conversation;
     called with the final response object, it answers the error that kept either from happening, or
     ``None``. ``stored``: whether the response itself was stored; ``warning``: what went wrong, for
-    a header."""
+    a header. Once stored, ``chained`` hands the chain it ends to the prefix service."""
 
     def __init__(self, responses: ResponseStore | None, conversations: ConversationStore | None, keep: bool,
-                 ctx: Context, settings: Settings, tenant: str, response_id: str, previous: str | None) -> None:
+                 ctx: Context, settings: Settings, tenant: str, response_id: str, previous: str | None,
+                 chained: Chained | None = None) -> None:
         self.responses = responses
         self.conversations = conversations
         self.keep = keep
@@ -199,6 +313,7 @@ class Keeper:
         self.tenant = tenant
         self.response_id = response_id
         self.previous = previous
+        self.chained = chained
         self.stored = False
         self.warning = ""
 
@@ -221,6 +336,8 @@ class Keeper:
                 self.warning = "response not stored: the response store is unavailable"
                 return store_unavailable(exc)
             self.stored = True
+            if self.chained is not None:
+                self.chained(self.response_id, final)
         if self.ctx.conversation is None:
             return None
         problem = await self._append(final)

@@ -41,6 +41,7 @@ from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, file_url, media_url, no_file_ids
 from app.pipeline.ask import Ask
+from app.prefix import Entry, Note, PrefixService, Recall
 from app.state import StoredItem
 from app.thinking_signature import SEALED, ThinkingSigner
 
@@ -160,15 +161,18 @@ def _media_part(part: dict[str, Any], at: str) -> Part:
 class Decoder:
     """Input items → the shared conversation (see the module docstring)."""
 
-    def __init__(self, tools: ToolSet, signer: ThinkingSigner, stored: Mapping[str, StoredItem] | None = None) -> None:
+    def __init__(self, tools: ToolSet, signer: ThinkingSigner, stored: Mapping[str, StoredItem] | None = None,
+                 own: frozenset[str] = frozenset()) -> None:
         self.tools = tools
         self.signer = signer
         self.stored = stored or {}  # the tenant's stored items by id (app.api.responses.context)
+        self.own = own  # those of them that are the conversation's own items (decoded with them)
         self.turns: list[Turn] = []
         self._text: list[str] = []
         self._calls: list[Call] = []
         self._reasoning: list[str] | None = None
         self.dropped_reasoning = 0
+        self.looked = 0  # lookups of stored items made (the conversation's own not counted)
 
     def _flush(self) -> None:
         if self._text or self._calls or self._reasoning is not None:
@@ -204,7 +208,10 @@ class Decoder:
             text = self.signer.unseal(sealed)
             if text is not None:
                 return text
-        own = self.stored.get(item["id"]) if not trusted and isinstance(item.get("id"), str) else None
+        own = None
+        if not trusted and isinstance(item.get("id"), str):
+            self.looked += item["id"] not in self.own
+            own = self.stored.get(item["id"])
         if own is not None and own.trusted and own.item.get("type") == "reasoning":
             return self._reasoning_text(own.item, True)
         if trusted:
@@ -217,58 +224,134 @@ class Decoder:
             self.dropped_reasoning += 1
         return None
 
-    def decode(self, items: list[dict[str, Any]], where: str = "input", trusted: bool = False) -> None:  # noqa: C901 — one branch per input item type, the table the docstring lists
+    @property
+    def clean(self) -> bool:
+        """Nothing is pending: the next item starts afresh (a place decoding can resume at)."""
+        return not (self._text or self._calls or self._reasoning is not None)
+
+    def decode(self, items: list[dict[str, Any]], where: str = "input", trusted: bool = False) -> None:
         for i, item in enumerate(items):
-            at = f"{where}[{i}]"
-            kind = item.get("type")
-            if not isinstance(kind, str):
-                raise bad_request(f"{at}.type: expected a string naming the item type, got {shown(kind)}",
-                                  f"{_param(at)}.type")
-            if kind == "message":
-                role = item.get("role")
-                text, parts = _content(item.get("content"), f"{at}.content", media=role == "user")
-                if role == "assistant":
-                    if self._calls:
-                        self._flush()
-                    self._text.append(text)
-                elif role in ("user", "system", "developer"):
-                    self._flush()
-                    self.turns.append(Turn("user" if role == "user" else "system", text, parts=parts))
-                else:
-                    raise bad_request(f"{at}.role: expected user, assistant, system or developer", f"{at}.role")
-            elif kind == "reasoning":
-                if self._calls or self._text:
-                    self._flush()
-                self._check_reasoning(item, at)
-                thought = self._reasoning_text(item, trusted)
-                if thought is not None:
-                    self._reasoning = [*(self._reasoning or []), thought]
-            elif kind in ("function_call", "custom_tool_call"):
-                call_id, name = item.get("call_id"), item.get("name")
-                if not isinstance(call_id, str) or not isinstance(name, str):
-                    raise bad_request(f"{at}: call_id and name are required", at)
-                namespace = item.get("namespace")
-                offered = self.tools.offered_name(name, namespace if isinstance(namespace, str) else None)
-                if kind == "custom_tool_call":
-                    arguments: Any = {CUSTOM_INPUT: str(item.get("input") or "")}
-                else:
-                    arguments = item.get("arguments") or "{}"
-                self._calls.append(Call(call_id, offered, arguments))
-            elif kind in ("function_call_output", "custom_tool_call_output"):
-                call_id = item.get("call_id")
-                if not isinstance(call_id, str):
-                    raise bad_request(f"{at}.call_id: Field required", f"{at}.call_id")
-                self._flush()
-                text, parts = _content(item.get("output"), f"{at}.output")
-                self.turns.append(Turn("tool", text, tool_call_id=call_id, parts=parts))
-            elif kind in _SKIPPED_ITEMS:
-                continue  # a hosted tool's call: toolwire ran none, and the model cannot see them
-            elif kind == "item_reference":
-                raise bad_request(f"{at}: an item_reference is resolved only in a request's input; send the item "
-                                  "itself", at)
-            else:
-                raise bad_request(f"{at}.type: unknown input item type {shown(kind)}", f"{at}.type")
+            self.item(item, f"{where}[{i}]", trusted)
         self._flush()
+
+    def item(self, item: dict[str, Any], at: str, trusted: bool = False) -> bool:  # noqa: C901 — one branch per input item type, the table the docstring lists
+        """Decode one item (a run of assistant items makes one turn, once something ends it:
+        ``flush``); whether its decoding read the stored items (``stored``: then it depends on the
+        store as well as on the item)."""
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise bad_request(f"{at}.type: expected a string naming the item type, got {shown(kind)}",
+                              f"{_param(at)}.type")
+        read_store = False
+        if kind == "message":
+            role = item.get("role")
+            text, parts = _content(item.get("content"), f"{at}.content", media=role == "user")
+            if role == "assistant":
+                if self._calls:
+                    self._flush()
+                self._text.append(text)
+            elif role in ("user", "system", "developer"):
+                self._flush()
+                self.turns.append(Turn("user" if role == "user" else "system", text, parts=parts))
+            else:
+                raise bad_request(f"{at}.role: expected user, assistant, system or developer", f"{at}.role")
+        elif kind == "reasoning":
+            if self._calls or self._text:
+                self._flush()
+            self._check_reasoning(item, at)
+            looked = self.looked
+            thought = self._reasoning_text(item, trusted)
+            read_store = self.looked > looked
+            if thought is not None:
+                self._reasoning = [*(self._reasoning or []), thought]
+        elif kind in ("function_call", "custom_tool_call"):
+            call_id, name = item.get("call_id"), item.get("name")
+            if not isinstance(call_id, str) or not isinstance(name, str):
+                raise bad_request(f"{at}: call_id and name are required", at)
+            namespace = item.get("namespace")
+            offered = self.tools.offered_name(name, namespace if isinstance(namespace, str) else None)
+            if kind == "custom_tool_call":
+                arguments: Any = {CUSTOM_INPUT: str(item.get("input") or "")}
+            else:
+                arguments = item.get("arguments") or "{}"
+            self._calls.append(Call(call_id, offered, arguments))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str):
+                raise bad_request(f"{at}.call_id: Field required", f"{at}.call_id")
+            self._flush()
+            text, parts = _content(item.get("output"), f"{at}.output")
+            self.turns.append(Turn("tool", text, tool_call_id=call_id, parts=parts))
+        elif kind in _SKIPPED_ITEMS:
+            pass  # a hosted tool's call: toolwire ran none, and the model cannot see them
+        elif kind == "item_reference":
+            raise bad_request(f"{at}: an item_reference is resolved only in a request's input; send the item "
+                              "itself", at)
+        else:
+            raise bad_request(f"{at}.type: unknown input item type {shown(kind)}", f"{at}.type")
+        return read_store
+
+    def flush(self) -> None:
+        """End the run of assistant items under way (a list of items ends so)."""
+        self._flush()
+
+    def items(self, segments: list[tuple[str, list[dict[str, Any]], bool]], found: Recall | None,
+              start: int = 1) -> None:
+        """Decode the lists of items in ``segments`` (``(where, items, trusted)``: each ends what is
+        pending) one after the other, the items' units counted from 1 (``app.prefix``; unit 0 is the
+        instructions) and decoding going on at unit ``start`` (those before were taken): a run of
+        items the same as an earlier request's at the same places, from a place where nothing was
+        pending to the next, is taken from it; an item whose decoding read the store is never kept
+        (the store may change: its unit is dropped)."""
+        flat = [(item, f"{where}[{k}]", trusted, k == len(items) - 1)
+                for where, items, trusted in segments for k, item in enumerate(items)]
+        i = start - 1  # item i is unit i + 1
+        while i < len(flat):
+            taken = found.take(i + 1) if found is not None and self.clean else None
+            if taken is not None:
+                self.turns.extend(taken[1])
+                i = taken[0] - 1
+                continue
+            item, at, trusted, last = flat[i]
+            read_store = self.item(item, at, trusted)
+            if last:
+                self._flush()
+            if found is not None:
+                if read_store:
+                    found.units[i + 1] = None
+                found.after(len(self.turns), resumable=self.clean)
+            i += 1
+
+
+def conversation_turns(decoder: Decoder, instructions: str | None,
+                       before: list[tuple[str, list[dict[str, Any]], bool]], inputs: list[dict[str, Any]],
+                       found: Recall | None, kept: Entry | None, scope: bytes,
+                       prefix: PrefixService | None) -> tuple[list[Turn], Note | None]:
+    """The request's conversation — its ``instructions``, the item lists ``before`` the input (a
+    stored chain, a conversation), the input — decoded, taking what the prefix service has of it
+    (``app.prefix``): a chain it kept decoded whole (``kept``), or the units it ``found``; and the
+    note for the pipeline."""
+    if kept is not None:
+        if instructions:
+            decoder.turns.append(Turn("system", instructions))
+        fresh = [(0, len(decoder.turns))] if decoder.turns else []
+        decoder.turns.extend(kept.turns)
+        begin = len(decoder.turns)
+        decoder.decode(inputs)
+        fresh.append((begin, len(decoder.turns)))
+        return decoder.turns, Note(prefix, scope, [], [], [], decoder.turns, fresh, kept.render, None, [], kept.plain)
+    taken = found.take(0) if found is not None else None
+    first = 1
+    if taken is not None:  # the instructions and perhaps the items after them
+        first, turns, _ = taken
+        decoder.turns.extend(turns)
+    else:
+        if instructions:
+            decoder.turns.append(Turn("system", instructions))
+        if found is not None:
+            found.after(len(decoder.turns))
+    decoder.items([*before, ("input", inputs, False)], found, first)
+    return decoder.turns, found.note(decoder.turns) if found is not None else None
 
 
 def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) -> Ask:

@@ -32,7 +32,7 @@ from app.api.responses.encode import failed_response
 from app.api.responses.history import not_found, stores_of
 from app.api.sse import SSEResponse
 from app.errors import bad_request
-from app.services import Services
+from app.services import Responding
 from app.settings import Settings
 from app.state import Batch, ResponseStore, RunState, RunStore, StoredResponse, StoreUnavailable
 from app.state.runs import UNFINISHED
@@ -65,7 +65,7 @@ async def declare_failed(runs: RunStore, record: StoredResponse, state: RunState
                                   run_limits(settings), stale=stale)
 
 
-async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
+async def current(ex: Exchange[Responding], response_id: str) -> dict[str, Any]:
     """The response object ``GET /v1/responses/{id}`` answers: as stored, with a background
     response's status as its run has it (a stale run declared failed first)."""
     stores = stores_of(ex.services)
@@ -91,7 +91,7 @@ async def current(ex: Exchange, response_id: str) -> dict[str, Any]:
     return {**response, "status": state.status}
 
 
-async def resume(ex: Exchange, response_id: str, starting_after: int | None) -> Response:
+async def resume(ex: Exchange[Responding], response_id: str, starting_after: int | None) -> Response:
     """``GET /v1/responses/{id}?stream=true&starting_after=N``: the events after number ``N`` (all
     of them without it)."""
     after = -1 if starting_after is None else starting_after
@@ -150,7 +150,7 @@ async def follow(runs: RunStore, record: StoredResponse, tenant: str, settings: 
 # ------------------------------------------------------------------------------------- cancelling
 
 
-async def cancel_run(services: Services, record: StoredResponse, tenant: str) -> None:
+async def cancel_run(services: Responding, record: StoredResponse, tenant: str) -> None:
     """End the run of a background response ``cancelled`` unless it ended already, and cancel its
     task when it runs in this process (the backend request closed at once)."""
     stores = stores_of(services)
@@ -171,7 +171,7 @@ async def cancel_run(services: Services, record: StoredResponse, tenant: str) ->
     services.detached.cancel(record.id)
 
 
-async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
+async def cancel(ex: Exchange[Responding], response_id: str) -> dict[str, Any]:
     """``POST /v1/responses/{id}/cancel``: the response, cancelled unless it had ended (then as it
     ended: cancelling twice is cancelling once)."""
     record = await _get(stores_of(ex.services).responses, response_id, ex.tenant)
@@ -182,7 +182,7 @@ async def cancel(ex: Exchange, response_id: str) -> dict[str, Any]:
     return await current(ex, response_id)
 
 
-async def before_delete(ex: Exchange, response_id: str) -> None:
+async def before_delete(ex: Exchange[Responding], response_id: str) -> None:
     """A background response still under way is cancelled before it is deleted (else its task would
     store it again when it ends)."""
     record = await store_call(stores_of(ex.services).responses.get(response_id, ex.tenant))

@@ -5,14 +5,20 @@ answer (404 as for a missing id, 4xx naming a broken or oversized chain, 503 whe
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Protocol
 
 from app.errors import APIError, bad_request
-from app.services import Services
 from app.settings import Settings
 from app.state import ChainLimits, ResponseStore, StoredResponse, Stores, StoreUnavailable
 
 log = logging.getLogger("toolwire")
+
+
+class HasStores(Protocol):
+    """The part of the services that holds the stores (``app.services``: ``Responding``, ``Keeping``)."""
+
+    @property
+    def stores(self) -> Stores | None: ...
 
 
 def not_found(response_id: str) -> APIError:
@@ -25,24 +31,27 @@ def store_unavailable(exc: StoreUnavailable) -> APIError:
                     code="store_unavailable", headers={"Retry-After": "1"})
 
 
-def stores_of(services: Services) -> Stores:
+def stores_of(services: HasStores) -> Stores:
     """The process's stores (a 503 ``store_unavailable`` when none are open)."""
     if services.stores is None:
         raise store_unavailable(StoreUnavailable("the response store is not open"))
     return services.stores
 
 
+def chain_limits(settings: Settings) -> ChainLimits:
+    return ChainLimits(settings.max_chain_links, settings.max_chain_bytes, settings.max_chain_items)
+
+
 async def history(responses: ResponseStore | None, settings: Settings, previous: str | None,
-                  tenant: str) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """The stored chain before this request, oldest first: (input items, output items) per response.
-    A chain that is broken (a link expired or deleted) or beyond the limits — links, bytes, items
-    (inputs and outputs together) — is a 4xx naming it."""
+                  tenant: str) -> list[StoredResponse]:
+    """The stored chain before this request, oldest first. A chain that is broken (a link expired or
+    deleted) or beyond the limits — links, bytes, items (inputs and outputs together) — is a 4xx
+    naming it."""
     if previous is None or responses is None:
         return []
     s = settings
     try:
-        limits = ChainLimits(s.max_chain_links, s.max_chain_bytes, s.max_chain_items)
-        chain = await responses.chain(previous, tenant, limits)
+        chain = await responses.chain(previous, tenant, chain_limits(s))
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if chain.missing == previous:
@@ -70,7 +79,7 @@ async def history(responses: ResponseStore | None, settings: Settings, previous:
             raise bad_request(f"previous_response_id: the background response {record.id!r} has not ended "
                               "yet; continue from it once it has", "previous_response_id",
                               code="previous_response_in_progress")
-    return [(record.input, record.response.get("output") or []) for record in chain.responses]
+    return chain.responses
 
 
 async def stored(responses: ResponseStore | None, response_id: str, tenant: str) -> StoredResponse:

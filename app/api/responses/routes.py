@@ -27,16 +27,17 @@ import orjson
 from starlette.responses import JSONResponse, Response
 
 from app.api import query
-from app.api.answer import Exchange, start, stream, whole
+from app.api.answer import Exchange, respond
 from app.api.responses import background, follow
-from app.api.responses.context import Keeper, context
-from app.api.responses.decode import Decoder, responses_ask
+from app.api.responses.context import Chained, Keeper, context
+from app.api.responses.decode import Decoder, conversation_turns, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
 from app.api.responses.history import not_found, store_unavailable, stored, stores_of
 from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
-from app.conversation import Turn
 from app.errors import APIError, bad_request
+from app.pipeline.choices import Choices
 from app.pipeline.run import Finished
+from app.services import Responding
 from app.state import StoreUnavailable
 from parsers.events import Event
 from parsers.fold import CallHolder
@@ -83,7 +84,7 @@ def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
     raise bad_request("the request cannot be encoded as JSON")
 
 
-async def create_response(body: Any, ex: Exchange) -> Response:
+async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     """``POST /v1/responses``: a stream of ``response.*`` events, or one response object."""
     signer = ex.signer
     stores = ex.services.stores
@@ -91,17 +92,16 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     tenant = ex.tenant
     request = parse_request(body, ex.settings)
     tools = offered_tools(request.tools, ex.settings.hosted_tools)
-    ctx = await context(responses, conversations, ex.settings, request, tenant)
-    decoder = Decoder(tools, signer, ctx.stored)
-    if request.instructions:
-        decoder.turns.append(Turn("system", request.instructions))
-    for where, earlier, trusted in ctx.before:  # a client's items in them are never trusted
-        decoder.decode(earlier, where, trusted=trusted)
-    decoder.decode(ctx.input)
+    prefix = ex.services.prefix
+    ctx = await context(responses, conversations, ex.settings, request, tenant, prefix)
+    decoder = Decoder(tools, signer, ctx.stored, ctx.own)  # a client's items in the chain are never trusted
+    turns, note = conversation_turns(decoder, request.instructions, ctx.before, ctx.input, ctx.recall, ctx.kept,
+                                     ctx.scope, prefix)
     if decoder.dropped_reasoning:
         log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
                  decoder.dropped_reasoning)
-    ask = responses_ask(request, tools, decoder.turns)
+    ask = responses_ask(request, tools, turns)
+    ask.prefix = note
     headers = {}
     if tools.skipped:
         skipped = ", ".join(sorted(set(tools.skipped)))
@@ -118,7 +118,7 @@ async def create_response(body: Any, ex: Exchange) -> Response:
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
     save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
-                  request.previous_response_id)
+                  request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
 
     def items_for(events: bool) -> ResponseItems:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
@@ -129,11 +129,11 @@ async def create_response(body: Any, ex: Exchange) -> Response:
                   if ctx.conversation else None)
         return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
                                       request.stream, keeper, headers)
-    choices = await start(ask, ex)
     if request.stream:
-        return await stream(choices, ResponseEvents(head, items_for(True), save), ex, headers=headers)
+        return await respond(ex, ask, stream=True, headers=headers,
+                             encoder=lambda _: ResponseEvents(head, items_for(True), save))
 
-    async def build(results: list[tuple[list[Event], Finished]], total: Finished) -> Response:
+    async def build(results: list[tuple[list[Event], Finished]], total: Finished, _: Choices) -> Response:
         built = items_for(False)
         built.feed(CallHolder()(results[0][0]))  # a call counts once complete; an unfinished one is its text
         final = finished_response(head, built, total)
@@ -142,10 +142,10 @@ async def create_response(body: Any, ex: Exchange) -> Response:
             headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), save.warning)))
         return JSONResponse(final, headers=headers)
 
-    return await whole(choices, build, ex)
+    return await respond(ex, ask, stream=False, build=build)
 
 
-async def retrieve_response(ex: Exchange) -> Response:
+async def retrieve_response(ex: Exchange[Responding]) -> Response:
     """The stored response (a background one as its run has it), or with ``stream=true`` its events
     (after ``starting_after``). ``include_obfuscation`` is read (a malformed one is a 400) and has no
     effect: toolwire's events carry no padding."""
@@ -160,16 +160,17 @@ async def retrieve_response(ex: Exchange) -> Response:
     return JSONResponse(await follow.current(ex, response_id))
 
 
-async def cancel_response(ex: Exchange) -> Response:
+async def cancel_response(ex: Exchange[Responding]) -> Response:
     return JSONResponse(await follow.cancel(ex, _path_id(ex)))
 
 
-async def delete_response(ex: Exchange) -> Response:
+async def delete_response(ex: Exchange[Responding]) -> Response:
     response_id = _path_id(ex)
     responses = stores_of(ex.services).responses
     await follow.before_delete(ex, response_id)
     try:
         deleted = await responses.delete(response_id, ex.tenant)
+        ex.services.prefix.forget_response(ex.tenant, response_id)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if not deleted:
@@ -177,7 +178,7 @@ async def delete_response(ex: Exchange) -> Response:
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
 
-async def input_items(ex: Exchange) -> Response:
+async def input_items(ex: Exchange[Responding]) -> Response:
     assert ex.request is not None
     params = ex.request.query_params
     order = query.choice(params, "order", "desc", ("asc", "desc"))
@@ -195,6 +196,6 @@ async def input_items(ex: Exchange) -> Response:
                          "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit})
 
 
-def _path_id(ex: Exchange) -> str:
+def _path_id(ex: Exchange[Responding]) -> str:
     assert ex.request is not None
     return str(ex.request.path_params["id"])

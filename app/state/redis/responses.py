@@ -74,6 +74,26 @@ out[4] = size
 return out
 """
 
+# ARGV[4..]: first id, max links, max bytes → {missing, over, size, id1, id2, …} (the chain's links, no bodies)
+_LINKS = COMMON + """
+local id = ARGV[4]
+local max_links, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
+local out, size, links = {'', '', 0}, 0, 0
+while id and id ~= '' do
+    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous')
+    if v[1] ~= owner then out[1] = id; break end
+    local length = redis.call('HSTRLEN', p .. 'r:' .. id, 'body')
+    if links >= max_links then out[2] = 'links'; break end
+    if size + length > max_bytes then out[2] = 'bytes'; break end
+    links = links + 1
+    size = size + length
+    table.insert(out, id)
+    id = v[2]
+end
+out[3] = size
+return out
+"""
+
 # ARGV[4..]: max bytes of stored responses read, item ids → {'over'}, or {'ok', n, then n times (id, flag,
 # kind, encoded conversation item or response id), then (response id, body) for each response named}
 _ITEMS = COMMON + """
@@ -124,7 +144,7 @@ class RedisResponses:
     def __init__(self, db: RedisDatabase) -> None:
         self.db = db
         self._put, self._get, self._delete = db.script(_PUT), db.script(_GET), db.script(_DELETE)
-        self._chain, self._items = db.script(_CHAIN), db.script(_ITEMS)
+        self._chain, self._items, self._links = db.script(_CHAIN), db.script(_ITEMS), db.script(_LINKS)
 
     def put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
         """The ``put`` script's call for ``record`` (on ``client``: a pipeline, to write it with more)."""
@@ -155,6 +175,12 @@ class RedisResponses:
         chain = Chain(ids=ids, missing=missing.decode() or None, over=over.decode() or None, size=int(size))
         bodies = dict(zip(ids, pairs[1::2], strict=True))
         return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
+
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        missing, over, size, *ids = await self.db.call(
+            self._links(args=self.db.args(tenant, response_id, limits.links, limits.bytes)))
+        return Chain(ids=[key.decode() for key in ids], missing=missing.decode() or None, over=over.decode() or None,
+                     size=int(size))
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         wanted = list(dict.fromkeys(ids))

@@ -135,6 +135,18 @@ class SqliteResponses:
         chain, bodies = await self.db.run(work)  # read under the lock; decoded outside it, off the loop
         return await off_loop(chain.size, decode_chain, chain, owner, bodies, limits)
 
+    async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
+        owner = self.db.owner(tenant)
+
+        def work() -> Chain:
+            now = time.time()
+            with self.db.transaction():
+                links = {key: Link(key, who, previous, size) for key, who, previous, size in
+                         self.db.conn.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
+            return walk(response_id, links, owner, limits)
+
+        return await self.db.run(work)
+
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         owner = self.db.owner(tenant)
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from app.api.answer import Ahead
+from app.pipeline.ahead import Ahead
 
 
 def test_it_is_made_when_the_task_first_waits_and_only_once() -> None:

@@ -12,8 +12,6 @@ import pytest
 from app.api.chat.decode import shown_tool
 from app.api.chat.protocol import ToolDefinition
 from app.api.http_protocol import HeadWithBody
-from app.templates.chat_template import ChatTemplate
-from app.templates.resume import RenderCache
 
 
 class Recorder(asyncio.Transport):
@@ -86,22 +84,6 @@ def test_a_tool_is_shown_as_model_dump_shows_it(tool: dict[str, Any]) -> None:
     expected, shown = model.model_dump(exclude_none=True), shown_tool(model)
     assert shown == expected
     assert list(shown) == list(expected) and list(shown["function"]) == list(expected["function"])
-
-
-LOOP_TEMPLATE = "{%- for m in messages %}[{{ m.role }}:{{ m.content }}]{%- endfor %}"
-
-
-def test_short_conversations_are_rendered_whole_longer_ones_resumed() -> None:
-    template = ChatTemplate(LOOP_TEMPLATE)
-    template.cache = cache = RenderCache(1 << 20, min_messages=4)
-    whole = ChatTemplate(LOOP_TEMPLATE)
-    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
-    for n in (1, 2, 3):
-        assert template.render(messages[:n]) == whole.render(messages[:n])
-    assert cache.bytes_held == 0  # nothing kept below the threshold
-    for n in (4, 5, 6):
-        assert template.render(messages[:n]) == whole.render(messages[:n])
-    assert cache.bytes_held > 0 and cache.hits > 0  # kept, and the later turns resumed
 
 
 # ------------------------------------------------------------------ the body, read from ASGI messages

@@ -112,7 +112,7 @@ def test_typical_plain_requests_take_the_plain_path(body: dict[str, Any]) -> Non
     {"messages": [{"role": "tool", "content": "1", "tool_call_id": "c"}]},
     {"messages": [{"role": ["user"], "content": "hi"}]},
     {"messages": [{"role": "user", "content": "hi", "reasoning_content": "r"}]},
-    {"messages": [{"role": "user", "content": str(k)} for k in range(4)]},  # long enough to be kept (known)
+    {"messages": [{"role": "user", "content": str(k)} for k in range(4)]},  # long enough for the prefix service
     {"messages": []},
     {"messages": "hi"},
 ])

@@ -114,6 +114,24 @@ async def test_chain_limits_in_links_and_bytes(store: Stores) -> None:
     assert (await store.responses.chain("l9", ALICE, ChainLimits(links=10))).over is None
 
 
+async def test_links_walk_the_chain_without_its_bodies(store: Stores) -> None:
+    """``links`` walks as ``chain`` does — the same ids, the same missing link, the same limit in
+    links and bytes, the same size — and reads no body (``app.prefix`` checks a chain it decoded)."""
+    previous = None
+    for i in range(6):
+        await store.responses.put(record(f"k{i}", previous, text="z" * 500), ALICE)
+        previous = f"k{i}"
+    one = len(record("k1", "k0", "z" * 500).encode())
+    for limits in (ChainLimits(), ChainLimits(links=3), ChainLimits(bytes=2 * one + 5)):
+        chain, links = (await store.responses.chain("k5", ALICE, limits), await store.responses.links("k5", ALICE, limits))
+        assert (links.ids, links.missing, links.over, links.size) == (chain.ids, chain.missing, chain.over, chain.size)
+        assert links.responses == []
+    assert (await store.responses.links("k5", BOB, ChainLimits())).missing == "k5"  # another tenant's: as absent
+    await store.responses.delete("k2", ALICE)
+    broken = await store.responses.links("k5", ALICE, ChainLimits())
+    assert broken.missing == "k2" and broken.ids == ["k5", "k4", "k3"]
+
+
 async def test_chain_stops_decoding_at_the_item_bound(store: Stores) -> None:
     """Items (input and output) are counted as the chain is decoded, newest first: decoding stops
     before the record that passes the bound, however many bytes the walk allowed."""

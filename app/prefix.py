@@ -1,0 +1,535 @@
+"""The prefix service: what an agent's next turn reuses of its last — one owner for every face and
+every shape of conversation, owned by the process's services (``app.services``).
+
+An agent sends its whole conversation every turn (or, on the Responses API, names the response it
+continues). What the turn before already did for the same conversation need not be done again:
+decoding and validating its earlier items into the shared conversation (``app.conversation``),
+rendering the chat template's loop over them (``app.templates.resume``), encoding the tool
+schemas for the template (``tojson``). This service keeps that work — one ``Entry`` per
+conversation as its last request left it — and hands it to the next request of the same tenant.
+
+* **Fed by every face, after it decodes.** A face cuts its request into *units* — its items in
+  order (Chat's messages, the Messages API's system and messages, the Responses API's
+  instructions and input items) — each as its exact bytes (``orjson``: key order, ``1`` against
+  ``1.0`` against ``true`` all told apart; ``None`` for a unit that cannot be reused). ``recall``
+  finds the kept entry of the same *scope* (the tenant, the face and whatever else the face's
+  decoding reads) that shares the most units with the request at the same places — the **longest
+  common prefix** first, and past a unit that differs, the units that are still the same where
+  they were: an appended turn, a rewritten last message, an edited early one (a repo map, a
+  cleared tool result, a system prompt that carries the time) each reuse all but what changed.
+  The face takes the entry's turns for each run of such units (``Recall.take``: up to a place
+  where its decoder can resume, as the face said when it kept them) and decodes the rest
+  (``Recall.after``); the ``Note`` it makes rides on the ``Ask`` to the pipeline, whose render
+  continues the entry's render (``Note.resume``, again item by item and place by place), and is
+  kept (``keep``) once the request was planned — never before, so a request refused (limits,
+  template) leaves nothing that could spare its successor the checks.
+* **Chains.** A finished response the Responses API stored is kept by its id (``keep_response``)
+  with the turns its chain decodes to, its output included, so a ``previous_response_id``
+  continuation starts from there (``recall_response``) instead of reading and decoding the chain.
+* **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
+  comparison of bytes with a few candidates, place by place; what a request leaves is kept after
+  the backend was asked, off the way to the first token.
+* **One byte budget.** Entries (their units, and the turns they decode to counted three times by
+  their units' bytes — as parsed, as a model, as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
+  ``--prefix-cache-bytes`` for the server, its uvicorn workers each holding their share; prepare
+  workers keep nothing (what they render comes back to be kept here), so that is the process
+  tree's whole budget. An entry a newer one of the same conversation supersedes is dropped at once;
+  conversations of fewer than ``min_units`` units are neither reused nor kept.
+
+A unit's bytes are the face's to choose, and a later face may key a unit by something other than
+its literal bytes where that is exact — an image by the digest of its content rather than its
+bytes (``unit``'s ``tag`` and value): equal units must always decode alike. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.conversation import Turn
+from app.media import Media
+from app.templates.resume import RenderState, Resume
+
+#: an entry is filed under the digest of its first 4, 2 and 1 units (most specific first), and
+#: under each of the units at these places alone
+ANCHORS = (4, 2, 1)
+PLACES = (1, 2)
+#: entries compared at most per lookup (the most recent of the most specific anchor's)
+MAX_PROBES = 4
+#: bytes an entry counts per unit beyond its strings (the unit's objects, the turn, the model)
+UNIT_OVERHEAD = 200
+#: conversations of fewer units are decoded and rendered whole, and not kept: with a few messages
+#: the bookkeeping (digests, cut-out iterations) costs more than it saves
+MIN_UNITS = 4
+
+
+#: a unit whose JSON is longer (an image's base64, a pasted file) is kept as its digest
+DIGESTED = 4096
+_DIGESTED = b"\x00#"  # (JSON never starts so)
+
+
+def unit(value: Any, tag: bytes = b"") -> bytes | None:
+    """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
+    encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte BLAKE2b digest of the
+    JSON and its length: an image's base64 is held and compared as its digest, not its bytes."""
+    try:
+        data = orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    if len(data) <= DIGESTED:
+        return tag + data
+    return tag + _DIGESTED + hashlib.blake2b(data, digest_size=32).digest() + len(data).to_bytes(8, "little")
+
+
+def unit_bytes(data: bytes) -> int:
+    """The bytes of JSON a unit stands for (a digested unit's length, as its last 8 bytes say)."""
+    if len(data) < 42 or data[-42:-40] != _DIGESTED:
+        return len(data)
+    return int.from_bytes(data[-8:], "little")
+
+
+def scope_of(*parts: str | bytes) -> bytes:
+    """A scope: the tenant, the face and what else its decoding depends on, in one digest."""
+    digest = hashlib.blake2b(b"toolwire-prefix-scope", digest_size=16)
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.digest()
+
+
+def turn_bytes(turn: Turn) -> int:
+    """What a turn holds, in bytes (about): its strings."""
+    size = len(turn.text) + len(turn.reasoning or "")
+    for part in turn.parts or ():
+        size += part.size if isinstance(part, Media) else len(part) if isinstance(part, str) else 256
+    for call in turn.calls:
+        size += len(call.id) + len(call.name) + (len(call.arguments) if isinstance(call.arguments, str) else 256)
+    return size
+
+
+@dataclass(eq=False, slots=True)
+class Entry:
+    """One conversation as its last request left it (see the module docstring): its units, the
+    turns they decode to (``ends[i]``: turns after unit ``i``, or ``-1`` where decoding cannot
+    resume after it), what the face keeps per unit (``payload``), the render state, and its size
+    in bytes."""
+
+    scope: bytes
+    units: list[bytes]
+    ends: list[int]
+    payload: list[Any]
+    turns: list[Turn]
+    render: RenderState | None
+    size: int
+    anchors: list[bytes] = field(default_factory=list)
+    #: a finished response whose chain this is: ``(tenant, response id)``, and what the face keeps
+    #: of the chain (``app.api.responses``)
+    response: tuple[str, str] | None = None
+    chain: Any = None
+    #: the ``id`` of each of ``turns`` known to hold only plain client strings (a clean render had it:
+    #: ``app.templates.literal``) — valid while the entry holds them
+    plain: frozenset[int] = frozenset()
+
+
+class Note:
+    """What a request's decoding found and made, for the pipeline: which of its turns were decoded
+    now (``fresh``: ranges; the others were decoded — and checked — for an earlier request), the
+    render to continue (``resume``: its state after the render), and what to keep once the request
+    was planned (``PrefixService.keep``). ``settled``: the reused turns known to hold only plain
+    client strings (not scanned for control text again); ``clean``: set once planned, how many
+    first turns the render found plain (all it rendered, or none)."""
+
+    __slots__ = ("anchors", "clean", "ends", "epoch", "fresh", "payload", "replaces", "resume", "scope", "service",
+                 "settled", "turns", "units")
+
+    def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
+                 payload: list[Any], turns: list[Turn], fresh: list[tuple[int, int]] | None,
+                 previous: RenderState | None, replaces: Entry | None, anchors: list[bytes],
+                 plain: frozenset[int] = frozenset()) -> None:
+        self.service, self.scope, self.units, self.ends, self.payload = service, scope, units, ends, payload
+        self.turns, self.replaces, self.anchors = turns, replaces, anchors
+        self.fresh = fresh if fresh is not None else [(0, len(turns))]
+        self.resume = Resume(previous)
+        self.settled = self._settled(plain) if plain else frozenset()
+        self.clean = 0
+        self.epoch = service.epoch if service is not None else 0
+
+    def for_model(self) -> None:
+        """Drop what holds only for the model the entry was made with — its render state, the turns
+        known plain under its control strings — when another model is served now (the decoded turns
+        hold for any)."""
+        if self.service is not None and self.epoch != self.service.epoch:
+            self.resume, self.settled, self.replaces = Resume(None), frozenset(), None
+
+    def _settled(self, plain: frozenset[int]) -> frozenset[int]:
+        """The reused turns whose object is in ``plain`` (by index)."""
+        turns, at = self.turns, 0
+        out: list[int] = []
+        for begin, stop in [*self.fresh, (len(turns), len(turns))]:
+            out.extend(i for i in range(at, begin) if id(turns[i]) in plain)
+            at = stop
+        return frozenset(out)
+
+    def plain(self, turns: Sequence[Turn]) -> frozenset[int]:
+        """The ``id`` of each of ``turns`` (some of this note's) known plain once planned — for the
+        entry that holds ``turns``: an ``id`` is good only while its object lives."""
+        known = {id(t) for t in self.turns[:self.clean]} | {id(self.turns[i]) for i in self.settled}
+        return frozenset(k for k in map(id, turns) if k in known)
+
+    @property
+    def reused(self) -> int:
+        """How many of the turns were decoded for an earlier request."""
+        return len(self.turns) - sum(stop - begin for begin, stop in self.fresh)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A worker gets a blank note: it renders whole, and its render state comes back with the
+        plan (``Plan.render``), for this note to keep."""
+        return _blank, ()
+
+
+def _blank() -> Note:
+    return Note(None, b"", [], [], [], [], None, None, None, [])
+
+
+class Recall:
+    """What ``recall`` found for one request's units — an entry and, place by place, whether each
+    unit is the same there (``equal``) — and the face's account of its decoding, unit by unit:
+    what it takes from the entry (``take``) and what it decodes itself (``after``); made into the
+    request's ``Note`` (``note``)."""
+
+    def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], entry: Entry | None,
+                 anchors: list[bytes], limit: int) -> None:
+        self.service, self.scope, self.units, self.entry, self.anchors = service, scope, units, entry, anchors
+        self.limit = limit  # units from this one on are always decoded
+        self.equal = _equal(entry.units, units) if entry is not None else []
+        self.ends: list[int] = []
+        self.payload: list[Any] = []
+        self.fresh: list[tuple[int, int]] = []
+        self.count = 0  # turns so far
+        self.taken = 0  # units taken from the entry
+        self._runs: list[int | None] | None = None
+
+    def segment(self, i: int) -> int | None:
+        """Where the run of units the entry decoded from ``i`` on ends (exclusive), when ``take(i)``
+        would take it: the same units at the same places, from a place the entry's decoding could
+        resume at to the next; else ``None``."""
+        runs = self.takeable()
+        return runs[i] if i < len(runs) else None
+
+    def _segments(self) -> list[int | None]:
+        entry = self.entry
+        runs: list[int | None] = []
+        if entry is None:
+            return runs
+        equal, ends, n = self.equal, entry.ends, min(len(self.equal), self.limit)
+        for i in range(n):
+            if i and ends[i - 1] < 0:
+                runs.append(None)
+                continue
+            j = i
+            while j < n and ends[j] < 0:
+                j += 1
+            runs.append(j + 1 if j < n and all(equal[i:j + 1]) else None)
+        return runs
+
+    def takeable(self) -> list[int | None]:
+        """Unit by unit, where the run the entry decoded from it ends (``segment``), or ``None``."""
+        if self._runs is None:
+            self._runs = self._segments()
+        return self._runs
+
+    def take(self, i: int) -> tuple[int, list[Turn], list[Any]] | None:
+        """The entry's turns for every run of units from ``i`` on that ``segment`` allows, one after
+        the other, and what the face kept of them — the caller's decoder being in its starting state
+        at ``i`` (as it is again at each run's end): ``(the unit after them, turns, payload)``; else
+        ``None`` (decode unit ``i``)."""
+        runs = self.takeable()
+        end = i
+        while end < len(runs) and (after := runs[end]) is not None:
+            end = after
+        if end == i:
+            return None
+        entry = self.entry
+        assert entry is not None
+        begin = entry.ends[i - 1] if i else 0
+        turns = entry.turns[begin:entry.ends[end - 1]]
+        base = self.count - begin
+        self.ends.extend(base + e if e >= 0 else -1 for e in entry.ends[i:end])
+        self.count += len(turns)
+        payload = entry.payload[i:end]
+        self.payload.extend(payload)
+        self.taken += end - i
+        return end, turns, payload
+
+    def after(self, turns: int, payload: Any = None, resumable: bool = True) -> None:
+        """The next unit is decoded: ``turns`` turns so far (decoding may resume after it only where
+        ``resumable``), and what the face keeps of it."""
+        self._fresh(turns)
+        self.ends.append(turns if resumable else -1)
+        self.payload.append(payload)
+
+    def _fresh(self, turns: int) -> None:
+        if turns > self.count:
+            if self.fresh and self.fresh[-1][1] == self.count:
+                self.fresh[-1] = (self.fresh[-1][0], turns)
+            else:
+                self.fresh.append((self.count, turns))
+        self.count = turns
+
+    def note(self, turns: list[Turn]) -> Note:
+        """The request's note, its decoding done (``turns``: all of them)."""
+        self._fresh(len(turns))  # turns made after the last unit (a run of items the face closed)
+        previous = self.entry.render if self.entry is not None else None
+        if self.taken and self.service is not None:
+            self.service.found += 1
+        return Note(self.service, self.scope, self.units, self.ends, self.payload, turns, self.fresh, previous,
+                    self.entry, self.anchors, self.entry.plain if self.entry is not None else frozenset())
+
+
+class PrefixService:
+    """See the module docstring. ``max_bytes`` 0: off (nothing found, nothing kept)."""
+
+    def __init__(self, max_bytes: int, min_units: int = MIN_UNITS) -> None:
+        self.max_bytes = max_bytes
+        self.min_units = min_units
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._held: OrderedDict[Any, tuple[int, Any]] = OrderedDict()  # least recently used first
+        self._anchored: dict[bytes, list[Entry]] = {}
+        self._responses: dict[tuple[str, str], Entry] = {}
+        self.recalls = 0  # lookups made
+        #: bumped when another model is served (``serving``): what was kept before is not reused
+        self.epoch = 0
+        self._model: object = None
+        self.found = 0  # lookups whose request took something
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # ------------------------------------------------------------------ conversations
+
+    def recall(self, scope: bytes, units: list[bytes | None], limit: int | None = None) -> Recall:
+        """The kept entry of ``scope``'s that shares the most units with ``units`` at the same places
+        (see the module docstring), for the face to take its decoding of them; the units from
+        ``limit`` on are always decoded."""
+        limit = len(units) if limit is None else limit
+        if not self.enabled or len(units) < self.min_units:
+            return Recall(None, scope, units, None, [], limit)
+        anchors = _anchors(scope, units)
+        best: Entry | None = None
+        shared = 0
+        with self._lock:
+            self.recalls += 1
+            for anchor in anchors:
+                bucket = self._anchored.get(anchor)
+                if not bucket:
+                    continue
+                for entry in reversed(bucket[-MAX_PROBES:]):
+                    n = sum(_equal(entry.units, units))
+                    if n > shared:
+                        best, shared = entry, n
+                break  # the most specific anchor with candidates
+            if best is not None:
+                self._held.move_to_end(id(best))
+        recall = Recall(self, scope, units, best, anchors, limit)
+        if best is not None:
+            for i, same in enumerate(recall.equal):
+                if same:
+                    units[i] = best.units[i]  # the same bytes: kept once
+        return recall
+
+    def keep(self, note: Note) -> None:
+        """Keep what ``note``'s request made (its render state in ``note.resume``), once it was
+        planned; the entry of the same conversation it supersedes is dropped."""
+        if not self.enabled or not note.anchors or note.epoch != self.epoch:
+            return
+        n = next((i for i, u in enumerate(note.units) if u is None), len(note.units))
+        n = min(n, len(note.ends))
+        while n and note.ends[n - 1] < 0:
+            n -= 1
+        if n < self.min_units:
+            return
+        units = [u for u in note.units[:n] if u is not None]  # (none is, up to ``n``)
+        turns = note.turns[:note.ends[n - 1]]
+        render = note.resume.state  # compared item by item when used: good whatever the units kept
+        # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
+        size = 4 * sum(map(unit_bytes, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
+        entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
+                      _anchors(note.scope, units), plain=note.plain(turns))
+        old = note.replaces
+        with self._lock:
+            if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
+                self._drop(old)  # the same conversation, a turn on
+            self._add(entry)
+
+    # ------------------------------------------------------------------ chains
+
+    def recall_response(self, tenant: str, response_id: str, scope: bytes) -> Entry | None:
+        """The entry kept for ``tenant``'s finished response ``response_id`` (of ``scope``), if any."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            self.recalls += 1
+            entry = self._responses.get((tenant, response_id))
+            if entry is None or entry.scope != scope:
+                return None
+            self._held.move_to_end(id(entry))
+            self.found += 1
+            return entry
+
+    def keep_response(self, tenant: str, response_id: str, scope: bytes, turns: list[Turn],
+                      render: RenderState | None, chain: Any, chain_bytes: int, replaces: Entry | None,
+                      plain: frozenset[int] = frozenset()) -> None:
+        """Keep a finished response's chain: the ``turns`` it decodes to (its output included; the
+        ``id`` of those known plain in ``plain``), the render of its request, and the face's facts
+        about the chain (``chain``, ``chain_bytes`` more to count); the entry of the response it
+        continued is dropped."""
+        if not self.enabled:
+            return
+        known = replaces is not None and len(replaces.turns) <= len(turns) and all(
+            a is b for a, b in zip(replaces.turns, turns, strict=False))  # (its turns begin with its chain's)
+        counted, rest = 0, turns
+        if known and replaces is not None:
+            counted = replaces.size - (replaces.render.size if replaces.render is not None else 0)
+            rest = turns[len(replaces.turns):]
+        size = (counted + 3 * sum(map(turn_bytes, rest)) + UNIT_OVERHEAD * len(rest) + chain_bytes
+                + (render.size if render is not None else 0))
+        entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain,
+                      plain=plain)
+        with self._lock:
+            if replaces is not None and id(replaces) in self._held:
+                self._drop(replaces)
+            self._add(entry)
+
+    def forget_response(self, tenant: str, response_id: str) -> None:
+        """``tenant``'s response ``response_id`` is gone (deleted): so is what was kept of it."""
+        with self._lock:
+            entry = self._responses.get((tenant, response_id))
+            if entry is not None:
+                self._drop(entry)
+
+    # ------------------------------------------------------------------ tojson's memo
+
+    def get(self, key: bytes) -> str | None:
+        with self._lock:
+            held = self._held.get(key)
+            if held is None:
+                return None
+            self._held.move_to_end(key)
+            answer: str = held[1]
+            return answer
+
+    def put(self, key: bytes, answer: str) -> None:
+        if not self.enabled:
+            return
+        size = len(key) + sys.getsizeof(answer)
+        with self._lock:
+            if key not in self._held and size <= self.max_bytes:
+                self._held[key] = (size, answer)
+                self.bytes += size
+                self._bound()
+
+    # ------------------------------------------------------------------ the bound
+
+    def _add(self, entry: Entry) -> None:
+        if entry.size > self.max_bytes:
+            return
+        if entry.response is not None:
+            old = self._responses.get(entry.response)
+            if old is not None:
+                self._drop(old)
+            self._responses[entry.response] = entry
+        for anchor in entry.anchors:
+            self._anchored.setdefault(anchor, []).append(entry)
+        self._held[id(entry)] = (entry.size, entry)
+        self.bytes += entry.size
+        self._bound()
+
+    def _drop(self, entry: Entry) -> None:
+        held = self._held.pop(id(entry), None)
+        if held is None:
+            return
+        self.bytes -= held[0]
+        if entry.response is not None and self._responses.get(entry.response) is entry:
+            del self._responses[entry.response]
+        for anchor in entry.anchors:
+            bucket = self._anchored.get(anchor)
+            if bucket is not None:
+                bucket.remove(entry)
+                if not bucket:
+                    del self._anchored[anchor]
+
+    def _bound(self) -> None:
+        while self.bytes > self.max_bytes and self._held:
+            key, (size, value) = next(iter(self._held.items()))
+            if isinstance(value, Entry):
+                self._drop(value)
+            else:
+                del self._held[key]
+                self.bytes -= size
+
+    def serving(self, model: object) -> None:
+        """``model`` is served from now on: a render state and the turns known plain were made for a
+        template and control strings, so when the model is another than before, everything is
+        forgotten and notes made before are not kept (``Note.for_model``)."""
+        with self._lock:
+            if model is self._model:
+                return
+            self._model = model
+            self.epoch += 1
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget everything (benchmarks measure a first request this way)."""
+        with self._lock:
+            self._held.clear()
+            self._anchored.clear()
+            self._responses.clear()
+            self.bytes = 0
+
+
+def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
+    """The digests an entry with these units is filed under, most specific first: its first 4, 2
+    and 1 units, then the units at ``PLACES`` alone (found again when the first changed: a system
+    prompt that carries the time)."""
+    found: list[bytes] = []
+    digest = hashlib.blake2b(scope, digest_size=16)
+    for k, data in enumerate(units[:ANCHORS[0]], 1):
+        if data is None:
+            break
+        digest.update(len(data).to_bytes(8, "little") + data)
+        if k in ANCHORS:
+            found.append(digest.copy().digest())
+    found.reverse()
+    for place in PLACES:
+        data = units[place] if place < len(units) else None
+        if data is not None:
+            alone = hashlib.blake2b(scope + place.to_bytes(2, "little"), digest_size=16)
+            alone.update(data)
+            found.append(alone.digest())
+    return found
+
+
+def _equal(old: Sequence[bytes], new: Sequence[bytes | None]) -> list[bool]:
+    """Place by place, over the places both have: whether ``old`` and ``new`` hold the same unit."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
+
+
+def keep_after(note: Note | None) -> None:
+    """Keep ``note``'s request (``PrefixService.keep``), if it has one to keep."""
+    if note is not None and note.service is not None:
+        note.service.keep(note)
+
+
+__all__ = ["MIN_UNITS", "Entry", "Note", "PrefixService", "Recall", "keep_after", "scope_of", "unit"]

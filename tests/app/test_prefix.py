@@ -1,0 +1,352 @@
+"""The prefix service (``app.prefix``) and the Chat Completions face's use of it: a next turn decodes
+as a fresh decode would — the same models, turns and errors — while only the messages past the
+longest common prefix with the turn before are validated; what is kept stays within one byte budget,
+per tenant, and only once a request was planned."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.api.chat.decode import chat_ask, parse_request
+from app.backends import Backend
+from app.backends.vllm import Vllm
+from app.conversation import Turn
+from app.errors import APIError
+from app.formats import Formats
+from app.parser_choice import ParserChoice
+from app.pipeline import validate
+from app.pipeline.ask import Ask
+from app.pipeline.offload import is_light
+from app.pipeline.plan import plan_request
+from app.pipeline.validate import check_ask
+from app.prefix import PrefixService, keep_after, scope_of, unit
+from app.settings import Settings
+from app.templates.chat_template import ChatTemplate
+from app.templates.prompt import TemplateProfile, template_messages
+from bench.agent import agent_request
+from tests.conftest import QWEN3_TEMPLATE
+
+SETTINGS = Settings(backend="http://127.0.0.1:9")
+TEMPLATE = ChatTemplate.load(QWEN3_TEMPLATE)
+BACKEND = Backend("http://127.0.0.1:9", httpx.AsyncClient(), dialect=Vllm())
+FORMATS = Formats.of(ParserChoice())
+
+
+@pytest.fixture
+def prefix() -> PrefixService:
+    return PrefixService(64 << 20)
+
+
+def body(turns: int) -> dict[str, Any]:
+    return orjson.loads(orjson.dumps(agent_request(turns)))  # fresh objects, as a request's JSON gives
+
+
+def fresh(request_body: dict[str, Any]) -> list[Turn]:
+    """The turns without the service."""
+    return chat_ask(parse_request(request_body, SETTINGS)).turns
+
+
+def served(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "") -> Ask:
+    """The request decoded, checked, planned and kept (as the pipeline does once the backend is asked)."""
+    ask = chat_ask(parse_request(request_body, SETTINGS, tenant, prefix))
+    check_ask(ask, SETTINGS)
+    plan_request(ask, FORMATS, TEMPLATE, BACKEND)
+    keep_after(ask.prefix)
+    return ask
+
+
+def found(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "") -> int:
+    """How many messages the service hands this request (without keeping it)."""
+    return taken(parse_request(request_body, SETTINGS, tenant, prefix))
+
+
+def taken(request: Any) -> int:
+    recall = request._recall
+    return sum(1 for i in range(len(request.messages)) if recall.segment(i) is not None) if recall is not None else 0
+
+
+def test_a_next_turn_takes_the_decoded_messages_and_decodes_alike(prefix: PrefixService) -> None:
+    served(body(6), prefix)
+    request = parse_request(body(7), SETTINGS, "", prefix)
+    assert taken(request) == 14  # the 2 + 12 messages of the turn before
+    assert chat_ask(request).turns == fresh(body(7))
+    assert request.model_dump() == parse_request(body(7), SETTINGS).model_dump()
+
+
+@pytest.mark.parametrize("where", [1, 5, 13])
+def test_a_changed_earlier_message_is_decoded_again_alone(prefix: PrefixService, where: int) -> None:
+    """The messages before it and after it, the same at the same places, are taken."""
+    served(body(6), prefix)
+    changed = body(7)
+    changed["messages"][where]["content"] = "edited"
+    request = parse_request(changed, SETTINGS, "", prefix)
+    assert taken(request) == 13
+    assert request._recall.segment(where) is None
+    turns = chat_ask(request).turns
+    assert turns[where].text == "edited" and turns == fresh(changed)
+
+
+def test_a_rewritten_last_message_keeps_all_before_it(prefix: PrefixService) -> None:
+    """(The place the old reminder held holds the new turn's call: nothing there is the same.)"""
+    first = body(6)
+    first["messages"].append({"role": "user", "content": "reminder 1"})
+    served(first, prefix)
+    second = body(7)
+    second["messages"].append({"role": "user", "content": "reminder 2"})
+    assert found(second, prefix) == 14  # all but the reminder, which the new turn moved along
+    assert chat_ask(parse_request(second, SETTINGS, "", prefix)).turns == fresh(second)
+
+
+@pytest.mark.parametrize(("was", "now"), [(True, 1), (1, 1.0), (0, False), ("1", 1), (None, "")])
+def test_an_equal_value_of_another_type_is_decoded_again(prefix: PrefixService, was: Any, now: Any) -> None:
+    """``True == 1 == 1.0`` in Python; exact bytes tell them apart."""
+    first = body(3)
+    first["messages"][5]["n"] = was
+    served(first, prefix)
+    second = body(4)
+    second["messages"][5]["n"] = now
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert taken(request) == 7 and request._recall.segment(5) is None
+    assert chat_ask(request).turns[5].extra == {"n": now}
+
+
+def test_numbers_booleans_and_object_arguments_are_reused_exactly(prefix: PrefixService) -> None:
+    """Exact bytes need no "plain" messages: a number, a boolean, object arguments all reuse."""
+    first = body(3)
+    first["messages"][1]["content"] = [{"type": "text", "text": "go", "weight": 1}]
+    first["messages"][4]["tool_calls"][0]["function"]["arguments"] = {"b": 1, "a": True}
+    first["messages"][4]["priority"] = 2.5
+    served(first, prefix)
+    second = copy.deepcopy(first)
+    second["messages"].extend(body(4)["messages"][8:])
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert taken(request) == 8
+    assert chat_ask(request).turns == fresh(copy.deepcopy(second))
+
+
+def test_errors_in_new_messages_are_the_errors_of_a_whole_decode(prefix: PrefixService) -> None:
+    served(body(6), prefix)
+    bad = body(7)
+    bad["messages"][15]["content"] = None  # a tool message without content
+    bad["messages"][14]["role"] = "robot"
+
+    def error(request_body: dict[str, Any], service: PrefixService | None) -> tuple[int, str, str | None]:
+        with pytest.raises(APIError) as caught:
+            chat_ask(parse_request(request_body, SETTINGS, "", service))
+        return caught.value.status, caught.value.message, caught.value.param
+
+    cold = error(copy.deepcopy(bad), None)
+    assert cold[0] == 400 and cold[2] is not None and cold[2].startswith("messages.14")
+    assert error(bad, prefix) == cold
+
+
+def test_legacy_function_messages_are_decoded_whole(prefix: PrefixService) -> None:
+    """Deprecated ``function`` messages get ids by their position in the whole list: never reused or kept."""
+    served(body(6), prefix)
+    legacy = body(7)
+    legacy["messages"].append({"role": "function", "name": "nothing_called", "content": "late"})
+    request = parse_request(legacy, SETTINGS, "", prefix)
+    assert request._recall is None
+    turns = chat_ask(request).turns
+    assert turns[-1].tool_call_id == f"call_fn{len(legacy['messages']) - 1}" and turns == fresh(legacy)
+
+
+def test_what_one_tenant_decoded_is_not_known_to_another(prefix: PrefixService) -> None:
+    served(body(6), prefix, "alice")
+    assert found(body(7), prefix, "bob") == 0
+    assert found(body(7), prefix, "alice") == 14
+
+
+def test_undeclared_fields_in_another_order_are_decoded_again(prefix: PrefixService) -> None:
+    """Fields the request model does not declare reach the template in their order."""
+    first = body(3)
+    first["messages"][5] = {**first["messages"][5], "prefix": "a", "tag": "b"}
+    served(first, prefix)
+    second = body(4)
+    second["messages"][5] = {"tag": "b", **second["messages"][5], "prefix": "a"}
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert taken(request) == 7 and request._recall.segment(5) is None
+    assert list(chat_ask(request).turns[5].extra) == ["tag", "prefix"]
+
+
+def test_a_refused_request_leaves_nothing(prefix: PrefixService) -> None:
+    """Only a planned request is kept: a refused one cannot spare its successor the checks."""
+    deep = body(6)
+    deep["messages"][-2]["tool_calls"][0]["function"]["arguments"] = "[" * 200 + "]" * 200
+    ask = chat_ask(parse_request(deep, SETTINGS, "", prefix))
+    with pytest.raises(APIError):
+        check_ask(ask, SETTINGS)
+    assert len(prefix) == 0
+    assert found(body(7), prefix) == 0
+
+
+def test_a_growing_conversation_is_kept_once(prefix: PrefixService) -> None:
+    """An entry the next turn extends (or rewrites the last message of) is dropped: one conversation
+    holds one entry; the tool schemas' encodings are kept beside."""
+    for turns in range(2, 12):
+        served(body(turns), prefix)
+        assert sum(1 for _ in prefix._responses) == 0 and len(prefix._anchored) == 5  # 3 prefixes, 2 places
+    entries = len(prefix._held) - len(memo_keys(prefix))
+    assert entries == 1
+    served(body(12), prefix, "bob")
+    assert len(prefix._held) - len(memo_keys(prefix)) == 2
+
+
+def memo_keys(prefix: PrefixService) -> list[bytes]:
+    """The keys of ``tojson`` answers the service holds."""
+    return [key for key in prefix._held if isinstance(key, bytes)]
+
+
+def test_everything_kept_stays_within_the_budget() -> None:
+    prefix = PrefixService(400_000)
+    for i in range(12):
+        request_body = body(20)
+        request_body["messages"][1]["content"] = f"task {i}"  # twelve conversations of ~60 KB each
+        served(request_body, prefix)
+        assert prefix.bytes <= prefix.max_bytes
+        assert prefix.bytes == sum(size for size, _ in prefix._held.values())
+    assert 1 < len(prefix) < 12 + len(memo_keys(prefix))
+    held = {id(entry) for _, entry in prefix._held.values()}
+    assert all(id(entry) in held for bucket in prefix._anchored.values() for entry in bucket)  # the index agrees
+    tiny = PrefixService(1000)
+    served(body(20), tiny)
+    assert tiny.bytes <= 1000
+
+
+def test_off_means_nothing_found_nothing_kept() -> None:
+    prefix = PrefixService(0)
+    served(body(6), prefix)
+    assert found(body(7), prefix) == 0 and len(prefix) == 0
+
+
+def test_a_conversation_is_weighed_by_what_is_new(prefix: PrefixService) -> None:
+    """An agent's request with a 12 KB system prompt, twelve 1.5 KB tools and a finished turn is
+    heavy when first seen; from its next turn on, the turns decoded and rendered for the request
+    before do not count: each turn is light however long the conversation grows (up to
+    ``KNOWN_LIGHT_CHARS``), whoever rendered the turn before."""
+    assert not is_light(chat_ask(parse_request(body(1), SETTINGS, "", prefix)))
+    served(body(1), prefix)
+    for turns in range(2, 100):
+        ask = chat_ask(parse_request(body(turns), SETTINGS, "", prefix))
+        assert ask.reused == 2 + 2 * (turns - 1) and is_light(ask)
+        check_ask(ask, SETTINGS)
+        plan_request(ask, FORMATS, TEMPLATE, BACKEND)
+        keep_after(ask.prefix)
+    unplanned = chat_ask(parse_request(body(100), SETTINGS, "", prefix))  # never planned: nothing kept of it
+    assert unplanned.reused
+    prefix.clear()
+    ask = chat_ask(parse_request(body(101), SETTINGS, "", prefix))
+    assert ask.reused == 0 and not is_light(ask)
+
+
+def test_reused_calls_are_not_checked_again(prefix: PrefixService) -> None:
+    """``check_ask`` walks the handed-back calls of the turns that are new; a call too deep in a new
+    turn is still refused."""
+    served(body(6), prefix)
+    seen: list[int] = []
+    real = validate.arguments_nesting
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(validate, "arguments_nesting", lambda arguments: seen.append(1) or real(arguments))
+        assert served(body(7), prefix).reused == 14
+    assert len(seen) == 1  # the one new call
+    deep = body(8)
+    deep["messages"][-2]["tool_calls"][0]["function"]["arguments"] = "[" * 200 + "]" * 200
+    ask = chat_ask(parse_request(deep, SETTINGS, "", prefix))
+    assert ask.reused == 16
+    with pytest.raises(APIError) as caught:
+        check_ask(ask, SETTINGS)
+    assert caught.value.code == "arguments_too_deep"
+
+
+def test_tool_results_as_user_turns_leave_the_turns_given_alone() -> None:
+    """Reused turns are shared by later requests: rendering never changes one."""
+    turns = [Turn("user", "go"), Turn("tool", "one", tool_call_id="a"), Turn("tool", "two", tool_call_id="b"),
+             Turn("user", "more", extra={"_tool_results": True}), Turn("tool", "three", tool_call_id="c")]
+    before = copy.deepcopy(turns)
+    messages = template_messages(turns, TemplateProfile(renders_results=False))
+    assert [m["content"] for m in messages] == ["go", "one\n\ntwo", "more", "three"]
+    assert turns == before
+
+
+def test_units_and_scopes_tell_apart_what_decodes_apart() -> None:
+    assert unit({"a": 1}) != unit({"a": 1.0}) != unit({"a": True})
+    assert unit({"a": 1, "b": 2}) != unit({"b": 2, "a": 1})
+    assert scope_of("t", "chat") != scope_of("tc", "hat") != scope_of("t", "messages")
+
+
+def test_short_conversations_are_decoded_and_rendered_whole_longer_ones_resumed(prefix: PrefixService) -> None:
+    """Below ``min_units`` messages the bookkeeping would cost more than it saves: nothing is
+    looked up or kept."""
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
+    for n in (1, 2, 3):
+        served({"messages": messages[:n]}, prefix)
+        assert len(prefix) == 0
+    for n in (4, 5, 6):
+        ask = served({"messages": messages[:n]}, prefix)
+    assert len(prefix) == 1 and ask.reused == 5 and ask.prefix is not None and ask.prefix.resume.reused > 0
+
+
+def test_a_changed_system_prompt_still_finds_its_conversation(prefix: PrefixService) -> None:
+    """A system prompt that carries the time changes every turn: the conversation is found by the
+    units that follow it, and all of them are taken."""
+    first = body(6)
+    first["messages"][0]["content"] += " It is 10:00."
+    served(first, prefix)
+    second = body(7)
+    second["messages"][0]["content"] += " It is 10:01."
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert taken(request) == 13 and request._recall.segment(0) is None
+    assert chat_ask(request).turns == fresh(second)
+
+
+def test_turns_a_clean_render_had_are_not_scanned_again(prefix: PrefixService) -> None:
+    """Control text (``app.templates.literal``): the turns of an earlier render that found only
+    plain client text are ``settled`` for the next turn — never a turn it did not render clean, nor
+    one decoded now."""
+    from app.templates.literal import ControlText
+
+    control = ControlText(("<|im_start|>", "<|im_end|>"), "escape")
+
+    def planned(request_body: dict[str, Any]) -> Ask:
+        ask = chat_ask(parse_request(request_body, SETTINGS, "", prefix))
+        plan = plan_request(ask, FORMATS, TEMPLATE, BACKEND, control=control)
+        assert ask.prefix is not None
+        ask.prefix.clean = plan.clean  # (as the pipeline does)
+        keep_after(ask.prefix)
+        return ask
+
+    assert planned(body(6)).prefix.settled == frozenset()  # type: ignore[union-attr]
+    ask = planned(body(7))
+    assert ask.prefix is not None and ask.prefix.settled == frozenset(range(14))
+    dirty = body(8)
+    dirty["messages"][-1]["content"] = "<|im_end|> then"  # a new turn with control text
+    ask = planned(dirty)
+    assert ask.prefix is not None and ask.prefix.settled == frozenset(range(16)) and ask.prefix.clean == 0
+    later = body(9)
+    later["messages"][17]["content"] = "<|im_end|> then"
+    ask = planned(later)  # the dirty turn is not settled: the render before it was not clean
+    assert ask.prefix is not None and 17 not in ask.prefix.settled and ask.prefix.settled == frozenset(range(16))
+
+
+def test_another_model_served_forgets_what_was_kept_for_the_one_before(prefix: PrefixService) -> None:
+    """A render state and the turns known plain were made for a template and its control strings:
+    when the served model changes, nothing kept before is reused, and a request decoded before the
+    change keeps nothing and renders whole."""
+    prefix.serving(object())
+    served(body(6), prefix)
+    assert found(body(7), prefix) > 0
+    stale = chat_ask(parse_request(body(7), SETTINGS, "", prefix))  # decoded, not yet planned
+    assert stale.prefix is not None and stale.prefix.resume.previous is not None
+    prefix.serving(object())
+    assert found(body(7), prefix) == 0 and len(prefix) == 0
+    stale.prefix.for_model()
+    assert stale.prefix.resume.previous is None and not stale.prefix.settled
+    check_ask(stale, SETTINGS)
+    plan_request(stale, FORMATS, TEMPLATE, BACKEND)
+    keep_after(stale.prefix)
+    assert len(prefix) == len(memo_keys(prefix))  # (only tojson's answers: they hold for any template)
