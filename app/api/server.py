@@ -239,9 +239,10 @@ class EdgeMiddleware:
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
-            access.info("request", extra={"fields": {
-                "method": scope.get("method"), "path": scope["path"], "status": status,
-                "duration_ms": round(elapsed * 1000, 1)}})
+            if access.isEnabledFor(logging.INFO):  # (--log-level warning: nothing built for it)
+                access.info("request", extra={"fields": {
+                    "method": scope.get("method"), "path": scope["path"], "status": status,
+                    "duration_ms": round(elapsed * 1000, 1)}})
             request_id.reset(token)
 
 
