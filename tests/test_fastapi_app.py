@@ -5,6 +5,7 @@ faces' request models when on, behind the API keys when keys are set."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import tempfile
 import threading
@@ -17,6 +18,7 @@ import openai
 import pytest
 import uvicorn
 from fastapi import Depends, FastAPI, Request
+from starlette.types import Message
 
 from app.api.server import create_app, create_router, uvicorn_options
 from app.settings import Settings
@@ -219,3 +221,49 @@ def test_the_openapi_flag_and_variable() -> None:
 def test_openapi_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLWIRE_OPENAPI", "1")
     assert Settings(backend="http://x").openapi is True
+
+
+def _providers_asked(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> int:
+    """How often one request to the app makes FastAPI ask for the global tracer provider."""
+    from opentelemetry import trace
+
+    asked: list[int] = []
+    real = trace.get_tracer_provider
+
+    def counted() -> Any:
+        asked.append(1)
+        return real()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)
+    app = create_app(settings)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    import asyncio
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "path": "/livez",
+             "raw_path": b"/livez", "root_path": "", "scheme": "http", "query_string": b"", "headers": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "state": {}}
+    asyncio.run(app(scope, receive, send))
+    assert sent[0]["status"] == 200
+    return len(asked)
+
+
+@pytest.mark.skipif("telemetry" not in inspect.signature(FastAPI.__init__).parameters,
+                    reason="this FastAPI has no native OpenTelemetry")
+def test_fastapi_s_telemetry_looks_for_providers_only_where_the_sdk_is(backend: ScriptedBackend,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    settings = settings_for(backend)
+    assert importlib.util.find_spec("opentelemetry.sdk") is None  # toolwire's own install: the API only
+    assert _providers_asked(monkeypatch, settings) == 0
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: real_find_spec("json") if name == "opentelemetry.sdk" else real_find_spec(name, *a))
+    assert _providers_asked(monkeypatch, settings) >= 1  # with the SDK, FastAPI's defaults: it looks per request

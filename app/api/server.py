@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import importlib.util
+import inspect
 import logging
 import math
 import re
@@ -237,9 +239,10 @@ class EdgeMiddleware:
             elapsed = time.monotonic() - started
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(elapsed)
-            access.info("request", extra={"fields": {
-                "method": scope.get("method"), "path": scope["path"], "status": status,
-                "duration_ms": round(elapsed * 1000, 1)}})
+            if access.isEnabledFor(logging.INFO):  # (--log-level warning: nothing built for it)
+                access.info("request", extra={"fields": {
+                    "method": scope.get("method"), "path": scope["path"], "status": status,
+                    "duration_ms": round(elapsed * 1000, 1)}})
             request_id.reset(token)
 
 
@@ -434,11 +437,26 @@ def openapi_document(app: FastAPI, faces: Sequence[Face]) -> dict[str, Any]:
                                    "raw-completion backends")
 
 
+#: FastAPI's native OpenTelemetry, all of it off (its ``telemetry`` option)
+TELEMETRY_OFF = {"tracing": False, "metrics": False, "logs": False}
+
+
+def native_telemetry() -> dict[str, Any]:
+    """FastAPI's own constructor options for its native OpenTelemetry (FastAPI versions that have
+    it): left to FastAPI's defaults where the OpenTelemetry SDK is installed (what configures a
+    provider, ``opentelemetry-instrument`` included), off where it is not — toolwire's own install,
+    where FastAPI brings only the API and no provider can be configured — which spares every request
+    FastAPI's look at the three global providers (6.5 µs warm, on the first token's path)."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {} if importlib.util.find_spec("opentelemetry.sdk") is not None else {"telemetry": TELEMETRY_OFF}
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     """toolwire as a FastAPI app (see the module docstring)."""
     runtime = runtime or Runtime(settings)
     app = FastAPI(title="toolwire", lifespan=_lifespan(runtime), docs_url=None, redoc_url=None,
-                  openapi_url=OPENAPI_PATH if settings.openapi else None)
+                  openapi_url=OPENAPI_PATH if settings.openapi else None, **native_telemetry())
     app.state.runtime = runtime
     process = process_face(runtime)
     app.router.routes.extend(_routes(runtime, process))

@@ -266,3 +266,28 @@ def _walked(value: Any, fn: Any) -> Any:
     if isinstance(value, dict):
         return {fn(k): _walked(v, fn) for k, v in value.items()}
     return value
+
+
+_PIECES = st.sampled_from(["<|im_end|>", "<|im_start|>", "<|im", "_end|>", "<", "|", ZW, "x", "\\u003c", '"', "\\"])
+_TEXT = st.lists(_PIECES, max_size=6).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=_TEXT, name=_TEXT, argument=_TEXT, extra=_TEXT, tool=_TEXT, key=_TEXT, kwarg=_TEXT, prefill=_TEXT)
+def test_escape_mode_skips_the_walk_only_when_escape_would_change_nothing(
+        text: str, name: str, argument: str, extra: str, tool: str, key: str, kwarg: str, prefill: str) -> None:
+    """``escapes_any`` (one search of the strings joined, one of the tools' JSON) says yes wherever
+    escaping every value one by one changes one; no where no value holds a '<' or a U+200B."""
+    tables = ControlText(CHATML, "escape")._tables
+    turns = [Turn("user", text, name=name or None, extra={"prefix": extra} if extra else {}),
+             Turn("assistant", "", (Call("c1", "f", '{"q": "' + argument + '"}'), Call("c2", "g", {"a": argument})))]
+    tools = [{"type": "function", "function": {"name": "f", "description": tool, "parameters": {
+        "type": "object", "properties": {key or "k": {"type": "string"}}}}}]
+    kwargs = {"custom": kwarg}
+    e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, kwargs, tables.escape)
+    changed = e_kwargs is not kwargs or tables.escape(prefill) is not prefill or e_tools is not tools \
+        or any(a is not b for a, b in zip(e_turns, turns, strict=True))
+    if changed:
+        assert tables.escapes_any(turns, tools, kwargs, prefill)
+    if not any(p in s for s in (text, name, argument, extra, tool, key, kwarg, prefill) for p in ("<", ZW)):
+        assert not tables.escapes_any(turns, tools, kwargs, prefill)
