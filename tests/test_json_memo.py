@@ -102,3 +102,24 @@ def test_values_one_json_encoder_would_confuse_are_told_apart() -> None:
     assert memo.dumps({"m": math.nan, "pad": pad}).startswith('{"m": NaN')
     assert memo.dumps({"m": False, "pad": pad}).startswith('{"m": false')
     assert memo.dumps({"m": 0, "pad": pad}).startswith('{"m": 0')
+
+
+def test_a_short_conversation_s_tools_are_encoded_once_for_the_process(backend_factory, proxy_factory) -> None:
+    """A request too short for the prefix service to keep (a chat client's, the first-token
+    side-by-side's) still has its tools' ``tojson`` answers kept by it: the next request with the
+    same tools takes them, and its prompt is the same."""
+    import httpx
+
+    from tests.conftest import QWEN3_TEMPLATE
+
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    proxy = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE))
+    service = proxy.runtime.services.prefix
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": agent_tools()[:2]}
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+    kept = [key for key in service._held if isinstance(key, bytes)]
+    assert kept, "the tools' encodings were not kept"
+    assert httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=60).status_code == 200
+    first, second = (b["prompt"] for b in backend.bodies())
+    assert first == second
+    assert [key for key in service._held if isinstance(key, bytes)] == kept

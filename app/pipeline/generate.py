@@ -32,7 +32,7 @@ from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.literal import encode_prompt
 from app.pipeline.offload import Pool, is_light
-from app.pipeline.plan import Plan
+from app.pipeline.plan import Plan, shared_memo
 from app.pipeline.run import Run
 from app.prefix import PrefixService, keep_after
 from app.served import ServedModel
@@ -109,7 +109,12 @@ async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: s
     note = ask.prefix
     if note is not None:
         note.for_model()
-    planned = await services.pool.prepare(is_light(ask), ask, model, schema_key)
+    light = is_light(ask)
+    shared = shared_memo.set(services.prefix if light and services.prefix.enabled else None)
+    try:
+        planned = await services.pool.prepare(light, ask, model, schema_key)
+    finally:
+        shared_memo.reset(shared)
     if note is not None:
         if note.resume.state is None:  # rendered by a worker: its state came back
             note.resume.state = planned.render

@@ -11,6 +11,7 @@ plan also says which spans of it must be read as plain text (``app.pipeline.lite
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from app.formats import Formats
 from app.media import Media, MediaRefused, Remote, items
 from app.pipeline.ask import Ask, Tool
 from app.pipeline.fence import JsonFence
-from app.templates.chat_template import ChatTemplate
+from app.templates.chat_template import ChatTemplate, JsonMemo
 from app.templates.literal import ControlText, ControlTextRejected, Span
 from app.templates.prompt import render_conversation
 from app.templates.resume import RenderState
@@ -179,6 +180,12 @@ def offered(ask: Ask) -> list[Tool]:
     return [t for t in ask.tools if ask.named_tool is None or t.spec.name == ask.named_tool]
 
 
+#: where ``tojson`` keeps its answers for a request with no prefix note (a short conversation): the
+#: process's prefix service, set by the pipeline around a render on the event loop (``None`` in a
+#: worker, which keeps nothing) — agents and chat clients send the same tools every request
+shared_memo: ContextVar[JsonMemo | None] = ContextVar("shared_memo", default=None)
+
+
 def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict[str, Any]] | None,
             control: ControlText | None, marker: str | None = None,
             media: bool = False) -> tuple[str, str, tuple[Span, ...], int]:
@@ -198,7 +205,7 @@ def _render(ask: Ask, formats: Formats, template: ChatTemplate, shown: list[dict
     call_text = formats.call_text()
     turns, final = continued(ask)
     note = ask.prefix
-    memo = note.service if note is not None else None
+    memo = note.service if note is not None else shared_memo.get()
 
     def render(rendered: Any, tools: list[dict[str, Any]] | None, client_kwargs: dict[str, Any]) -> str:
         own = _same(rendered, turns) and _same(tools, shown) and client_kwargs is ask.template_kwargs
