@@ -217,6 +217,8 @@ class FileExtractor:
         return list(tools.values())
 
     def add(self, test: str, output: Any, expect: dict[str, Any], xfail: str | None = None) -> None:
+        if isinstance(output, list) and output and all(isinstance(d, str) for d in output):
+            output = "".join(output)  # a list of stream deltas: the whole text (every chunking is run anyway)
         if not isinstance(output, str):
             self.skipped["model output is not a string"] += 1
             return

@@ -63,6 +63,9 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, str]] = {
     _T + "test_kimi_k2_tool_parser.py::test_invalid_funcall_id_skipped":
         ("differs", ("`functions.invalid.0` (no `:index`) is read as the dotted name `invalid.0`; vLLM "
                     "drops the call")),
+    _T + "test_kimi_k2_tool_parser.py::test_truncated_tool_call_no_end_marker":
+        ("differs", ("a call cut before its end is never presented as a call (README, streaming "
+                    "guarantees); vLLM's stream shows the cut call with partial arguments")),
     _T + "test_llama3_json_tool_parser.py::test_extract_tool_calls_simple":
         ("differs", ("a JSON object in the middle of prose is content; a Llama 3 call starts the answer or "
                     "follows <|python_tag|> (vLLM scans prose for JSON)")),
