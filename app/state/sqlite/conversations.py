@@ -9,13 +9,15 @@ and keeps the database's shared budget (``SqliteDatabase.bound``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from app.state.conversations import Appended, ConversationLimits, ItemPage, StoredConversation, plan_append
 from app.state.items import StoredItem
 from app.state.sqlite.database import SqliteDatabase, chunks, marks
+
+T = TypeVar("T")
 
 SCHEMA = (
     ("CREATE TABLE IF NOT EXISTS conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, meta BLOB NOT NULL, "
@@ -97,62 +99,55 @@ class SqliteConversations:
         owner = self.db.owner(tenant)
         return await self.db.run(lambda: self._conversation(conversation_id, owner, time.time()))
 
-    async def update(self, conversation_id: str, tenant: str, metadata: dict[str, Any],
-                     limits: ConversationLimits) -> Appended:
+    async def _on(self, conversation_id: str, tenant: str, missing: T, act: Callable[[StoredConversation, float], T]) -> T:
+        """``act(conversation, now)`` in one transaction on ``tenant``'s live conversation; ``missing``
+        (and nothing done) when it has none of that id."""
         owner = self.db.owner(tenant)
 
-        def work() -> Appended:
+        def work() -> T:
             now = time.time()
             with self.db.transaction():
                 current = self._conversation(conversation_id, owner, now)
-                if current is None:
-                    return Appended()
-                updated = replace(current, metadata=metadata)
-                old, new = len(current.encode_meta()), len(updated.encode_meta())
-                updated = replace(updated, size=current.size - old + new)
-                if updated.size > self._cap(limits).bytes:
-                    return Appended(current, over="bytes")
-                self.db.conn.execute(
-                    "UPDATE conversations SET meta = ?, size = ?, updated = ?, expires = ? WHERE id = ?",
-                    (updated.encode_meta(), updated.size, now, now + self.db.ttl, conversation_id))
-                self.db.count(0, new - old)
-                self.db.bound(now)
-                return Appended(updated)
+                return missing if current is None else act(current, now)
 
         return await self.db.run(work)
+
+    async def update(self, conversation_id: str, tenant: str, metadata: dict[str, Any],
+                     limits: ConversationLimits) -> Appended:
+        def act(current: StoredConversation, now: float) -> Appended:
+            updated = replace(current, metadata=metadata)
+            old, new = len(current.encode_meta()), len(updated.encode_meta())
+            updated = replace(updated, size=current.size - old + new)
+            if updated.size > self._cap(limits).bytes:
+                return Appended(current, over="bytes")
+            self.db.conn.execute(
+                "UPDATE conversations SET meta = ?, size = ?, updated = ?, expires = ? WHERE id = ?",
+                (updated.encode_meta(), updated.size, now, now + self.db.ttl, conversation_id))
+            self.db.count(0, new - old)
+            self.db.bound(now)
+            return Appended(updated)
+
+        return await self._on(conversation_id, tenant, Appended(), act)
 
     async def delete(self, conversation_id: str, tenant: str) -> bool:
-        owner = self.db.owner(tenant)
+        def act(current: StoredConversation, _now: float) -> bool:
+            self.db.drop_conversation(conversation_id, current.size)
+            return True
 
-        def work() -> bool:
-            with self.db.transaction():
-                current = self._conversation(conversation_id, owner, time.time())
-                if current is None:
-                    return False
-                self.db.drop_conversation(conversation_id, current.size)
-                return True
-
-        return await self.db.run(work)
+        return await self._on(conversation_id, tenant, False, act)
 
     async def add_items(self, conversation_id: str, items: list[StoredItem], tenant: str,
                         limits: ConversationLimits, skip_existing: bool = False) -> Appended:
-        owner = self.db.owner(tenant)
+        def act(current: StoredConversation, now: float) -> Appended:
+            present = self._present(conversation_id, (item.id for item in items))
+            taken, refused = plan_append(current, items, present, self._cap(limits), skip_existing)
+            if refused is not None:
+                return refused
+            made = self._append(current, taken, now)
+            self.db.bound(now)
+            return Appended(made, [item.id for item in taken])
 
-        def work() -> Appended:
-            now = time.time()
-            with self.db.transaction():
-                current = self._conversation(conversation_id, owner, now)
-                if current is None:
-                    return Appended()
-                present = self._present(conversation_id, (item.id for item in items))
-                taken, refused = plan_append(current, items, present, self._cap(limits), skip_existing)
-                if refused is not None:
-                    return refused
-                made = self._append(current, taken, now)
-                self.db.bound(now)
-                return Appended(made, [item.id for item in taken])
-
-        return await self.db.run(work)
+        return await self._on(conversation_id, tenant, Appended(), act)
 
     async def list_items(self, conversation_id: str, tenant: str, after: str | None, limit: int,
                          descending: bool) -> ItemPage | None:
@@ -194,27 +189,19 @@ class SqliteConversations:
 
     async def delete_item(self, conversation_id: str, item_id: str,
                           tenant: str) -> tuple[StoredConversation | None, bool]:
-        owner = self.db.owner(tenant)
-
-        def work() -> tuple[StoredConversation | None, bool]:
-            now = time.time()
+        def act(current: StoredConversation, now: float) -> tuple[StoredConversation | None, bool]:
             conn = self.db.conn
-            with self.db.transaction():
-                current = self._conversation(conversation_id, owner, now)
-                if current is None:
-                    return None, False
-                row = conn.execute("SELECT length(body) FROM conversation_items WHERE conversation = ? AND id = ?",
-                                   (conversation_id, item_id)).fetchone()
-                if row is None:
-                    return current, False
-                conn.execute("DELETE FROM conversation_items WHERE conversation = ? AND id = ?",
-                             (conversation_id, item_id))
-                conn.execute("UPDATE conversations SET items = items - 1, size = size - ?, updated = ?, "
-                             "expires = ? WHERE id = ?", (row[0], now, now + self.db.ttl, conversation_id))
-                self.db.count(0, -row[0])
-                return replace(current, items=current.items - 1, size=current.size - row[0]), True
+            row = conn.execute("SELECT length(body) FROM conversation_items WHERE conversation = ? AND id = ?",
+                               (conversation_id, item_id)).fetchone()
+            if row is None:
+                return current, False
+            conn.execute("DELETE FROM conversation_items WHERE conversation = ? AND id = ?", (conversation_id, item_id))
+            conn.execute("UPDATE conversations SET items = items - 1, size = size - ?, updated = ?, "
+                         "expires = ? WHERE id = ?", (row[0], now, now + self.db.ttl, conversation_id))
+            self.db.count(0, -row[0])
+            return replace(current, items=current.items - 1, size=current.size - row[0]), True
 
-        return await self.db.run(work)
+        return await self._on(conversation_id, tenant, (None, False), act)
 
     async def all_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None:
         owner = self.db.owner(tenant)
