@@ -31,7 +31,6 @@ assistant message with calls are 400s.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from app.api.messages.protocol import (
@@ -87,29 +86,21 @@ def system_text(system: str | list[dict[str, Any]] | None, where: str = "system"
     return "\n".join(texts)
 
 
-def recall(body: Any, tenant: str, prefix: PrefixService | None) -> Recall | None:
-    """What the prefix service (``app.prefix``) has of this request's conversation: its units are the
-    system prompt (billing lines and all: a unit is its exact bytes) and each message — a message's
-    decoding depends on it alone (its thinking blocks' signatures are the tenant's)."""
+def recall(body: Any, tenant: str, prefix: PrefixService | None) -> tuple[Recall | None, list[Any]]:
+    """What the prefix service (``app.prefix``) has of this request's conversation — asked once: its
+    units are the system prompt (billing lines and all: a unit is its exact bytes) and each message —
+    a message's decoding depends on it alone (its thinking blocks' signatures are the tenant's); and
+    each message's model as an earlier request validated it (``None``: not known; for ``parse``)."""
     messages = raw_list(body, "messages") if isinstance(body, dict) else []
     if prefix is None or not prefix.enabled or len(messages) + 1 < prefix.min_units:
-        return None
+        return None, []
     units = [unit(body.get("system"), b"s"), *(unit(message) for message in messages)]
-    return prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
-
-
-def taken_message(found: Recall | None) -> Callable[[int], Any] | None:
-    """Message ``i``'s model as an earlier request validated it (for ``parse``)."""
-    if found is None or found.entry is None:
-        return None
-    entry = found.entry
-
-    runs = found.takeable()
-
-    def model(i: int) -> Any:
-        return entry.payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
-
-    return model
+    found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
+    if found.entry is None:
+        return found, []
+    payload, runs = found.entry.payload, found.takeable()
+    return found, [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
+                   for i in range(len(messages))]
 
 
 class Decoder:

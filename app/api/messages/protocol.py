@@ -9,7 +9,7 @@ Errors are ``{"type": "error", "error": {"type", "message"}}`` with Anthropic's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -277,15 +277,14 @@ def count(body: dict[str, Any], settings: Settings) -> None:
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
 
 
-def parse(model: type[Conversation], body: Any, settings: Settings, taken: Callable[[int], Any] | None = None) -> Any:
+def parse(model: type[Conversation], body: Any, settings: Settings, known: Sequence[Any] = ()) -> Any:
     """The request body as ``model``; a located 400 when it is not one (or holds more than the limits).
-    ``taken(i)``: message ``i``'s model as an earlier request validated it (``app.prefix``; ``None``:
-    not known) — only the others are validated, and an error is the whole request's."""
+    ``known[i]``: message ``i``'s model as an earlier request validated it (``app.prefix``; ``None``:
+    not known; empty: none is) — only the others are validated, and an error is the whole request's."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
     count(body, settings)
     messages = raw_list(body, "messages")
-    known = [taken(i) for i in range(len(messages))] if taken is not None else []
     try:
         if any(model is not None for model in known):
             request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
