@@ -26,6 +26,9 @@ conversation as its last request left it — and hands it to the next request of
 * **Chains.** A finished response the Responses API stored is kept by its id (``keep_response``)
   with the turns its chain decodes to, its output included, so a ``previous_response_id``
   continuation starts from there (``recall_response``) instead of reading and decoding the chain.
+* **Stored conversations.** What the Responses API read of a stored conversation's items is kept by
+  the conversation's id (``keep_items``) with the store's mark of where the read ended, so the next
+  request reads from the store only the items added since (``recall_items``).
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
   the backend was asked, off the way to the first token.
@@ -129,9 +132,10 @@ class Entry:
     render: RenderState | None
     size: int
     anchors: list[bytes] = field(default_factory=list)
-    #: a finished response whose chain this is: ``(tenant, response id)``, and what the face keeps
-    #: of the chain (``app.api.responses``)
-    response: tuple[str, str] | None = None
+    #: a finished response whose chain this is: ``(tenant, response id)`` — or a stored conversation's
+    #: items: ``(tenant, "conversation", its id)`` — and what the face keeps of either
+    #: (``app.api.responses``)
+    response: tuple[str, ...] | None = None
     chain: Any = None
     #: the ``id`` of each of ``turns`` known to hold only plain client strings (a clean render had it:
     #: ``app.templates.literal``) — valid while the entry holds them
@@ -323,7 +327,7 @@ class PrefixService:
         self._lock = threading.Lock()
         self._held: OrderedDict[Any, tuple[int, Any]] = OrderedDict()  # least recently used first
         self._anchored: dict[bytes, list[Entry]] = {}
-        self._responses: dict[tuple[str, str], Entry] = {}
+        self._keyed: dict[tuple[str, ...], Entry] = {}  # by (tenant, response id) or (tenant, "conversation", id)
         self.recalls = 0  # lookups made
         #: bumped when another model is served (``serving``): what was kept before is not reused
         self.epoch = 0
@@ -397,11 +401,14 @@ class PrefixService:
 
     def recall_response(self, tenant: str, response_id: str, scope: bytes) -> Entry | None:
         """The entry kept for ``tenant``'s finished response ``response_id`` (of ``scope``), if any."""
+        return self._recall_keyed((tenant, response_id), scope)
+
+    def _recall_keyed(self, key: tuple[str, ...], scope: bytes) -> Entry | None:
         if not self.enabled:
             return None
         with self._lock:
             self.recalls += 1
-            entry = self._responses.get((tenant, response_id))
+            entry = self._keyed.get(key)
             if entry is None or entry.scope != scope:
                 return None
             self._held.move_to_end(id(entry))
@@ -432,10 +439,29 @@ class PrefixService:
                 self._drop(replaces)
             self._add(entry)
 
+    # ------------------------------------------------------------------ a conversation's items
+
+    def recall_items(self, tenant: str, conversation_id: str, scope: bytes) -> Any:
+        """What ``keep_items`` kept of ``tenant``'s stored conversation ``conversation_id`` (read under
+        ``scope``), or ``None``."""
+        entry = self._recall_keyed((tenant, "conversation", conversation_id), scope)
+        return entry.chain if entry is not None else None
+
+    def keep_items(self, tenant: str, conversation_id: str, scope: bytes, items: Any, size: int) -> None:
+        """Keep what a face read of ``tenant``'s stored conversation (``items``, about ``size`` bytes),
+        in place of what was kept of it before: the face checks it against the store when it next
+        reads the conversation, and reads only what was added since."""
+        if not self.enabled:
+            return
+        entry = Entry(scope, [], [], [], [], None, size, response=(tenant, "conversation", conversation_id),
+                      chain=items)
+        with self._lock:
+            self._add(entry)
+
     def forget_response(self, tenant: str, response_id: str) -> None:
         """``tenant``'s response ``response_id`` is gone (deleted): so is what was kept of it."""
         with self._lock:
-            entry = self._responses.get((tenant, response_id))
+            entry = self._keyed.get((tenant, response_id))
             if entry is not None:
                 self._drop(entry)
 
@@ -466,10 +492,10 @@ class PrefixService:
         if entry.size > self.max_bytes:
             return
         if entry.response is not None:
-            old = self._responses.get(entry.response)
+            old = self._keyed.get(entry.response)
             if old is not None:
                 self._drop(old)
-            self._responses[entry.response] = entry
+            self._keyed[entry.response] = entry
         for anchor in entry.anchors:
             self._anchored.setdefault(anchor, []).append(entry)
         self._held[id(entry)] = (entry.size, entry)
@@ -481,8 +507,8 @@ class PrefixService:
         if held is None:
             return
         self.bytes -= held[0]
-        if entry.response is not None and self._responses.get(entry.response) is entry:
-            del self._responses[entry.response]
+        if entry.response is not None and self._keyed.get(entry.response) is entry:
+            del self._keyed[entry.response]
         for anchor in entry.anchors:
             bucket = self._anchored.get(anchor)
             if bucket is not None:
@@ -515,7 +541,7 @@ class PrefixService:
         with self._lock:
             self._held.clear()
             self._anchored.clear()
-            self._responses.clear()
+            self._keyed.clear()
             self.bytes = 0
 
 

@@ -329,8 +329,19 @@ def test_responses_prompts_are_the_same_with_the_prefix_service_on_and_off(backe
     # a conversation
     made = [twin.client.post(p.url + "/v1/conversations", json={"items": []},
                              headers={"authorization": "Bearer bob"}).json()["id"] for p in twin.proxies]
-    for step in range(8):
+    bob = {"authorization": "Bearer bob"}
+    for step in range(12):
         bodies = tuple({**head, "conversation": c, "input": f"turn {step}", "stream": step % 2 == 0} for c in made)
         twin.post("/v1/responses", bodies, "bob")  # type: ignore[arg-type]
+        for proxy, c in zip(twin.proxies, made, strict=True):  # the conversation changed between turns
+            if step == 4:  # an item added through the Conversations API (read as new)
+                added = twin.client.post(proxy.url + f"/v1/conversations/{c}/items", headers=bob, json={"items": [
+                    {"type": "message", "role": "user", "content": "a note added to the conversation"}]})
+                assert added.status_code == 200, added.text
+            if step == 7:  # an item in the middle deleted (everything is read again)
+                listed = twin.client.get(proxy.url + f"/v1/conversations/{c}/items?order=asc", headers=bob).json()
+                gone = listed["data"][2]["id"]
+                assert twin.client.delete(proxy.url + f"/v1/conversations/{c}/items/{gone}",
+                                          headers=bob).status_code == 200
     twin.check()
     assert twin.served > 10

@@ -30,7 +30,15 @@ from typing import Protocol
 
 from app.settings import Settings
 from app.state.base import StoreTimeout, StoreUnavailable
-from app.state.conversations import Appended, ConversationLimits, ConversationStore, ItemPage, StoredConversation
+from app.state.conversations import (
+    Appended,
+    ConversationLimits,
+    ConversationStore,
+    ItemPage,
+    ItemsMark,
+    ItemsRead,
+    StoredConversation,
+)
 from app.state.health import Breaker, Guard
 from app.state.items import Found, StoredItem
 from app.state.responses import Chain, ChainLimits, ResponseStore, StoredResponse
@@ -78,7 +86,7 @@ def open_stores(settings: Settings) -> Stores:
                        settings.response_store_max_bytes, guard=Guard(breaker, None))
 
 
-__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "ConversationStore", "Found", "ItemPage",
+__all__ = ["Appended", "Batch", "Chain", "ChainLimits", "ConversationLimits", "ConversationStore", "Found", "ItemPage", "ItemsMark", "ItemsRead",
            "ResponseStore", "RunLimits", "RunRead", "RunState", "RunStore", "StoreDatabase",
            "StoreTimeout", "StoreUnavailable", "StoredConversation", "StoredItem", "StoredResponse", "Stores",
            "open_stores"]

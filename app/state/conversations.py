@@ -15,7 +15,11 @@ the tenant that made it:
 * ``list_items(id, tenant, after, limit, descending)`` → an ``ItemPage``, or ``None``;
 * ``get_item(id, item_id, tenant)`` and ``delete_item(id, item_id, tenant)`` → the conversation
   (``None`` when it is not there) with the item, or whether it was deleted;
-* ``all_items(id, tenant)`` → every item in order (for a prompt), or ``None``.
+* ``read_items(id, tenant, since=None)`` → the items in order (for a prompt) and an ``ItemsMark``
+  of where the read ended, or ``None``. From a mark an earlier read left, only the items added
+  since are read — unless an item was deleted in between (or the conversation is another than the
+  mark's): then all of them (``ItemsRead.whole``). So a conversation that only grows is read in
+  the time its new items take.
 """
 
 from __future__ import annotations
@@ -87,6 +91,33 @@ class ItemPage:
     has_more: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ItemsMark:
+    """Where a read of a conversation's items ended: the position its next item will take (the store's
+    own count of items ever added) and how many items it held. Items are only ever added at the end
+    or deleted, so when the two have grown alike since, no item was deleted in between."""
+
+    next: int
+    count: int
+
+    def unbroken(self, next_now: int, count_now: int) -> bool:
+        """Whether the conversation, now at ``next_now`` holding ``count_now`` items, is this mark's
+        with items only added since."""
+        return 0 <= next_now - self.next == count_now - self.count
+
+
+@dataclass(slots=True)
+class ItemsRead:
+    """What ``read_items`` read: the conversation's own fields (with its count and size), the items
+    in order — all of them when ``whole``, else those added since the mark given — and the mark
+    where this read ends."""
+
+    conversation: StoredConversation
+    items: list[StoredItem]
+    mark: ItemsMark
+    whole: bool
+
+
 def plan_append(conversation: StoredConversation, items: list[StoredItem], present: set[str],
                 limits: ConversationLimits, skip_existing: bool) -> tuple[list[StoredItem], Appended | None]:
     """Which of ``items`` a conversation takes (``present``: the ids among them it already holds),
@@ -133,8 +164,9 @@ class ConversationStore(Protocol):
     async def delete_item(self, conversation_id: str, item_id: str,
                           tenant: str) -> tuple[StoredConversation | None, bool]: ...
 
-    async def all_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None: ...
+    async def read_items(self, conversation_id: str, tenant: str,
+                         since: ItemsMark | None = None) -> ItemsRead | None: ...
 
 
-__all__ = ["Appended", "ConversationLimits", "ConversationStore", "ItemPage", "Over", "StoredConversation",
-           "plan_append"]
+__all__ = ["Appended", "ConversationLimits", "ConversationStore", "ItemPage", "ItemsMark", "ItemsRead", "Over",
+           "StoredConversation", "plan_append"]

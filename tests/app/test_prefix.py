@@ -191,7 +191,7 @@ def test_a_growing_conversation_is_kept_once(prefix: PrefixService) -> None:
     holds one entry; the tool schemas' encodings are kept beside."""
     for turns in range(2, 12):
         served(body(turns), prefix)
-        assert sum(1 for _ in prefix._responses) == 0 and len(prefix._anchored) == 5  # 3 prefixes, 2 places
+        assert sum(1 for _ in prefix._keyed) == 0 and len(prefix._anchored) == 5  # 3 prefixes, 2 places
     entries = len(prefix._held) - len(memo_keys(prefix))
     assert entries == 1
     served(body(12), prefix, "bob")

@@ -3,7 +3,8 @@
 ``context(…)`` reads, for one ``POST /v1/responses``:
 
 * the stored chain of a ``previous_response_id`` (``history``), or the items of a ``conversation``
-  (they come first in the prompt; the two together are a 400, as OpenAI answers);
+  (they come first in the prompt; the two together are a 400, as OpenAI answers) — of a
+  conversation read before, only the items added since (``conversation_items``);
 * the stored items the request names by id — each ``item_reference`` (replaced by the item it
   refers to, within the tenant's own stored responses and conversations; an id that cannot be
   found is a 400 naming it), and each reasoning item, which reaches the prompt only as
@@ -33,7 +34,9 @@ from app.state import (
     ChainLimits,
     ConversationLimits,
     ConversationStore,
+    ItemsMark,
     ResponseStore,
+    StoredConversation,
     StoredItem,
     StoredResponse,
     StoreUnavailable,
@@ -177,20 +180,64 @@ async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix
     return entry
 
 
-def units_of(request: ResponsesRequest, ctx: Context) -> list[bytes | None]:
+def item_unit(item: dict[str, Any], trusted: bool, own: bool) -> bytes | None:
+    """An item's unit (``app.prefix``), with whether toolwire wrote it and whether it is one of the
+    conversation's own copies."""
+    return unit(item, b"t" if trusted else b"o" if own else b"u")
+
+
+def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes | None] | None = None) -> list[bytes | None]:
     """The request's units (``app.prefix``): its instructions, each item decoded before the input
-    (with whether toolwire wrote it, and whether it is one of the conversation's own copies) and
-    each input item as the client sent it (an id the server adds changes nothing decoded)."""
+    (``conversation``: the conversation's, when they are known already) and each input item as the
+    client sent it (an id the server adds changes nothing decoded)."""
     units = [unit(request.instructions, b"i")]
-    for _where, items, trusted in ctx.before:
-        for item in items:
-            tag = b"t" if trusted else b"o" if item.get("id") in ctx.own else b"u"
-            units.append(unit(item, tag))
+    for where, items, trusted in ctx.before:
+        if conversation is not None and where == f"conversation {ctx.conversation}":
+            units.extend(conversation)
+            continue
+        units.extend(item_unit(item, trusted, item.get("id") in ctx.own) for item in items)
     raw = request.input
     sent = [raw] if isinstance(raw, str) else raw or []
     units.extend(None if isinstance(item, dict) and item.get("type") == "item_reference" else unit(item, b"u")
                  for item in sent)  # what a reference stands for is the store's
     return units
+
+
+@dataclass(frozen=True, slots=True)
+class KeptItems:
+    """A stored conversation's items as a request read them (``conversation_items``), each item's
+    unit, and the store's mark of where the read ended — what the prefix service keeps of it."""
+
+    conversation: StoredConversation
+    items: list[StoredItem]
+    units: list[bytes | None]
+    mark: ItemsMark
+
+
+async def conversation_items(conversations: ConversationStore | None, prefix: PrefixService | None, conversation: str,
+                             tenant: str, scope: bytes) -> KeptItems:
+    """The tenant's stored conversation's items (a 404 when it has none of that id): what the prefix
+    service kept of them and, from the store, those added since — or all of them, when nothing was
+    kept or an item was deleted since — then kept again."""
+    kept = prefix.recall_items(tenant, conversation, scope) if prefix is not None and prefix.enabled else None
+    if not isinstance(kept, KeptItems):
+        kept = None
+    try:
+        read = (await conversations.read_items(conversation, tenant, kept.mark if kept is not None else None)
+                if conversations is not None else None)
+    except StoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    if read is None:
+        raise conversation_not_found(conversation, "conversation")
+    units = [item_unit(item.item, False, item.trusted and item.item.get("id") == item.id) for item in read.items]
+    if kept is not None and not read.whole:
+        held = KeptItems(read.conversation, [*kept.items, *read.items], [*kept.units, *units], read.mark)
+    else:
+        held = KeptItems(read.conversation, read.items, units, read.mark)
+    if prefix is not None and prefix.enabled:
+        # the items as parsed (about twice their encoding) and their units (about once)
+        prefix.keep_items(tenant, conversation, scope, held, 3 * read.conversation.size + 64 * len(held.items))
+    return held
 
 
 async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
@@ -215,21 +262,17 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
             ctx.before.append((f"previous response {n} output", outputs, True))
             ctx.facts = ctx.facts.then(record.id, len(record.input) + len(outputs))
     own: dict[str, StoredItem] = {}
+    held: KeptItems | None = None
     if conversation is not None:
-        try:
-            items = await conversations.all_items(conversation, tenant) if conversations is not None else None
-        except StoreUnavailable as exc:
-            raise store_unavailable(exc) from None
-        if items is None:
-            raise conversation_not_found(conversation, "conversation")
-        own = {item.id: item for item in items if item.trusted}
+        held = await conversation_items(conversations, prefix, conversation, tenant, ctx.scope)
+        own = {item.id: item for item in held.items if item.trusted}
         ctx.own = frozenset(own)
-        ctx.before.append((f"conversation {conversation}", [item.item for item in items], False))
+        ctx.before.append((f"conversation {conversation}", [item.item for item in held.items], False))
     ctx.input = normalised_input(request.input)
-    if conversation is not None:
-        _fits(ctx, items or [], settings)
+    if held is not None:
+        _fits(ctx, held.conversation, settings)
     if prefix is not None and prefix.enabled and ctx.kept is None:
-        ctx.recall = prefix.recall(ctx.scope, units_of(request, ctx))
+        ctx.recall = prefix.recall(ctx.scope, units_of(request, ctx, held.units if held is not None else None))
     found = ctx.recall
 
     def taken(index: int) -> bool:
@@ -251,12 +294,13 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     return ctx
 
 
-def _fits(ctx: Context, items: list[StoredItem], settings: Settings) -> None:
-    """A conversation that could not take this request's input is a 400 before anything is generated."""
+def _fits(ctx: Context, held: StoredConversation, settings: Settings) -> None:
+    """A conversation that could not take this request's input is a 400 before anything is generated
+    (as the store counts it: its items and its own fields)."""
     limits = conversation_limits(settings)
-    if len(items) + len(ctx.input) > limits.items:
+    if held.items + len(ctx.input) > limits.items:
         raise over_limit("items", settings, "conversation", "conversation")
-    size = sum(len(item.encode()) for item in items) + sum(len(StoredItem(i).encode()) for i in ctx.input)
+    size = held.size + sum(len(StoredItem(i).encode()) for i in ctx.input)
     if size > min(limits.bytes, settings.response_store_max_bytes):
         raise over_limit("bytes", settings, "conversation", "conversation")
 

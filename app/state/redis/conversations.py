@@ -13,7 +13,14 @@ from typing import Any
 
 import orjson
 
-from app.state.conversations import Appended, ConversationLimits, ItemPage, StoredConversation
+from app.state.conversations import (
+    Appended,
+    ConversationLimits,
+    ItemPage,
+    ItemsMark,
+    ItemsRead,
+    StoredConversation,
+)
 from app.state.items import StoredItem
 from app.state.redis.database import COMMON, RedisDatabase
 
@@ -182,13 +189,25 @@ touch(id, now, ttl)
 return view(id, {'ok', 1})
 """
 
-# ARGV[4]: id → {} (no conversation), or {'ok', encoded items in order…}
-_ALL = COMMON + _CONVERSATION_LUA + """
-local id = ARGV[4]
-if not conversation(id) then return {} end
-local out = {'ok'}
-for _, item in ipairs(redis.call('ZRANGE', p .. 'cz:' .. id, 0, -1)) do
-    table.insert(out, redis.call('HGET', p .. 'cb:' .. id, item))
+# ARGV[4..]: id, the mark's next position and count (-1: none) → {} (no conversation), or {meta, count, size,
+# next, whole (1/0), encoded items in order…}: those past the mark when the conversation only grew since it
+_READ = COMMON + _CONVERSATION_LUA + """
+local id, since, had = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local c = conversation(id)
+if not c then return {} end
+local position = tonumber(redis.call('HGET', p .. 'c:' .. id, 'next'))
+local ids
+local whole = 1
+if since >= 0 and position - since >= 0 and position - since == c.count - had then
+    ids = redis.call('ZRANGEBYSCORE', p .. 'cz:' .. id, '(' .. since, '+inf')
+    whole = 0
+else
+    ids = redis.call('ZRANGE', p .. 'cz:' .. id, 0, -1)
+end
+local out = {c.meta, c.count, c.size, position, whole}
+for first = 1, #ids, 1000 do  -- (unpack takes a few thousand values at most)
+    local last = math.min(first + 999, #ids)
+    for _, body in ipairs(redis.call('HMGET', p .. 'cb:' .. id, unpack(ids, first, last))) do table.insert(out, body) end
 end
 return out
 """
@@ -202,7 +221,7 @@ class RedisConversations:
         script = db.script
         self._create, self._conversation, self._update = script(_CREATE), script(_CONVERSATION), script(_UPDATE)
         self._drop, self._add, self._list = script(_DROP), script(_ADD), script(_LIST)
-        self._item, self._remove, self._all = script(_ITEM), script(_REMOVE), script(_ALL)
+        self._item, self._remove, self._read = script(_ITEM), script(_REMOVE), script(_READ)
 
     def _cap(self, limits: ConversationLimits) -> tuple[int, int]:
         """A conversation's limits in items and bytes (never more bytes than the whole database may)."""
@@ -269,11 +288,16 @@ class RedisConversations:
         _, deleted, meta, count, size = found
         return StoredConversation.decode_meta(conversation_id, meta, int(count), int(size)), bool(int(deleted))
 
-    async def all_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None:
-        found = await self.db.call(self._all(args=self.db.args(tenant, conversation_id)))
+    async def read_items(self, conversation_id: str, tenant: str,
+                         since: ItemsMark | None = None) -> ItemsRead | None:
+        mark = (since.next, since.count) if since is not None else (-1, -1)
+        found = await self.db.call(self._read(args=self.db.args(tenant, conversation_id, *mark)))
         if not found:
             return None
-        return [StoredItem.decode(body) for body in found[1:]]
+        meta, count, size, position, whole, *bodies = found
+        conversation = StoredConversation.decode_meta(conversation_id, meta, int(count), int(size))
+        return ItemsRead(conversation, [StoredItem.decode(body) for body in bodies], ItemsMark(int(position), int(count)),
+                         bool(int(whole)))
 
 
 def _pairs(items: list[StoredItem]) -> list[str | bytes]:

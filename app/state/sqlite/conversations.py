@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from app.state.conversations import Appended, ConversationLimits, ItemPage, StoredConversation, plan_append
+from app.state.conversations import (
+    Appended,
+    ConversationLimits,
+    ItemPage,
+    ItemsMark,
+    ItemsRead,
+    StoredConversation,
+    plan_append,
+)
 from app.state.items import StoredItem
 from app.state.sqlite.database import SqliteDatabase, chunks, marks
 
@@ -203,17 +211,25 @@ class SqliteConversations:
 
         return await self._on(conversation_id, tenant, (None, False), act)
 
-    async def all_items(self, conversation_id: str, tenant: str) -> list[StoredItem] | None:
+    async def read_items(self, conversation_id: str, tenant: str,
+                         since: ItemsMark | None = None) -> ItemsRead | None:
         owner = self.db.owner(tenant)
 
-        def work() -> list[StoredItem] | None:
+        def work() -> ItemsRead | None:
+            conn = self.db.conn
             with self.db.transaction():
-                if self._conversation(conversation_id, owner, time.time()) is None:
+                row = conn.execute("SELECT meta, items, size, next FROM conversations WHERE id = ? AND owner = ? "
+                                   "AND expires > ?", (conversation_id, owner, time.time())).fetchone()
+                if row is None:
                     return None
-                bodies = self.db.conn.execute(
-                    "SELECT body FROM conversation_items WHERE conversation = ? ORDER BY seq",
-                    (conversation_id,)).fetchall()
-            return [StoredItem.decode(body) for (body,) in bodies]
+                meta, count, size, position = row
+                whole = since is None or not since.unbroken(position, count)
+                first = 0 if whole or since is None else since.next  # (an item's seq: ``next`` when it was added)
+                bodies = conn.execute("SELECT body FROM conversation_items WHERE conversation = ? AND seq >= ? "
+                                      "ORDER BY seq", (conversation_id, first)).fetchall()
+            conversation = StoredConversation.decode_meta(conversation_id, meta, count, size)
+            return ItemsRead(conversation, [StoredItem.decode(body) for (body,) in bodies], ItemsMark(position, count),
+                             whole)
 
         return await self.db.run(work)
 

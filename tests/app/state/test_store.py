@@ -291,7 +291,7 @@ def _conversation_calls(store: Any) -> list[Any]:
             store.conversations.delete("cf", ALICE),
             store.conversations.add_items("cf", [message("n")], ALICE, ConversationLimits()),
             store.conversations.list_items("cf", ALICE, None, 20, True), store.conversations.get_item("cf", "m", ALICE),
-            store.conversations.delete_item("cf", "m", ALICE), store.conversations.all_items("cf", ALICE),
+            store.conversations.delete_item("cf", "m", ALICE), store.conversations.read_items("cf", ALICE),
             store.responses.items(["m"], ALICE, ChainLimits())]
 
 
@@ -309,15 +309,15 @@ async def test_a_conversation_belongs_to_its_tenant(store: Stores) -> None:
     assert await store.conversations.delete_item("conv_a", "m1", BOB) == (None, False)
     assert (await store.conversations.add_items("conv_a", [message("m2")], BOB, limits)).conversation is None
     assert (await store.conversations.update("conv_a", BOB, {"x": "y"}, limits)).conversation is None
-    assert await store.conversations.all_items("conv_a", BOB) is None
+    assert await store.conversations.read_items("conv_a", BOB) is None
     assert not await store.conversations.delete("conv_a", BOB)
     assert (await store.responses.items(["m1"], BOB, ChainLimits())).items == {}
-    items = await store.conversations.all_items("conv_a", ALICE)
-    assert items == [message("m1", "secret plans")]
+    read = await store.conversations.read_items("conv_a", ALICE)
+    assert read is not None and read.items == [message("m1", "secret plans")] and read.whole
     assert (await store.conversations.get("conv_a", ALICE)) == got  # untouched
     assert await store.conversations.delete("conv_a", ALICE)
     assert await store.conversations.get("conv_a", ALICE) is None
-    assert await store.conversations.all_items("conv_a", ALICE) is None
+    assert await store.conversations.read_items("conv_a", ALICE) is None
     assert not await store.conversations.delete("conv_a", ALICE)
 
 
@@ -328,8 +328,10 @@ async def test_conversation_items_keep_their_order_and_page(store: Stores) -> No
     added = await store.conversations.add_items("conv_p", more, ALICE, limits)
     assert added.added == ["m3", "m4", "m5", "m6"] and added.conversation is not None
     assert added.conversation.items == 7
-    everything = await store.conversations.all_items("conv_p", ALICE)
-    assert everything is not None and [i.id for i in everything] == [f"m{i}" for i in range(7)]
+    read = await store.conversations.read_items("conv_p", ALICE)
+    assert read is not None
+    everything = read.items
+    assert [i.id for i in everything] == [f"m{i}" for i in range(7)]
     assert [i.trusted for i in everything] == [i == 5 for i in range(7)]  # who wrote each item is kept
 
     async def ids(after: str | None, limit: int, descending: bool) -> tuple[list[str], bool]:
@@ -360,6 +362,32 @@ async def test_conversation_items_keep_their_order_and_page(store: Stores) -> No
     assert updated.conversation.size == after.size + len(b'{"k":"v"}') - len(b"{}")
 
 
+async def test_conversation_items_read_from_a_mark(store: Stores) -> None:
+    """A read from the mark an earlier read left gets only the items added since — and all of them
+    once an item was deleted in between, or from another tenant's or conversation's mark."""
+    limits = ConversationLimits()
+    await store.conversations.create(conversation("conv_m"), [message(f"m{i}") for i in range(3)], ALICE, limits)
+    first = await store.conversations.read_items("conv_m", ALICE)
+    assert first is not None and first.whole and [i.id for i in first.items] == ["m0", "m1", "m2"]
+    same = await store.conversations.read_items("conv_m", ALICE, first.mark)
+    assert same is not None and not same.whole and same.items == [] and same.mark == first.mark
+    await store.conversations.add_items("conv_m", [message("m3"), message("m4", trusted=True)], ALICE, limits)
+    grown = await store.conversations.read_items("conv_m", ALICE, first.mark)
+    assert grown is not None and not grown.whole and [i.id for i in grown.items] == ["m3", "m4"]
+    assert [i.trusted for i in grown.items] == [False, True] and grown.conversation.items == 5
+    assert await store.conversations.read_items("conv_m", BOB, grown.mark) is None
+    # an item deleted (even with others added after it): everything is read again
+    await store.conversations.delete_item("conv_m", "m1", ALICE)
+    await store.conversations.add_items("conv_m", [message("m5")], ALICE, limits)
+    again = await store.conversations.read_items("conv_m", ALICE, grown.mark)
+    assert again is not None and again.whole and [i.id for i in again.items] == ["m0", "m2", "m3", "m4", "m5"]
+    later = await store.conversations.read_items("conv_m", ALICE, again.mark)
+    assert later is not None and not later.whole and later.items == []
+    # a mark from ahead of the conversation (another one's): everything
+    ahead = await store.conversations.read_items("conv_m", ALICE, type(again.mark)(again.mark.next + 5, 99))
+    assert ahead is not None and ahead.whole and len(ahead.items) == 5
+
+
 async def test_conversation_writes_past_a_limit_are_refused_whole(store: Stores) -> None:
     one = len(message("m0", "y" * 100).encode())
     meta = len(conversation("conv_l").encode_meta())
@@ -375,8 +403,8 @@ async def test_conversation_writes_past_a_limit_are_refused_whole(store: Stores)
     twice = [message("n0", "y" * 100)] * 2
     assert (await store.conversations.add_items("conv_l", twice, ALICE, limits)).duplicate == "n0"
     assert (await store.conversations.add_items("conv_l", [message("m0")], ALICE, limits)).duplicate == "m0"
-    current = await store.conversations.all_items("conv_l", ALICE)
-    assert current is not None and [i.id for i in current] == ["m0"]  # every refused write changed nothing
+    current = await store.conversations.read_items("conv_l", ALICE)
+    assert current is not None and [i.id for i in current.items] == ["m0"]  # every refused write changed nothing
     skipped = await store.conversations.add_items("conv_l", [message("m0"), message("n1", "y" * 100)], ALICE, limits,
                                     skip_existing=True)
     assert skipped.added == ["n1"]

@@ -1,0 +1,67 @@
+"""A stored conversation's items, as the Responses API reads them for a prompt: what the prefix
+service kept of them, and from the store only what was added since (``conversation_items``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.api.responses.context import conversation_items
+from app.errors import APIError
+from app.prefix import PrefixService, scope_of
+from app.state import ConversationLimits, ItemsMark, ItemsRead, StoredConversation, StoredItem
+from app.state.sqlite import open_sqlite
+
+
+class Counting:
+    """A conversation store that counts the items its reads return."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.read = inner, 0
+
+    async def read_items(self, conversation_id: str, tenant: str, since: ItemsMark | None = None) -> ItemsRead | None:
+        got: ItemsRead | None = await self.inner.read_items(conversation_id, tenant, since)
+        self.read += len(got.items) if got is not None else 0
+        return got
+
+
+def message(key: str, trusted: bool = False) -> StoredItem:
+    return StoredItem({"type": "message", "id": key, "role": "assistant" if trusted else "user",
+                       "content": [{"type": "input_text", "text": f"text of {key}"}]}, trusted)
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_a_growing_conversation_is_read_from_where_it_was_left(tmp_path: Path, on: bool) -> None:
+    stores = open_sqlite(tmp_path / "c.sqlite3", 3600, 100, 1 << 30)
+    try:
+        limits = ConversationLimits()
+        await stores.conversations.create(StoredConversation("conv_g", 1), [message(f"m{i}") for i in range(20)],
+                                          "alice", limits)
+        store = Counting(stores.conversations)
+        prefix = PrefixService(1 << 20 if on else 0)
+        scope = scope_of("alice", "responses")
+        first = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
+        assert [i.id for i in first.items] == [f"m{i}" for i in range(20)] and store.read == 20
+        await stores.conversations.add_items("conv_g", [message("m20"), message("m21", True)], "alice", limits)
+        grown = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
+        assert [i.id for i in grown.items] == [f"m{i}" for i in range(22)]
+        assert [i.trusted for i in grown.items] == [i == 21 for i in range(22)]
+        assert store.read == (22 if on else 42)  # on: only the two new ones were read
+        assert grown.units == (await conversation_items(store, PrefixService(0), "conv_g", "alice", scope)).units  # type: ignore[arg-type]
+        # an item deleted in the middle: everything is read again, and the deleted one is gone
+        await stores.conversations.delete_item("conv_g", "m3", "alice")
+        store.read = 0
+        after = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
+        assert "m3" not in [i.id for i in after.items] and len(after.items) == 21 and store.read == 21
+        # another tenant, with what alice's reads left kept: the conversation is not there
+        with pytest.raises(APIError) as refused:
+            await conversation_items(store, prefix, "conv_g", "bob", scope_of("bob", "responses"))  # type: ignore[arg-type]
+        assert refused.value.status == 404
+        # the conversation deleted: a 404, whatever was kept
+        await stores.conversations.delete("conv_g", "alice")
+        with pytest.raises(APIError):
+            await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
+    finally:
+        await stores.close()
