@@ -1,8 +1,8 @@
 """``POST /v1/chat/completions``: the Chat Completions face's route.
 
-It types the request (``parse``), decodes it into the shared ``Ask`` (``decode``) and encodes the parser events as
-``chat.completion.chunk`` SSE or one ``chat.completion`` (``encode``) — nothing else. Streaming and
-non-streaming answers are the same events, so the two cannot disagree.
+It types the request (``parse``), decodes it into the shared ``Ask`` (``decode``) and encodes the
+parser events as ``chat.completion.chunk`` SSE or one ``chat.completion`` (``encode``) — nothing
+else. Streaming and non-streaming answers are the same events, so the two cannot disagree.
 """
 
 from __future__ import annotations
