@@ -32,11 +32,11 @@ CASES_FILE = Path(__file__).parent / "data" / "vllm_tool_parser_cases.json"
 # vLLM parser (its test file's name) -> toolwire TOOL_PARSERS name; None: toolwire has no such format.
 VLLM_TO_TOOLWIRE: dict[str, str | None] = {
     "apertus": "apertus", "deepseekv3": "deepseekv3", "deepseekv31": "deepseekv31",
-    "deepseekv32": "deepseekv32", "deepseekv4": "deepseekv4", "ernie45_moe": None,
+    "deepseekv32": "deepseekv32", "deepseekv4": "deepseekv4", "ernie45_moe": "ernie45",
     "functiongemma": "functiongemma", "gemma4": "gemma4", "gigachat3": "gigachat3",
     "glm47_moe": "glm47", "glm4_moe": "glm45", "granite": "granite", "granite4": "granite4",
-    "granite_20b_fc": None, "hermes": "hermes", "hunyuan_a13b": "hunyuan", "hy_v3": None,
-    "internlm2": "internlm", "jamba": None, "kimi_k2": "kimi_k2", "lfm2": "lfm2",
+    "granite_20b_fc": None, "hermes": "hermes", "hunyuan_a13b": "hunyuan", "hy_v3": "hy_v3",
+    "internlm2": "internlm", "jamba": "jamba", "kimi_k2": "kimi_k2", "lfm2": "lfm2",
     "llama3_json": "llama3", "llama4_pythonic": "pythonic", "longcat": None, "minimax": None,
     "minimax_m2": "minimax-m2", "mistral": "mistral", "olmo3": "olmo3", "openai": "gpt-oss",
     "phi4mini": "phi4_mini_json", "pythonic": "pythonic", "qwen3coder": "qwen3_coder",

@@ -14,6 +14,12 @@ it (``tenant``: the request's tenant id, ``app.tenancy``):
 * ``delete(id, tenant)`` → whether it was there (and the tenant's);
 * ``chain(id, tenant, limits)`` → the responses a continuation from ``id`` builds on, oldest first,
   read in one round trip (SQLite: one recursive query; Redis: one script), within ``limits``;
+  ``links(id, tenant, limits)`` the same walk without the bodies, with the owner's count of removed
+  responses and the earliest time one of the chain's responses expires;
+* ``removals(id, tenant)`` → the owner's count of removed responses (deleted, replaced, dropped by
+  the budget or as expired), or ``None`` when ``id`` is not there: a chain walked before is still
+  whole when its newest response is there, the count has not moved and none of it has expired
+  (``Chain.removals``, ``Chain.expires``) — a check in one round trip however long the chain;
 * ``items(ids, tenant, limits)`` → the tenant's stored items with those ids, from its stored
   responses and conversations (the item index, ``app.state.items``: what an ``item_reference``
   names), toolwire's own copy when there is one.
@@ -70,13 +76,17 @@ class Chain:
     ``missing`` is the id of a link that could not be found (expired, deleted, another owner's)
     — the responses before it are not in ``responses``; ``over`` names the limit that stopped the
     walk (``"links"`` or ``"bytes"``) or the decoding (``"items"``), and ``size`` is the bytes read. ``ids`` are the responses'
-    ids newest first (the order the walk met them)."""
+    ids newest first (the order the walk met them). From ``links``: ``removals``, the owner's count
+    of removed responses when the walk was made, and ``expires``, the earliest expiry (Unix time) of
+    the responses walked."""
 
     responses: list[StoredResponse] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     missing: str | None = None
     over: str | None = None
     size: int = 0
+    removals: int | None = None
+    expires: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +159,8 @@ class ResponseStore(Protocol):
         for links and bytes, ``size``): what a continuation whose chain is already decoded
         (``app.prefix``) checks."""
         ...
+
+    async def removals(self, response_id: str, tenant: str) -> int | None: ...
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
 

@@ -19,7 +19,8 @@ answer: the failure is handed back for the face to report.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.api.responses.decode import Decoder, normalised_input
@@ -128,16 +129,28 @@ def resolved(items: list[dict[str, Any]], stored: dict[str, StoredItem], where: 
     return out
 
 
+#: seconds before the earliest expiry of a kept chain's responses that it is walked again rather
+#: than trusted (the replicas sharing a store do not share a clock)
+EXPIRY_MARGIN = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class ChainFacts:
     """What a continuation checks of a chain it has decoded (``app.prefix``): its responses' ids and
-    how many items each holds (inputs and outputs), newest first."""
+    how many items each holds (inputs and outputs), newest first, and its stored bytes; from the
+    store's last walk of it, the owner's count of removed responses and the earliest expiry
+    (``Chain``; ``removals`` ``None``: not walked yet)."""
 
     ids: tuple[str, ...] = ()
     items: tuple[int, ...] = ()
+    size: int = 0
+    removals: int | None = None
+    expires: float = 0.0
 
-    def then(self, response_id: str, items: int) -> ChainFacts:
-        return ChainFacts((response_id, *self.ids), (items, *self.items))
+    def then(self, response_id: str, items: int, size: int) -> ChainFacts:
+        """The chain with ``response_id`` (holding ``items`` items in ``size`` stored bytes) after it."""
+        return ChainFacts((response_id, *self.ids), (items, *self.items), self.size + size, self.removals,
+                          self.expires)
 
 
 @dataclass
@@ -161,23 +174,30 @@ class Context:
 
 
 async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
-                     tenant: str, scope: bytes) -> Entry | None:
-    """The decoded chain the prefix service kept for ``previous``, if it is still the chain a
-    continuation reads — the same responses, all there, within every limit (the store walks their
-    links, no body read); else ``None`` (read and decode it, and answer what is wrong with it)."""
+                     tenant: str, scope: bytes) -> tuple[Entry, ChainFacts] | None:
+    """The decoded chain the prefix service kept for ``previous`` and its facts, if it is still the
+    chain a continuation reads — the same responses, all there, within every limit; else ``None``
+    (read and decode it, and answer what is wrong with it). Checked in one round trip however long
+    the chain when the store's last walk of it still holds (``previous`` is there, none of the
+    owner's responses was removed since, none has expired: ``ResponseStore.removals``), else by
+    walking its links again (no body read)."""
     entry = prefix.recall_response(tenant, previous, scope)
     if entry is None or responses is None or not isinstance(entry.chain, ChainFacts):
         return None
+    facts = entry.chain
     limits = chain_limits(settings)
+    if len(facts.ids) > limits.links or facts.size > limits.bytes or sum(facts.items) > limits.items:
+        return None
     try:
+        if (facts.removals is not None and time.time() < facts.expires - EXPIRY_MARGIN
+                and await responses.removals(previous, tenant) == facts.removals):
+            return entry, facts
         links = await responses.links(previous, tenant, limits)
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
-    facts = entry.chain
-    if (links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids
-            or sum(facts.items) > limits.items):
+    if links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids:
         return None
-    return entry
+    return entry, replace(facts, size=links.size, removals=links.removals, expires=links.expires)
 
 
 def item_unit(item: dict[str, Any], trusted: bool, own: bool) -> bytes | None:
@@ -250,17 +270,17 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
     ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
     previous = request.previous_response_id
-    if previous is not None and prefix is not None and prefix.enabled:
-        ctx.kept = await kept_chain(responses, settings, prefix, previous, tenant, ctx.scope)
-    if ctx.kept is not None:
-        ctx.facts = ctx.kept.chain
+    kept = (await kept_chain(responses, settings, prefix, previous, tenant, ctx.scope)
+            if previous is not None and prefix is not None and prefix.enabled else None)
+    if kept is not None:
+        ctx.kept, ctx.facts = kept
     else:
         records = await history(responses, settings, previous, tenant)
         for n, record in enumerate(records):
             outputs = record.response.get("output") or []
             ctx.before.append((f"previous response {n} input", record.input, False))
             ctx.before.append((f"previous response {n} output", outputs, True))
-            ctx.facts = ctx.facts.then(record.id, len(record.input) + len(outputs))
+            ctx.facts = ctx.facts.then(record.id, len(record.input) + len(outputs), 0)  # (walked before it is trusted)
     own: dict[str, StoredItem] = {}
     held: KeptItems | None = None
     if conversation is not None:
@@ -317,7 +337,8 @@ class Chained:
         self.prefix, self.tenant, self.ctx, self.ask = prefix, tenant, ctx, ask
         self.instructions, self.decoder = instructions, decoder
 
-    def __call__(self, response_id: str, final: dict[str, Any]) -> None:
+    def __call__(self, response_id: str, final: dict[str, Any], size: int) -> None:
+        """Keep the chain ``response_id`` (stored in ``size`` bytes, ``final`` its response object) ends."""
         ctx, ask = self.ctx, self.ask
         if ctx.conversation is not None or self.decoder.looked or not self.prefix.enabled:
             return
@@ -336,7 +357,7 @@ class Chained:
         render = note.resume.state if note is not None else None
         plain = note.plain(turns) if note is not None else frozenset()  # (not the output's: never scanned)
         self.prefix.keep_response(self.tenant, response_id, ctx.scope, turns, render,
-                                  ctx.facts.then(response_id, len(ctx.input) + len(output)), 64 * len(ctx.facts.ids),
+                                  ctx.facts.then(response_id, len(ctx.input) + len(output), size), 64 * len(ctx.facts.ids),
                                   ctx.kept, plain)
 
 
@@ -367,7 +388,8 @@ class Keeper:
         if self.keep:
             record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
             limit = self.settings.max_stored_response_bytes
-            if len(record.encode()) > limit:
+            size = len(record.encode())
+            if size > limit:
                 log.warning("response %s not stored: larger than --max-stored-response-bytes (%d)", self.response_id,
                             limit)
                 self.warning = "response not stored: larger than a stored response may be (--max-stored-response-bytes)"
@@ -381,7 +403,7 @@ class Keeper:
                 return store_unavailable(exc)
             self.stored = True
             if self.chained is not None:
-                self.chained(self.response_id, final)
+                self.chained(self.response_id, final, size)
         if self.ctx.conversation is None:
             return None
         problem = await self._append(final)

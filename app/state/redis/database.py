@@ -6,9 +6,9 @@ whichever replica runs it. ``toolwire:index`` (a sorted set of stored responses,
 conversations, by time of last write), ``toolwire:sizes`` (member → bytes) and ``toolwire:bytes``
 (their sum) are the budget stored responses and conversations share: every write drops aged and
 then oldest records of either kind until it holds again (``bound`` in ``COMMON``, the Lua every
-script starts with). The secret that keys owner digests lives in Redis (``toolwire:owner-secret``)
-and the scripts make the digests themselves, so every replica sharing the database computes the same
-owners.
+script starts with); ``removals:OWNER`` counts the owner's stored responses removed (``drop``).
+The secret that keys owner digests lives in Redis (``toolwire:owner-secret``) and the scripts make
+the digests themselves, so every replica sharing the database computes the same owners.
 
 A command whose connection failed is retried once on a fresh connection (a pooled connection goes
 stale when Redis restarts); one that got no answer in time is not (a hung Redis would hold it twice
@@ -71,6 +71,7 @@ local function drop(member)
         if v[1] and v[2] then
             for item in string.gmatch(v[2], '[^\\n]+') do unindex(v[1], item, 'r:' .. member) end
         end
+        if v[1] then redis.call('INCR', p .. 'removals:' .. v[1]) end
         redis.call('DEL', p .. 'r:' .. member)
     end
 end

@@ -24,7 +24,8 @@ _PUT = COMMON + """
 local id, body = ARGV[4], ARGV[6]
 local now, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 drop(id)
-redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11])
+redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11],
+           'expires', now + ttl)
 redis.call('EXPIRE', p .. 'r:' .. id, ttl)
 local k = 0
 for item in string.gmatch(ARGV[11], '[^\\n]+') do
@@ -74,24 +75,36 @@ out[4] = size
 return out
 """
 
-# ARGV[4..]: first id, max links, max bytes → {missing, over, size, id1, id2, …} (the chain's links, no bodies)
+# ARGV[4..]: first id, max links, max bytes → {missing, over, size, removals, earliest expiry, id1, id2, …} (the
+# chain's links, no bodies; an expiry of 0: not known — a response stored before it was recorded)
 _LINKS = COMMON + """
 local id = ARGV[4]
 local max_links, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
-local out, size, links = {'', '', 0}, 0, 0
+local out, size, links = {'', '', 0, 0, ''}, 0, 0
+local earliest = nil
 while id and id ~= '' do
-    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous')
+    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous', 'expires')
     if v[1] ~= owner then out[1] = id; break end
     local length = redis.call('HSTRLEN', p .. 'r:' .. id, 'body')
     if links >= max_links then out[2] = 'links'; break end
     if size + length > max_bytes then out[2] = 'bytes'; break end
     links = links + 1
     size = size + length
+    local expires = tonumber(v[3]) or 0
+    if not earliest or expires < earliest then earliest = expires end
     table.insert(out, id)
     id = v[2]
 end
 out[3] = size
+out[4] = tonumber(redis.call('GET', p .. 'removals:' .. owner) or '0')
+out[5] = tostring(earliest or 0)
 return out
+"""
+
+# ARGV[4]: id → {} when it is not there (or another tenant's), else {the owner's count of removed responses}
+_REMOVALS = COMMON + """
+if redis.call('HGET', p .. 'r:' .. ARGV[4], 'owner') ~= owner then return {} end
+return {tonumber(redis.call('GET', p .. 'removals:' .. owner) or '0')}
 """
 
 # ARGV[4..]: max bytes of stored responses read, item ids → {'over'}, or {'ok', n, then n times (id, flag,
@@ -145,6 +158,7 @@ class RedisResponses:
         self.db = db
         self._put, self._get, self._delete = db.script(_PUT), db.script(_GET), db.script(_DELETE)
         self._chain, self._items, self._links = db.script(_CHAIN), db.script(_ITEMS), db.script(_LINKS)
+        self._removals = db.script(_REMOVALS)
 
     def put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
         """The ``put`` script's call for ``record`` (on ``client``: a pipeline, to write it with more)."""
@@ -177,10 +191,14 @@ class RedisResponses:
         return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
 
     async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
-        missing, over, size, *ids = await self.db.call(
+        missing, over, size, removals, expires, *ids = await self.db.call(
             self._links(args=self.db.args(tenant, response_id, limits.links, limits.bytes)))
         return Chain(ids=[key.decode() for key in ids], missing=missing.decode() or None, over=over.decode() or None,
-                     size=int(size))
+                     size=int(size), removals=int(removals), expires=float(expires))
+
+    async def removals(self, response_id: str, tenant: str) -> int | None:
+        found = await self.db.call(self._removals(args=self.db.args(tenant, response_id)))
+        return int(found[0]) if found else None
 
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found:
         wanted = list(dict.fromkeys(ids))

@@ -106,6 +106,9 @@ class SqliteDatabase:
         return int(rows["rows"]), int(rows["bytes"])
 
     def drop_response(self, key: str, size: int) -> None:
+        """Remove a stored response (its owner's count of removals goes up: ``ResponseStore.removals``)."""
+        self.conn.execute("INSERT INTO response_removals (owner, n) SELECT owner, 1 FROM stored_responses WHERE id = ? "
+                          "ON CONFLICT (owner) DO UPDATE SET n = n + 1", (key,))
         self.conn.execute("DELETE FROM response_items WHERE response = ?", (key,))
         self.conn.execute("DELETE FROM stored_responses WHERE id = ?", (key,))
         self.count(-1, -size)

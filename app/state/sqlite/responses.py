@@ -26,17 +26,19 @@ SCHEMA = (
     ("CREATE TABLE IF NOT EXISTS response_items (item TEXT NOT NULL, response TEXT NOT NULL, "
      "trusted INTEGER NOT NULL, PRIMARY KEY (response, item))"),
     "CREATE INDEX IF NOT EXISTS response_items_item ON response_items (item)",
+    "CREATE TABLE IF NOT EXISTS response_removals (owner TEXT PRIMARY KEY, n INTEGER NOT NULL)",
 )
 
 _CHAIN = """
-WITH RECURSIVE walk(id, owner, previous, size, depth) AS (
-    SELECT id, owner, previous, size, 0 FROM stored_responses WHERE id = ? AND expires > ?
+WITH RECURSIVE walk(id, owner, previous, size, expires, depth) AS (
+    SELECT id, owner, previous, size, expires, 0 FROM stored_responses WHERE id = ? AND expires > ?
     UNION ALL
-    SELECT r.id, r.owner, r.previous, r.size, w.depth + 1 FROM stored_responses r JOIN walk w ON r.id = w.previous
-    WHERE r.expires > ? AND w.depth < ? AND w.owner = ?
+    SELECT r.id, r.owner, r.previous, r.size, r.expires, w.depth + 1 FROM stored_responses r
+    JOIN walk w ON r.id = w.previous WHERE r.expires > ? AND w.depth < ? AND w.owner = ?
 )
-SELECT id, owner, previous, size FROM walk
+SELECT id, owner, previous, size, expires FROM walk
 """
+_REMOVALS = "SELECT coalesce((SELECT n FROM response_removals WHERE owner = ?), 0)"
 
 
 class SqliteResponses:
@@ -124,7 +126,7 @@ class SqliteResponses:
             now = time.time()
             conn = self.db.conn
             with self.db.transaction():
-                links = {key: Link(key, who, previous, size) for key, who, previous, size in
+                links = {key: Link(key, who, previous, size) for key, who, previous, size, _ in
                          conn.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
                 chain = walk(response_id, links, owner, limits)
                 bodies = dict(conn.execute(
@@ -140,10 +142,28 @@ class SqliteResponses:
 
         def work() -> Chain:
             now = time.time()
+            conn = self.db.conn
             with self.db.transaction():
-                links = {key: Link(key, who, previous, size) for key, who, previous, size in
-                         self.db.conn.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
-            return walk(response_id, links, owner, limits)
+                rows = conn.execute(_CHAIN, (response_id, now, now, limits.links, owner)).fetchall()
+                removals = conn.execute(_REMOVALS, (owner,)).fetchone()[0]
+            chain = walk(response_id, {key: Link(key, who, previous, size) for key, who, previous, size, _ in rows},
+                         owner, limits)
+            expiry = {row[0]: row[4] for row in rows}
+            chain.removals = int(removals)
+            chain.expires = min((expiry[key] for key in chain.ids), default=0.0)
+            return chain
+
+        return await self.db.run(work)
+
+    async def removals(self, response_id: str, tenant: str) -> int | None:
+        owner = self.db.owner(tenant)
+
+        def work() -> int | None:
+            conn = self.db.conn
+            with self.db.transaction():
+                there = conn.execute("SELECT 1 FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
+                                     (response_id, owner, time.time())).fetchone()
+                return int(conn.execute(_REMOVALS, (owner,)).fetchone()[0]) if there else None
 
         return await self.db.run(work)
 

@@ -132,6 +132,51 @@ async def test_links_walk_the_chain_without_its_bodies(store: Stores) -> None:
     assert broken.missing == "k2" and broken.ids == ["k5", "k4", "k3"]
 
 
+async def test_removals_count_every_way_a_response_goes(store: Stores) -> None:
+    """A chain walked once is still whole while its newest response is there and its owner's count
+    of removals has not moved: deleting, replacing or the budget dropping any of the owner's
+    responses moves it; another owner's do not. ``links`` reports the count and the earliest expiry."""
+    previous = None
+    for i in range(4):
+        await store.responses.put(record(f"w{i}", previous), ALICE)
+        previous = f"w{i}"
+    walked = await store.responses.links("w3", ALICE, ChainLimits())
+    assert walked.ids == ["w3", "w2", "w1", "w0"] and walked.removals is not None
+    assert time.time() + 3000 < walked.expires <= time.time() + 3600  # the first's: stored first
+    assert await store.responses.removals("w3", ALICE) == walked.removals
+    assert await store.responses.removals("w3", BOB) is None  # another tenant's: not there
+    assert await store.responses.removals("nope", ALICE) is None
+    await store.responses.put(record("w4", "w3"), ALICE)  # a new response removes nothing
+    assert await store.responses.removals("w3", ALICE) == walked.removals
+    await store.responses.put(record("b0"), BOB)
+    await store.responses.delete("b0", BOB)  # another owner's removal
+    assert await store.responses.removals("w3", ALICE) == walked.removals
+    await store.responses.delete("w1", ALICE)  # deleted in the middle
+    after_delete = await store.responses.removals("w3", ALICE)
+    assert after_delete is not None and after_delete > walked.removals
+    await store.responses.put(record("w2", "w1", text="again"), ALICE)  # replaced
+    after_replace = await store.responses.removals("w3", ALICE)
+    assert after_replace is not None and after_replace > after_delete
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_removals_count_what_the_budget_drops(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    store = open_kind(kind, tmp_path, server, rows=3)
+    try:
+        await store.responses.put(record("v0"), ALICE)
+        await store.responses.put(record("v1", "v0"), ALICE)
+        walked = await store.responses.links("v1", ALICE, ChainLimits())
+        await store.responses.put(record("v2", "v1"), ALICE)
+        assert await store.responses.removals("v1", ALICE) == walked.removals  # within the budget
+        await store.responses.put(record("v3", "v2"), ALICE)  # past it: v0 is dropped
+        assert (await store.responses.links("v3", ALICE, ChainLimits())).missing == "v0"
+        dropped = await store.responses.removals("v1", ALICE)
+        assert dropped is not None and walked.removals is not None and dropped > walked.removals
+    finally:
+        await store.close()
+
+
 async def test_chain_stops_decoding_at_the_item_bound(store: Stores) -> None:
     """Items (input and output) are counted as the chain is decoded, newest first: decoding stops
     before the record that passes the bound, however many bytes the walk allowed."""
