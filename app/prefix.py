@@ -287,6 +287,26 @@ class Recall:
                 self.fresh.append((self.count, turns))
         self.count = turns
 
+    def assemble(self, decoded: Sequence[tuple[list[Turn], Any] | None]) -> tuple[list[Turn], Note]:
+        """The request's turns and its note, for a face whose units each decode on their own (as the
+        face decoded them, ``decoded[i]``: the unit's turns and what the face keeps of it; ``None``
+        for a unit a run of ``take`` covers): the entry's turns for each such run, ``decoded[i]``
+        for every other unit — one account of the whole decoding, after it."""
+        turns: list[Turn] = []
+        i = 0
+        while i < len(decoded):
+            taken = self.take(i)
+            if taken is not None:
+                i = taken[0]
+                turns.extend(taken[1])
+                continue
+            mine = decoded[i]
+            assert mine is not None, f"unit {i} is neither taken nor decoded"
+            turns.extend(mine[0])
+            self.after(len(turns), payload=mine[1])
+            i += 1
+        return turns, self.note(turns)
+
     def note(self, turns: list[Turn]) -> Note:
         """The request's note, its decoding done (``turns``: all of them)."""
         self._fresh(len(turns))  # turns made after the last unit (a run of items the face closed)

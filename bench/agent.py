@@ -122,7 +122,8 @@ def _before_backend(raw: bytes, template: Any, formats: Any, backend: Any, setti
 
     import orjson
 
-    from app.api.chat.decode import chat_ask, parse_request
+    from app.api.chat.decode import chat_ask
+    from app.api.chat.parse import parse_request
     from app.jsontext import dumps_body
     from app.pipeline.offload import is_light
     from app.pipeline.plan import plan_request

@@ -263,7 +263,8 @@ def shipping(repeat: int) -> list[tuple[str, float, float, float, float]]:
     answer and putting the plan together) and the round trip's wall time; best of ``repeat``.
     (Schema checks are remembered after the first run, inline and in the worker alike: the columns
     are what shipping costs, not what checking does.)"""
-    from app.api.chat.decode import chat_ask, parse_request
+    from app.api.chat.decode import chat_ask
+    from app.api.chat.parse import parse_request
     from app.backends import Backend
     from app.backends.vllm import Vllm
     from app.pipeline.offload import Pool

@@ -4,7 +4,7 @@ JSON's lists checked before any model decodes them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -23,6 +23,18 @@ def validation_message(exc: ValidationError) -> tuple[str, str | None]:
     loc = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, str) or not p.startswith("function-"))
     msg = error.get("msg", "invalid value").removeprefix("Value error, ")
     return (f"{loc}: {msg}" if loc else msg), (loc or None)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any) -> M:
+    """``data`` validated as ``model``; its first problem a 400 that says where (``validation_message``)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = validation_message(exc)
+        raise bad_request(message, param) from None
 
 
 def too_many(count: int, limit: int, what: str, flag: str, param: str | None) -> None:

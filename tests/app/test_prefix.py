@@ -12,7 +12,8 @@ import httpx
 import orjson
 import pytest
 
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask
+from app.api.chat.parse import parse_request
 from app.backends import Backend
 from app.backends.vllm import Vllm
 from app.conversation import Turn

@@ -1,5 +1,5 @@
-"""The Chat Completions face: ``POST /v1/chat/completions`` (``protocol``, ``decode``, ``encode``,
-``routes``)."""
+"""The Chat Completions face: ``POST /v1/chat/completions`` (``protocol``, ``parse``, ``decode``,
+``encode``, ``routes``)."""
 
 from app.api.chat.routes import chat_completions
 from app.api.face import Face, Route, openai_error

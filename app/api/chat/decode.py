@@ -1,73 +1,23 @@
-"""Chat Completions requests → the shared ``Ask``: messages as the shared conversation
-(``app.conversation``), tools, tool choice, response format, sampling, logprobs and ``n``."""
+"""Chat Completions requests (typed: ``app.api.chat.parse``) → the shared ``Ask``: messages as the
+shared conversation (``app.conversation``), tools, tool choice, response format, sampling, logprobs
+and ``n``. The messages the prefix service had decoded for an earlier request are not decoded again:
+the decoder decodes the others, then the service's ``Recall`` assembles the turns and the request's
+note in one account (``app.prefix``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from app.api.chat.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice, ToolDefinition, is_legacy
-from app.api.protocol import raw_items, raw_list, too_many, validation_message
+from app.api.chat.protocol import ChatCompletionRequest, ChatMessage, ContentPart, NamedToolChoice, ToolDefinition
 from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, joined_text, media_url, no_file_ids, param
 from app.pipeline.ask import Ask, Tool
-from app.prefix import PrefixService, Recall, scope_of, unit
-from app.settings import Settings
+from app.prefix import Recall
 
 #: most alternatives per token OpenAI's ``top_logprobs`` allows
 MAX_TOP_LOGPROBS = 20
-
-
-def parse_request(body: Any, settings: Settings, tenant: str = "",
-                  prefix: PrefixService | None = None) -> ChatCompletionRequest:
-    """The request (its JSON body as parsed), typed; its lists are counted against the limits before
-    they are decoded, and messages an earlier request of ``tenant``'s conversation shared with this
-    one (``prefix``, ``app.prefix``: the longest common prefix, byte for byte) are not decoded again."""
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
-    messages = raw_list(body, "messages")
-    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
-    too_many(len(raw_list(body, "tools")) + len(raw_list(body, "functions")), settings.max_tools, "tools",
-             "--max-tools", "tools")
-    too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
-             "content parts and tool calls in messages", "--max-input-items", "messages")
-    recall = None
-    # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
-    if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
-        recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
-                               limit=len(messages) - 1)  # one message at least is validated
-    known: list[Any] | None = None
-    if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
-        payload = recall.entry.payload
-        known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
-        known += [None] * (len(messages) - len(known))
-    try:
-        if known is not None:  # only the messages not decoded before are validated
-            request = ChatCompletionRequest.model_validate(
-                {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
-            models = iter(request.messages)
-            request.messages = [k if k is not None else next(models) for k in known]
-        else:
-            request = ChatCompletionRequest.model_validate(body)
-    except ValidationError as exc:
-        if known is not None:  # the same first error as the whole request gives (with its index)
-            return parse_request_whole(body)
-        message, param = validation_message(exc)
-        raise bad_request(message, param) from None
-    request._recall = recall
-    return request
-
-
-def parse_request_whole(body: dict[str, Any]) -> ChatCompletionRequest:
-    """The whole request validated, messages and all (no known messages taken)."""
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except ValidationError as exc:
-        message, param = validation_message(exc)
-        raise bad_request(message, param) from None
 
 
 #: template variables the server sets itself (a template kwarg may not replace them)
@@ -75,58 +25,53 @@ RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "add_generation_prompt
 _KNOWN_MESSAGE_FIELDS = frozenset({"reasoning_content", "reasoning", "thinking"})
 
 
-def chat_turns(request: ChatCompletionRequest) -> list[Turn]:
-    """The request's messages as the shared conversation (``app.conversation``); the turns of
-    messages decoded for an earlier request (``app.prefix``) are taken from it. A message's
-    decoding depends on that message and its index only (call ids default to ``call_{index}_{k}``)."""
-    recall: Recall | None = request._recall
-    turns: list[Turn] = []
-    messages = request.messages
-    i = 0
-    while i < len(messages):
-        taken = recall.take(i) if recall is not None else None
-        if taken is not None:
-            i = taken[0]
-            turns.extend(taken[1])
-            continue
-        message = messages[i]
-        parts = media_parts(message, i)
-        try:
-            text = joined_text(parts) if parts else message.text_content() or ""
-        except ValueError as exc:
-            raise bad_request(f"messages[{i}].content: {exc}", f"messages.{i}.content") from None
-        extra = {k: v for k, v in (message.model_extra or {}).items() if k not in _KNOWN_MESSAGE_FIELDS}
-        role = "system" if message.role == "developer" else message.role
-        if role == "assistant":
-            calls = tuple(Call(call.id or f"call_{i}_{k}", call.function.name, call.function.arguments)
-                          for k, call in enumerate(message.tool_calls or ()))
-            reasoning = message.reasoning_content if message.reasoning_content is not None else message.reasoning
-            thinking = (message.model_extra or {}).get("thinking")
-            if reasoning is None and isinstance(thinking, str):
-                reasoning = thinking
-            turns.append(Turn("assistant", text, calls, reasoning, name=message.name, extra=extra))
-        else:
-            turns.append(Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra,
-                              parts=parts))
-        if recall is not None:
-            recall.after(len(turns), payload=message)
-        i += 1
-    return turns
+def message_turn(message: ChatMessage, i: int) -> Turn:
+    """Message ``i`` as a turn of the shared conversation (``app.conversation``). It depends on the
+    message and its index only (call ids default to ``call_{index}_{k}``): what lets the prefix
+    service hand an earlier request's turns to this one."""
+    text, parts = _content(message, i)
+    extra = {k: v for k, v in (message.model_extra or {}).items() if k not in _KNOWN_MESSAGE_FIELDS}
+    role = "system" if message.role == "developer" else message.role
+    if role == "assistant":
+        calls = tuple(Call(call.id or f"call_{i}_{k}", call.function.name, call.function.arguments)
+                      for k, call in enumerate(message.tool_calls or ()))
+        reasoning = message.reasoning_content if message.reasoning_content is not None else message.reasoning
+        thinking = (message.model_extra or {}).get("thinking")
+        if reasoning is None and isinstance(thinking, str):
+            reasoning = thinking
+        return Turn("assistant", text, calls, reasoning, name=message.name, extra=extra)
+    return Turn(role, text, tool_call_id=message.tool_call_id, name=message.name, extra=extra, parts=parts)
 
 
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 DETAILS = frozenset({"auto", "low", "high"})
 
 
-def media_parts(message: ChatMessage, i: int) -> tuple[Part, ...]:
-    """A message's content parts in order when it holds images or files (``image_url`` with a data
-    URL — or an ``http(s)`` URL where the server fetches them — and ``detail`` ``auto`` / ``low`` /
-    ``high``, passed on; ``file`` with ``file_data``: a PDF, or a text file read as text); empty for
-    text only. Images and files go in user and tool messages; any other part type is a 400 (as
-    ``text_content`` says)."""
+def _content(message: ChatMessage, i: int) -> tuple[str, tuple[Part, ...]]:
+    """Message ``i``'s text, and its content parts in order when it holds images or files
+    (``media_parts``; empty for text only): text parts are joined (a refusal part counts as its
+    text); a text or refusal part without its text is a 400."""
     content = message.content
-    if not isinstance(content, list) or all(part.type in _TEXT_PARTS for part in content):
-        return ()
+    if not isinstance(content, list):
+        return content or "", ()
+    if any(part.type not in _TEXT_PARTS for part in content):
+        parts = media_parts(message, content, i)
+        return joined_text(parts), parts
+    texts = []
+    for part in content:
+        text = part.refusal if part.type == "refusal" else part.text
+        if text is None:
+            raise bad_request(f"messages[{i}].content: content part type {part.type!r} is not supported (text and "
+                              "refusal parts; image_url and file parts in user messages)", f"messages.{i}.content")
+        texts.append(text)
+    return "".join(texts), ()
+
+
+def media_parts(message: ChatMessage, content: list[ContentPart], i: int) -> tuple[Part, ...]:
+    """Message ``i``'s ``content`` parts in order, when they hold images or files (``image_url`` with
+    a data URL — or an ``http(s)`` URL where the server fetches them — and ``detail`` ``auto`` /
+    ``low`` / ``high``, passed on; ``file`` with ``file_data``: a PDF, or a text file read as text).
+    Images and files go in user and tool messages; any other part type is a 400."""
     parts: list[Part] = []
     for j, part in enumerate(content):
         where = f"messages[{i}].content[{j}]"
@@ -180,18 +125,6 @@ def shown_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": tool.type, "function": function, **_present(tool.model_extra)}
 
 
-def continuing(request: ChatCompletionRequest) -> bool:
-    """``continue_final_message`` (vLLM's): the answer continues the final assistant message, which
-    must be there and hold text, not calls."""
-    if not request.continue_final_message:
-        return False
-    last = request.messages[-1]
-    if last.role != "assistant" or last.tool_calls:
-        raise bad_request("continue_final_message needs a final assistant message with text (no tool_calls) to "
-                          "continue", "continue_final_message")
-    return True
-
-
 def chat_ask(request: ChatCompletionRequest) -> Ask:
     """The request as the shared ``Ask``."""
     choice = request.tool_choice
@@ -216,8 +149,21 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         frequency_penalty=r.frequency_penalty, repetition_penalty=r.repetition_penalty,
         logit_bias={int(k): v for k, v in r.logit_bias.items()} if r.logit_bias else None,
     )
-    ask = Ask(
-        turns=chat_turns(request),
+    recall: Recall | None = request._recall
+    known = request._known  # decoded for an earlier request: the service's to hand over
+    decoded: list[tuple[list[Turn], ChatMessage] | None] = []
+    for i, message in enumerate(request.messages):
+        decoded.append(None if i in known else ([message_turn(message, i)], message))
+    last = request.messages[-1]  # vLLM's ``continue_final_message``: continue it, text and no calls
+    if request.continue_final_message and (last.role != "assistant" or last.tool_calls):
+        raise bad_request("continue_final_message needs a final assistant message with text (no tool_calls) to "
+                          "continue", "continue_final_message")
+    if recall is not None:
+        turns, note = recall.assemble(decoded)
+    else:
+        turns, note = [turn for pair in decoded if pair is not None for turn in pair[0]], None
+    return Ask(
+        turns=turns,
         tools=[Tool.function(t.function.name, t.function.parameters or {}, t.function.description,
                              bool(t.function.strict), shown=shown_tool(t))
                for t in request.tools or ()],
@@ -229,11 +175,8 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         template_kwargs=kwargs,
         thinking=thinking,
         hold_tool_calls=request.hold_tool_calls,
-        continue_final=continuing(request),
+        continue_final=request.continue_final_message,
         top_logprobs=(r.top_logprobs or 0) if r.logprobs else None,
         n=r.n,
+        prefix=note,
     )
-    recall: Recall | None = request._recall
-    if recall is not None:
-        ask.prefix = recall.note(ask.turns)
-    return ask

@@ -61,22 +61,6 @@ class ChatMessage(Lenient):
             raise ValueError("only assistant messages carry tool_calls")
         return self
 
-    def text_content(self) -> str | None:
-        """Content as one string: text parts are joined (a refusal part counts as its text); other
-        part types are rejected with a message that says what is supported."""
-        if self.content is None or isinstance(self.content, str):
-            return self.content
-        texts = []
-        for part in self.content:
-            if part.type in ("text", "input_text", "output_text") and part.text is not None:
-                texts.append(part.text)
-            elif part.type == "refusal" and part.refusal is not None:
-                texts.append(part.refusal)
-            else:
-                raise ValueError(f"content part type {part.type!r} is not supported (text and refusal parts; "
-                                 "image_url and file parts in user messages)")
-        return "".join(texts)
-
 
 class NamedToolChoiceFunction(Lenient):
     name: str
@@ -168,8 +152,10 @@ class ChatCompletionRequest(Lenient):
     hold_tool_calls: bool | None = None
     #: vLLM's extension: the answer continues the final assistant message instead of a new turn
     continue_final_message: bool = False
-    #: what the prefix service (``app.prefix``) found of the messages when they were decoded
+    #: what the prefix service (``app.prefix``) found of the messages when they were decoded, and
+    #: the indices of the messages it had validated and decoded before (``app.api.chat.parse``)
     _recall: Any = PrivateAttr(default=None)
+    _known: frozenset[int] = PrivateAttr(default=frozenset())
 
     @field_validator("tool_choice", mode="before")
     @classmethod

@@ -1,8 +1,8 @@
 """``POST /v1/chat/completions``: the Chat Completions face's route.
 
-It decodes the request into the shared ``Ask`` (``decode``) and encodes the parser events as
-``chat.completion.chunk`` SSE or one ``chat.completion`` (``encode``) — nothing else. Streaming and
-non-streaming answers are the same events, so the two cannot disagree.
+It types the request (``parse``), decodes it into the shared ``Ask`` (``decode``) and encodes the
+parser events as ``chat.completion.chunk`` SSE or one ``chat.completion`` (``encode``) — nothing
+else. Streaming and non-streaming answers are the same events, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, respond
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask
 from app.api.chat.encode import ChoiceChunks, choice_object, completion_object, finish_reason, new_completion_id
+from app.api.chat.parse import parse_request
 from app.api.chat.plain import plain_ask
 from app.pipeline.choices import Choices
 from app.pipeline.generate import Generating
@@ -34,10 +35,10 @@ async def chat_completions(body: Any, ex: Exchange[Generating]) -> Response:
         streaming = request.stream
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
     model = (await ex.ready()).name
-    if streaming:  # the stream's writer is made while the backend works on the first token
-        return await respond(ex, ask, stream=True, early=lambda: ChoiceChunks(
-            new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
-            named_tool=ask.named_tool is not None))
+
+    def early() -> ChoiceChunks:  # a stream's writer, made while the backend works on the first token
+        return ChoiceChunks(new_completion_id(), model, ask.n, settings.reasoning_field, include_usage,
+                            named_tool=ask.named_tool is not None)
 
     async def build(results: list[tuple[list[Event], Finished]], total: Finished, _: Choices) -> Response:
         bodies = []
@@ -49,4 +50,4 @@ async def chat_completions(body: Any, ex: Exchange[Generating]) -> Response:
             bodies.append(choice_object(index, message, reason, settings.reasoning_field, logprobs))
         return JSONResponse(completion_object(new_completion_id(), model, bodies, total.usage, total.reasoning_tokens))
 
-    return await respond(ex, ask, stream=False, build=build)
+    return await respond(ex, ask, stream=streaming, early=early, build=build)

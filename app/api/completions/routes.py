@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api.answer import Exchange, relay, until_gone
 from app.api.completions.protocol import CompletionRequest
-from app.api.protocol import validation_message
+from app.api.protocol import validated
 from app.backends.streamhttp import StreamError
 from app.errors import BackendError, bad_request
 from app.pipeline.budget import Clamp, announce, cap_max_tokens
@@ -31,11 +30,7 @@ SHUTTING_DOWN = b'data: {"error": {"message": "the server is shutting down", "ty
 def check(body: Any, settings: Settings) -> tuple[CompletionRequest, Clamp | None]:
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
-    try:
-        request = CompletionRequest.model_validate(body)
-    except ValidationError as exc:
-        message, param = validation_message(exc)
-        raise bad_request(message, param) from None
+    request = validated(CompletionRequest, body)
     granted, clamp = cap_max_tokens(request.max_tokens, settings)
     if granted != request.max_tokens:
         body["max_tokens"] = granted  # within the cap (the backend's default may be unbounded)

@@ -1,5 +1,5 @@
 """The Anthropic Messages face: ``/v1/messages`` and ``/v1/messages/count_tokens`` (``protocol``,
-``decode``, ``encode``, ``routes``); every error on its paths in Anthropic's shape."""
+``parse``, ``decode``, ``encode``, ``routes``); every error on its paths in Anthropic's shape."""
 
 from app.api.face import Face, Route
 from app.api.messages.protocol import error_response

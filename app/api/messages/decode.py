@@ -31,7 +31,6 @@ assistant message with calls are 400s.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from app.api.messages.protocol import (
@@ -48,12 +47,11 @@ from app.api.messages.protocol import (
     block,
     invalid,
 )
-from app.api.protocol import raw_list
 from app.backends.generation import Sampling
 from app.conversation import Call, Role, Turn
 from app.media import Part, base64_media, joined_text, media_url
 from app.pipeline.ask import Ask, Tool
-from app.prefix import PrefixService, Recall, scope_of, unit
+from app.prefix import Recall
 from app.thinking_signature import ThinkingSigner
 
 log = logging.getLogger("toolwire")
@@ -87,34 +85,9 @@ def system_text(system: str | list[dict[str, Any]] | None, where: str = "system"
     return "\n".join(texts)
 
 
-def recall(body: Any, tenant: str, prefix: PrefixService | None) -> Recall | None:
-    """What the prefix service (``app.prefix``) has of this request's conversation: its units are the
-    system prompt (billing lines and all: a unit is its exact bytes) and each message — a message's
-    decoding depends on it alone (its thinking blocks' signatures are the tenant's)."""
-    messages = raw_list(body, "messages") if isinstance(body, dict) else []
-    if prefix is None or not prefix.enabled or len(messages) + 1 < prefix.min_units:
-        return None
-    units = [unit(body.get("system"), b"s"), *(unit(message) for message in messages)]
-    return prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
-
-
-def taken_message(found: Recall | None) -> Callable[[int], Any] | None:
-    """Message ``i``'s model as an earlier request validated it (for ``parse``)."""
-    if found is None or found.entry is None:
-        return None
-    entry = found.entry
-
-    runs = found.takeable()
-
-    def model(i: int) -> Any:
-        return entry.payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
-
-    return model
-
-
 class Decoder:
     """The request's messages as the shared conversation (see the module docstring); with a
-    ``recall``, the units an earlier request decoded alike are taken from it."""
+    ``found`` (``app.api.messages.parse``), the units an earlier request decoded alike are taken from it."""
 
     def __init__(self, signer: ThinkingSigner, found: Recall | None = None) -> None:
         self.signer = signer
@@ -280,9 +253,11 @@ def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:
             for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
 
 
-def messages_ask(request: Conversation, signer: ThinkingSigner, found: Recall | None = None) -> Ask:
-    """The request as the shared ``Ask`` (``max_tokens`` and sampling when it is a ``MessagesRequest``);
-    ``found``: what the prefix service has of its conversation (``recall``)."""
+def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:
+    """The request as the shared ``Ask`` (``max_tokens`` and sampling when it is a ``MessagesRequest``),
+    taking from the prefix service what it has of the conversation (``request._recall``:
+    ``app.api.messages.parse``)."""
+    found: Recall | None = request._recall
     decoder = Decoder(signer, found)
     turns = decoder.decode(request)
     if decoder.dropped_thinking:

@@ -9,15 +9,13 @@ Errors are ``{"type": "error", "error": {"type", "message"}}`` with Anthropic's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from starlette.responses import JSONResponse
 
-from app.api.protocol import Lenient, raw_items, raw_list, too_many
+from app.api.protocol import Lenient
 from app.errors import APIError
-from app.settings import Settings
 
 # ------------------------------------------------------------------------------------- errors
 
@@ -250,6 +248,8 @@ class Conversation(Lenient):
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
+    #: what the prefix service (``app.prefix``) has of the conversation (``app.api.messages.parse``)
+    _recall: Any = PrivateAttr(default=None)
 
 
 class MessagesRequest(Conversation):
@@ -260,44 +260,3 @@ class MessagesRequest(Conversation):
     top_k: int | None = Field(None, ge=0)
     metadata: dict[str, Any] | None = None
     stream: bool = False
-
-
-def count(body: dict[str, Any], settings: Settings) -> None:
-    """The request's lists against the limits, on the raw JSON (before any model decodes them):
-    messages, tools, and content blocks — system blocks, each message's blocks and the blocks
-    inside its tool results."""
-    messages = raw_list(body, "messages")
-    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
-    too_many(len(raw_list(body, "tools")), settings.max_tools, "tools", "--max-tools", "tools")
-    blocks = len(raw_list(body, "system")) + raw_items(messages, "content")
-    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
-    for message in messages:
-        if isinstance(message, dict) and isinstance(message.get("content"), list):
-            blocks += raw_items(message["content"], "content")
-    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
-
-
-def parse(model: type[Conversation], body: Any, settings: Settings, taken: Callable[[int], Any] | None = None) -> Any:
-    """The request body as ``model``; a located 400 when it is not one (or holds more than the limits).
-    ``taken(i)``: message ``i``'s model as an earlier request validated it (``app.prefix``; ``None``:
-    not known) — only the others are validated, and an error is the whole request's."""
-    if not isinstance(body, dict):
-        raise invalid("request body must be a JSON object")
-    count(body, settings)
-    messages = raw_list(body, "messages")
-    known = [taken(i) for i in range(len(messages))] if taken is not None else []
-    try:
-        if any(model is not None for model in known):
-            request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
-                                                                   if k is None]})
-            fresh = iter(request.messages)
-            request.messages = [k if k is not None else next(fresh) for k in known]
-            return request
-        return model.model_validate(body)
-    except ValidationError as exc:
-        if known:
-            try:
-                model.model_validate(body)  # the whole request's first problem, with its index
-            except ValidationError as whole:
-                raise invalid(first_problem(whole)) from None
-        raise invalid(first_problem(exc)) from None

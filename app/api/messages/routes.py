@@ -11,9 +11,10 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange, respond, until_gone
-from app.api.messages.decode import messages_ask, omits_thinking, recall, taken_message
+from app.api.messages.decode import messages_ask, omits_thinking
 from app.api.messages.encode import PING, MessageBuilder, MessageEvents, new_message_id
-from app.api.messages.protocol import Conversation, MessagesRequest, parse
+from app.api.messages.parse import parse
+from app.api.messages.protocol import Conversation, MessagesRequest
 from app.pipeline.choices import Choices
 from app.pipeline.generate import plan
 from app.pipeline.literal import count_prompt
@@ -26,9 +27,8 @@ from parsers.fold import CallHolder
 async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages``: a stream of message events, or one message."""
     signer = ex.signer
-    found = recall(body, ex.tenant, ex.services.prefix)
-    request: MessagesRequest = parse(MessagesRequest, body, ex.settings, taken_message(found))
-    ask = messages_ask(request, signer, found)
+    request = parse(MessagesRequest, body, ex.settings, ex.tenant, ex.services.prefix)
+    ask = messages_ask(request, signer)
     model = (await ex.ready()).name
     omit = omits_thinking(request)
     if request.stream:
@@ -46,9 +46,8 @@ async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
 async def count_tokens(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the model's tokenizer (in
     process where there is one, else the backend's), as the backend will read it."""
-    found = recall(body, ex.tenant, ex.services.prefix)
-    request: Conversation = parse(Conversation, body, ex.settings, taken_message(found))
-    ask = messages_ask(request, ex.signer, found)
+    request = parse(Conversation, body, ex.settings, ex.tenant, ex.services.prefix)
+    ask = messages_ask(request, ex.signer)
 
     async def count() -> int:
         model = await ex.ready()

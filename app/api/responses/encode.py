@@ -29,9 +29,9 @@ from typing import Any
 import orjson
 
 from app.api.blocks import CALL, REASONING, TEXT, Blocks
-from app.api.responses.protocol import CUSTOM_INPUT, Offered
+from app.api.responses.protocol import CUSTOM_INPUT, Offered, ResponsesRequest
 from app.backends.generation import Usage
-from app.errors import APIError
+from app.errors import APIError, bad_request
 from app.pipeline.run import Finished
 from app.thinking_signature import ThinkingSigner
 from parsers.events import CallStart, Event
@@ -311,6 +311,45 @@ class ResponseItems:
         item["status"] = "completed" if ok else "incomplete"
         self.event("response.output_item.done", {"output_index": self.index, "item": item})
         self.parts = []
+
+
+def shell(request: ResponsesRequest, response_id: str, model: str, conversation: str | None = None) -> dict[str, Any]:
+    """The response object's fields that echo the request, before any output."""
+    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
+    return {
+        "id": response_id, "object": "response", "created_at": int(time.time()), "status": "in_progress",
+        "background": request.background is True, "error": None, "incomplete_details": None, "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens, "model": model, "output": [],
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "previous_response_id": request.previous_response_id,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "store": request.store is not False, "temperature": request.temperature,
+        "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},
+        "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
+        "tools": request.tools or [], "top_p": request.top_p, "truncation": request.truncation or "disabled",
+        "usage": None, "user": request.user, "metadata": request.metadata or {},
+        "conversation": {"id": conversation} if conversation else None,
+    }
+
+
+def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
+    """The bytes the response object's echo of the request (``head``) and its input items take
+    encoded; a 400 naming the first field that nests too deeply to be encoded (JSON is encoded up
+    to 255 levels)."""
+    try:
+        return len(orjson.dumps(head)) + len(orjson.dumps(items))
+    except orjson.JSONEncodeError:
+        pass
+    for key, value in [*head.items(), ("input", items)]:
+        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for i, entry in entries:
+            try:
+                orjson.dumps(entry)
+            except orjson.JSONEncodeError:
+                where, param = (key, key) if i is None else (f"{key}[{i}]", f"{key}.{i}")
+                raise bad_request(f"{where} is nested too deeply (JSON objects and arrays nest at most 255 levels "
+                                  "here)", param) from None
+    raise bad_request("the request cannot be encoded as JSON")
 
 
 def finished_output(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

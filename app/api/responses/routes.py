@@ -20,10 +20,8 @@ generating when its input alone is, answered as for a failed store when its outp
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
-import orjson
 from starlette.responses import JSONResponse, Response
 
 from app.api import query
@@ -31,10 +29,10 @@ from app.api.answer import Exchange, respond
 from app.api.responses import background, follow
 from app.api.responses.context import Chained, Keeper, context
 from app.api.responses.decode import Decoder, conversation_turns, responses_ask
-from app.api.responses.encode import ResponseEvents, ResponseItems, finished_response, new_id
+from app.api.responses.encode import ResponseEvents, ResponseItems, encoded_size, finished_response, new_id, shell
 from app.api.responses.history import not_found, store_unavailable, stored, stores_of
-from app.api.responses.protocol import ResponsesRequest, offered_tools, parse_request
-from app.errors import APIError, bad_request
+from app.api.responses.protocol import offered_tools, parse_request
+from app.errors import APIError
 from app.pipeline.choices import Choices
 from app.pipeline.run import Finished
 from app.services import Responding
@@ -43,45 +41,6 @@ from parsers.events import Event
 from parsers.fold import CallHolder
 
 log = logging.getLogger("toolwire")
-
-
-def shell(request: ResponsesRequest, response_id: str, model: str, conversation: str | None = None) -> dict[str, Any]:
-    """The response object's fields that echo the request, before any output."""
-    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
-    return {
-        "id": response_id, "object": "response", "created_at": int(time.time()), "status": "in_progress",
-        "background": request.background is True, "error": None, "incomplete_details": None, "instructions": request.instructions,
-        "max_output_tokens": request.max_output_tokens, "model": model, "output": [],
-        "parallel_tool_calls": request.parallel_tool_calls is not False,
-        "previous_response_id": request.previous_response_id,
-        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        "store": request.store is not False, "temperature": request.temperature,
-        "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},
-        "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
-        "tools": request.tools or [], "top_p": request.top_p, "truncation": request.truncation or "disabled",
-        "usage": None, "user": request.user, "metadata": request.metadata or {},
-        "conversation": {"id": conversation} if conversation else None,
-    }
-
-
-def encoded_size(head: dict[str, Any], items: list[dict[str, Any]]) -> int:
-    """The bytes the response object's echo of the request (``head``) and its input items take
-    encoded; a 400 naming the first field that nests too deeply to be encoded (JSON is encoded up
-    to 255 levels)."""
-    try:
-        return len(orjson.dumps(head)) + len(orjson.dumps(items))
-    except orjson.JSONEncodeError:
-        pass
-    for key, value in [*head.items(), ("input", items)]:
-        entries = enumerate(value) if isinstance(value, list) else [(None, value)]
-        for i, entry in entries:
-            try:
-                orjson.dumps(entry)
-            except orjson.JSONEncodeError:
-                where, param = (key, key) if i is None else (f"{key}[{i}]", f"{key}.{i}")
-                raise bad_request(f"{where} is nested too deeply (JSON objects and arrays nest at most 255 levels "
-                                  "here)", param) from None
-    raise bad_request("the request cannot be encoded as JSON")
 
 
 async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
@@ -108,6 +67,8 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
         log.warning("responses: hosted tools left out of the prompt (not run by toolwire): %s", skipped)
         headers["X-Toolwire-Warning"] = f"hosted tools not available, left out: {skipped}"
     response_id = new_id("resp_")
+    save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
+                  request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
     size = encoded_size(head, ctx.input)  # what the response echoes and stores can be encoded at all
     limit = ex.settings.max_stored_response_bytes
@@ -117,8 +78,6 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
                        "send less input, or store: false", param="input", code="stored_response_too_large")
     include = set(request.include or ())
     summary = bool(request.reasoning and (request.reasoning.summary or request.reasoning.generate_summary))
-    save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
-                  request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
 
     def items_for(events: bool) -> ResponseItems:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.api.chat import protocol
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask
+from app.api.chat.parse import parse_request
 from app.api.chat.plain import FIELDS, plain_ask
 from app.errors import APIError
 from app.settings import Settings

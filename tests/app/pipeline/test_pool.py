@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.chat.decode import chat_ask, parse_request
+from app.api.chat.decode import chat_ask
+from app.api.chat.parse import parse_request
 from app.backends import Backend
 from app.backends.vllm import Vllm
 from app.errors import APIError, bad_request

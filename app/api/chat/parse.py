@@ -1,0 +1,60 @@
+"""A Chat Completions request's JSON body → the typed request (``ChatCompletionRequest``).
+
+Its lists are counted against the limits before any model decodes them; then it is validated —
+except the messages an earlier request of the tenant's conversation validated already (the prefix
+service, ``app.prefix``: the longest common prefix, byte for byte), which are taken as they were.
+What the service found rides on the request for the decoder (``app.api.chat.decode``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.api.chat.protocol import ChatCompletionRequest, is_legacy
+from app.api.protocol import raw_items, raw_list, too_many, validated
+from app.errors import bad_request
+from app.prefix import PrefixService, scope_of, unit
+from app.settings import Settings
+
+
+def parse_request(body: Any, settings: Settings, tenant: str = "",
+                  prefix: PrefixService | None = None) -> ChatCompletionRequest:
+    """The request typed (see the module docstring); ``prefix``: the service to ask, once, which of
+    ``tenant``'s messages it has validated before."""
+    if not isinstance(body, dict):
+        raise bad_request("request body must be a JSON object")
+    messages = raw_list(body, "messages")
+    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
+    too_many(len(raw_list(body, "tools")) + len(raw_list(body, "functions")), settings.max_tools, "tools",
+             "--max-tools", "tools")
+    too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
+             "content parts and tool calls in messages", "--max-input-items", "messages")
+    recall = known = None
+    # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
+    if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
+        recall = prefix.recall(scope_of(tenant, "chat"), [unit(message) for message in messages],
+                               limit=len(messages) - 1)  # one message at least is validated
+    if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
+        payload = recall.entry.payload
+        known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
+        known += [None] * (len(messages) - len(known))
+    request = None
+    if known is not None:
+        try:  # only the messages not validated before are validated
+            request = ChatCompletionRequest.model_validate(
+                {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
+        except ValidationError:  # the same first error as the whole request gives (with its index), below
+            recall = None
+        else:
+            models = iter(request.messages)
+            request.messages = [k if k is not None else next(models) for k in known]
+            request._known = frozenset(i for i, k in enumerate(known) if k is not None)
+    if request is None:
+        request = validated(ChatCompletionRequest, body)
+    request._recall = recall
+    return request
+
+
+__all__ = ["parse_request"]

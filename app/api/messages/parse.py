@@ -1,0 +1,77 @@
+"""A Messages API request's JSON body → the typed request (``Conversation``, ``MessagesRequest``).
+
+Its lists are counted against the limits before anything decodes them (``count``); then the
+prefix service (``app.prefix``) is asked, once, what it has of the conversation — its units are
+the system prompt (billing lines and all: a unit is its exact bytes) and each message, whose
+decoding depends on it alone (its thinking blocks' signatures are the tenant's) — and only the
+messages it does not know are validated. What it found rides on the request to the decoder
+(``app.api.messages.decode``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from app.api.messages.protocol import Conversation, first_problem, invalid
+from app.api.protocol import raw_items, raw_list, too_many
+from app.prefix import PrefixService, Recall, scope_of, unit
+from app.settings import Settings
+
+C = TypeVar("C", bound=Conversation)
+
+
+def count(body: dict[str, Any], settings: Settings) -> None:
+    """The request's lists against the limits, on the raw JSON (before any model decodes them):
+    messages, tools, and content blocks — system blocks, each message's blocks and the blocks
+    inside its tool results."""
+    messages = raw_list(body, "messages")
+    too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
+    too_many(len(raw_list(body, "tools")), settings.max_tools, "tools", "--max-tools", "tools")
+    blocks = len(raw_list(body, "system")) + raw_items(messages, "content")
+    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
+    for message in messages:
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            blocks += raw_items(message["content"], "content")
+    too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
+
+
+def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
+          prefix: PrefixService | None = None) -> C:
+    """The request body as ``model`` (a located 400 when it is not one, or holds more than the
+    limits; an error is the whole request's, whichever messages were validated), with what
+    ``prefix`` has of ``tenant``'s conversation as its ``_recall`` (see the module docstring)."""
+    if not isinstance(body, dict):
+        raise invalid("request body must be a JSON object")
+    count(body, settings)
+    messages = raw_list(body, "messages")
+    found: Recall | None = None
+    known: list[Any] = []  # message i's model as an earlier request validated it, or None
+    if prefix is not None and prefix.enabled and len(messages) + 1 >= prefix.min_units:
+        units = [unit(body.get("system"), b"s"), *(unit(message) for message in messages)]
+        found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
+        if found.entry is not None:
+            payload, runs = found.entry.payload, found.takeable()
+            known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
+                     for i in range(len(messages))]
+    try:
+        if any(model is not None for model in known):
+            request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
+                                                                   if k is None]})
+            fresh = iter(request.messages)
+            request.messages = [k if k is not None else next(fresh) for k in known]
+        else:
+            request = model.model_validate(body)
+    except ValidationError as exc:
+        if known:
+            try:
+                model.model_validate(body)  # the whole request's first problem, with its index
+            except ValidationError as whole:
+                raise invalid(first_problem(whole)) from None
+        raise invalid(first_problem(exc)) from None
+    request._recall = found
+    return request
+
+
+__all__ = ["count", "parse"]
