@@ -195,8 +195,9 @@ class Pool:
                 try:
                     result: T = await asyncio.wrap_future(executor.submit(run, self.budget_s, work, *args))
                     return result
-                except BrokenProcessPool:
-                    log.warning("a prepare worker was lost; its jobs run again on fresh workers (attempt %d)", attempt)
+                except (BrokenProcessPool, OSError) as exc:  # OSError: no new worker (the fork server is gone)
+                    log.warning("a prepare worker was lost (%s); its jobs run again on fresh workers (attempt %d)",
+                                type(exc).__name__, attempt)
                     self._discard(executor)
             raise WorkerLost
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
@@ -297,12 +298,33 @@ async def test_a_dead_fork_server_is_replaced_and_reaped(pool: Pool) -> None:
     assert await pool.run(None, same, 1) == 1
     server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
     assert server is not None
+    ended = os.pidfd_open(server)
     os.kill(server, signal.SIGKILL)
+    try:  # the kill is delivered when the kernel gets to it: the fork server has ended once its pidfd reads
+        assert select.select([ended], [], [], 30)[0], "the fork server did not end"
+    finally:
+        os.close(ended)
     for worker in pool.workers():  # the pool needs a new worker: it asks the fork server, which is gone
         os.kill(worker, signal.SIGKILL)
     assert await pool.run(None, same, 2) == 2
     assert forkserver._forkserver._forkserver_pid != server  # type: ignore[attr-defined]
     assert server not in _zombies()
+
+
+async def test_a_fork_server_refusing_new_workers_costs_a_retry_not_an_error(pool: Pool,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server that died and was not yet reaped refuses the connection a new worker needs: the
+    job runs again on a fresh pool, as for a lost worker."""
+    assert await pool.run(None, same, 1) == 1
+    executor = pool._executor
+    assert executor is not None
+
+    def refused(*_args: Any, **_kwargs: Any) -> Any:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(executor, "submit", refused)
+    assert await pool.run(None, same, 2) == 2
+    assert pool._executor is not executor
 
 
 async def test_the_pools_private_table_is_what_we_rely_on() -> None:
