@@ -130,7 +130,7 @@ def resolved(items: list[dict[str, Any]], stored: dict[str, StoredItem], where: 
 
 
 #: seconds before the earliest expiry of a kept chain's responses that it is walked again rather
-#: than trusted (the replicas sharing a store do not share a clock)
+#: than trusted (processes on one SQLite file may read the time apart; a Redis answer takes a while)
 EXPIRY_MARGIN = 60.0
 
 

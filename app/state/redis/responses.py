@@ -10,6 +10,7 @@ within the limits cross the network. Large bodies are decoded off the event loop
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
@@ -24,8 +25,7 @@ _PUT = COMMON + """
 local id, body = ARGV[4], ARGV[6]
 local now, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 drop(id)
-redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11],
-           'expires', now + ttl)
+redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11])
 redis.call('EXPIRE', p .. 'r:' .. id, ttl)
 local k = 0
 for item in string.gmatch(ARGV[11], '[^\\n]+') do
@@ -75,29 +75,27 @@ out[4] = size
 return out
 """
 
-# ARGV[4..]: first id, max links, max bytes → {missing, over, size, removals, earliest expiry, id1, id2, …} (the
-# chain's links, no bodies; an expiry of 0: not known — a response stored before it was recorded)
+# ARGV[4..]: first id, max links, max bytes → {missing, over, size, removals, ms until the first of the walked
+# responses expires (by Redis's own clock; -1: none expires), id1, id2, …} (the chain's links, no bodies)
 _LINKS = COMMON + """
 local id = ARGV[4]
 local max_links, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
-local out, size, links = {'', '', 0, 0, ''}, 0, 0
-local earliest = nil
+local out, size, links = {'', '', 0, 0, -1}, 0, 0
 while id and id ~= '' do
-    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous', 'expires')
+    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous')
     if v[1] ~= owner then out[1] = id; break end
     local length = redis.call('HSTRLEN', p .. 'r:' .. id, 'body')
     if links >= max_links then out[2] = 'links'; break end
     if size + length > max_bytes then out[2] = 'bytes'; break end
     links = links + 1
     size = size + length
-    local expires = tonumber(v[3]) or 0
-    if not earliest or expires < earliest then earliest = expires end
+    local left = redis.call('PTTL', p .. 'r:' .. id)
+    if left >= 0 and (out[5] < 0 or left < out[5]) then out[5] = left end
     table.insert(out, id)
     id = v[2]
 end
 out[3] = size
 out[4] = tonumber(redis.call('GET', p .. 'removals:' .. owner) or '0')
-out[5] = tostring(earliest or 0)
 return out
 """
 
@@ -191,10 +189,12 @@ class RedisResponses:
         return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
 
     async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
-        missing, over, size, removals, expires, *ids = await self.db.call(
+        asked = time.time()  # (the expiry is Redis's time left, counted on this clock from before the call)
+        missing, over, size, removals, left, *ids = await self.db.call(
             self._links(args=self.db.args(tenant, response_id, limits.links, limits.bytes)))
+        expires = asked + int(left) / 1000 if int(left) >= 0 else math.inf
         return Chain(ids=[key.decode() for key in ids], missing=missing.decode() or None, over=over.decode() or None,
-                     size=int(size), removals=int(removals), expires=float(expires))
+                     size=int(size), removals=int(removals), expires=expires)
 
     async def removals(self, response_id: str, tenant: str) -> int | None:
         found = await self.db.call(self._removals(args=self.db.args(tenant, response_id)))
