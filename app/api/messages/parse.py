@@ -56,7 +56,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
             known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
                      for i in range(len(messages))]
     try:
-        if any(model is not None for model in known):
+        if any(k is not None for k in known):
             request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
                                                                    if k is None]})
             fresh = iter(request.messages)
