@@ -4,7 +4,8 @@ JSON's lists checked before any model decodes them."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -35,6 +36,26 @@ def validated(model: type[M], data: Any) -> M:
     except ValidationError as exc:
         message, param = validation_message(exc)
         raise bad_request(message, param) from None
+
+
+class _WithMessages(Protocol):
+    messages: Any
+
+
+R = TypeVar("R", bound=_WithMessages)
+
+
+def validated_but_known(validate: Callable[[dict[str, Any]], R], body: dict[str, Any], known: Sequence[Any]) -> R:
+    """``body`` validated by ``validate`` (a request model's ``model_validate``) but for the messages
+    validated before (``known[i]``: message ``i``'s model, or ``None``; ``app.prefix``): the others
+    are validated, the known ones put back in their places. Raises ``ValidationError`` as
+    ``validate`` does — its index counts only the messages validated, so a face reports the whole
+    body's first problem instead."""
+    messages = raw_list(body, "messages")
+    request = validate({**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
+    fresh = iter(request.messages)
+    request.messages = [k if k is not None else next(fresh) for k in known]
+    return request
 
 
 def too_many(count: int, limit: int, what: str, flag: str, param: str | None) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.api.chat.protocol import ChatCompletionRequest, is_legacy
-from app.api.protocol import raw_items, raw_list, too_many, validated
+from app.api.protocol import raw_items, raw_list, too_many, validated, validated_but_known
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of, unit
 from app.settings import Settings
@@ -43,13 +43,10 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     request = None
     if known is not None:
         try:  # only the messages not validated before are validated
-            request = ChatCompletionRequest.model_validate(
-                {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
+            request = validated_but_known(ChatCompletionRequest.model_validate, body, known)
         except ValidationError:  # the same first error as the whole request gives (with its index), below
             recall = None
         else:
-            models = iter(request.messages)
-            request.messages = [k if k is not None else next(models) for k in known]
             request._known = frozenset(i for i, k in enumerate(known) if k is not None)
     if request is None:
         request = validated(ChatCompletionRequest, body)

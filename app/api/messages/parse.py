@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from app.api.messages.protocol import Conversation, first_problem, invalid
-from app.api.protocol import raw_items, raw_list, too_many
+from app.api.protocol import raw_items, raw_list, too_many, validated_but_known
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 
@@ -57,10 +57,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
                      for i in range(len(messages))]
     try:
         if any(k is not None for k in known):
-            request = model.model_validate({**body, "messages": [m for m, k in zip(messages, known, strict=True)
-                                                                   if k is None]})
-            fresh = iter(request.messages)
-            request.messages = [k if k is not None else next(fresh) for k in known]
+            request = validated_but_known(model.model_validate, body, known)
         else:
             request = model.model_validate(body)
     except ValidationError as exc:
