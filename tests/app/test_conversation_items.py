@@ -49,7 +49,10 @@ async def test_a_growing_conversation_is_read_from_where_it_was_left(tmp_path: P
         assert [i.id for i in grown.items] == [f"m{i}" for i in range(22)]
         assert [i.trusted for i in grown.items] == [i == 21 for i in range(22)]
         assert store.read == (22 if on else 42)  # on: only the two new ones were read
-        assert grown.units == (await conversation_items(store, PrefixService(0), "conv_g", "alice", scope)).units  # type: ignore[arg-type]
+        whole = await conversation_items(store, PrefixService(1 << 20), "conv_g", "alice", scope)  # type: ignore[arg-type]
+        assert len(whole.units) == 22  # read whole
+        assert grown.units == (whole.units if on else [])  # read in two, the same units; off: none made at all
+        store.read = 22 if on else 42
         # an item deleted in the middle: everything is read again, and the deleted one is gone
         await stores.conversations.delete_item("conv_g", "m3", "alice")
         store.read = 0

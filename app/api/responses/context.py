@@ -238,8 +238,10 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
                              tenant: str, scope: bytes) -> KeptItems:
     """The tenant's stored conversation's items (a 404 when it has none of that id): what the prefix
     service kept of them and, from the store, those added since — or all of them, when nothing was
-    kept or an item was deleted since — then kept again."""
-    kept = prefix.recall_items(tenant, conversation, scope) if prefix is not None and prefix.enabled else None
+    kept or an item was deleted since — then kept again. Without the service, the items alone (no
+    units: nothing is looked up)."""
+    on = prefix is not None and prefix.enabled
+    kept = prefix.recall_items(tenant, conversation, scope) if prefix is not None and on else None
     if not isinstance(kept, KeptItems):
         kept = None
     try:
@@ -249,12 +251,13 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
         raise store_unavailable(exc) from None
     if read is None:
         raise conversation_not_found(conversation, "conversation")
-    units = [item_unit(item.item, False, item.trusted and item.item.get("id") == item.id) for item in read.items]
+    units = ([item_unit(item.item, False, item.trusted and item.item.get("id") == item.id) for item in read.items]
+             if on else [])
     if kept is not None and not read.whole:
         held = KeptItems(read.conversation, [*kept.items, *read.items], [*kept.units, *units], read.mark)
     else:
         held = KeptItems(read.conversation, read.items, units, read.mark)
-    if prefix is not None and prefix.enabled:
+    if prefix is not None and on:
         # the items as parsed (about twice their encoding) and their units (about once)
         prefix.keep_items(tenant, conversation, scope, held, 3 * read.conversation.size + 64 * len(held.items))
     return held
