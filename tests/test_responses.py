@@ -282,6 +282,18 @@ def test_a_broken_chain_is_a_400_naming_the_missing_link(proxy) -> None:
     assert len(backend.bodies()) == asked  # the backend was never asked
 
 
+def test_a_malformed_request_is_a_400_before_the_store_is_read(proxy) -> None:
+    """The request's own fields are read whole before the store is: a tool_choice naming no tool is
+    the 400 that says so, not the 404 of the response it continues (nor a 503 when the store fails
+    — a retry would never help)."""
+    _, server = proxy
+    refused = httpx.post(server.url + "/v1/responses", json={
+        "model": "m", "input": "x", "previous_response_id": "resp_missing", "tools": TOOLS,
+        "tool_choice": {"type": "function", "name": "nope"}}, timeout=30)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == "tool_choice"
+
+
 def test_max_output_tokens_cut_is_incomplete(proxy) -> None:
     backend, server = proxy
     backend.script(Script(pieces=["<tool_call>", '\n{"name": "get_weather", "arguments": {"ci'], finish="length"))

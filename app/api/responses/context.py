@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.api.responses.decode import Decoder, normalised_input
+from app.api.responses.decode import Decoder
 from app.api.responses.history import chain_limits, history, store_unavailable
-from app.api.responses.protocol import ResponsesRequest
+from app.api.responses.protocol import Parsed, ResponsesRequest
 from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask
 from app.pipeline.validate import MAX_ARGUMENT_NESTING, arguments_nesting
@@ -44,16 +44,6 @@ from app.state import (
 )
 
 log = logging.getLogger("toolwire")
-
-
-def conversation_id(raw: str | dict[str, Any] | None) -> str | None:
-    """The ``conversation`` parameter's id (a string, or ``{"id": …}``)."""
-    if raw is None:
-        return None
-    value = raw.get("id") if isinstance(raw, dict) else raw
-    if not isinstance(value, str) or not value:
-        raise bad_request("conversation: expected a conversation id, or an object with its id", "conversation")
-    return value
 
 
 def conversation_not_found(conversation: str, param: str | None = None) -> APIError:
@@ -264,13 +254,10 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
 
 
 async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
-                  request: ResponsesRequest, tenant: str, prefix: PrefixService | None = None) -> Context:
+                  parsed: Parsed, tenant: str, prefix: PrefixService | None = None) -> Context:
     """Read what the request builds on (see the module docstring); with the prefix service, what it
     kept of the conversation spares reading and decoding it again."""
-    conversation = conversation_id(request.conversation)
-    if conversation is not None and request.previous_response_id is not None:
-        raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
-                          "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
+    request, conversation = parsed.request, parsed.conversation
     ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
     previous = request.previous_response_id
     kept = (await kept_chain(responses, settings, prefix, previous, tenant, ctx.scope)
@@ -291,7 +278,7 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         own = {item.id: item for item in held.items if item.trusted}
         ctx.own = frozenset(own)
         ctx.before.append((f"conversation {conversation}", [item.item for item in held.items], False))
-    ctx.input = normalised_input(request.input)
+    ctx.input = parsed.input
     if held is not None:
         _fits(ctx, held.conversation, settings)
     if prefix is not None and prefix.enabled and ctx.kept is None:

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.api.responses.encode import new_id
-from app.api.responses.protocol import CUSTOM_INPUT, ResponsesRequest, ToolSet, response_format, shown, tool_choice
+from app.api.responses.protocol import CUSTOM_INPUT, Parsed, ToolSet, shown
 from app.backends.generation import Sampling
 from app.conversation import Call, Turn
 from app.errors import bad_request
@@ -354,8 +354,9 @@ def conversation_turns(decoder: Decoder, instructions: str | None,
     return decoder.turns, found.note(decoder.turns) if found is not None else None
 
 
-def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) -> Ask:
-    mode, named = tool_choice(request.tool_choice, tools)
+def responses_ask(parsed: Parsed, turns: list[Turn]) -> Ask:
+    """The parsed request, its conversation decoded into ``turns``, as the shared ``Ask``."""
+    request = parsed.request
     kwargs: dict[str, Any] = {}
     thinking: bool | None = None
     effort = request.reasoning.effort if request.reasoning else None
@@ -365,11 +366,11 @@ def responses_ask(request: ResponsesRequest, tools: ToolSet, turns: list[Turn]) 
             kwargs["reasoning_effort"] = EFFORT[effort]
     return Ask(
         turns=turns,
-        tools=tools.functions,
-        tool_choice=mode,
-        named_tool=named,
+        tools=parsed.tools.functions,
+        tool_choice=parsed.mode,
+        named_tool=parsed.named_tool,
         parallel_tool_calls=request.parallel_tool_calls is not False,
-        response_format=response_format(request.text),
+        response_format=parsed.response_format,
         sampling=Sampling(max_tokens=request.max_output_tokens, temperature=request.temperature, top_p=request.top_p),
         template_kwargs=kwargs,
         thinking=thinking,

@@ -1,9 +1,10 @@
 """OpenAI Responses API requests (what clients send us): the top-level fields, typed, and the
-tools, turned into the function tools the model is offered.
+tools, turned into the function tools the model is offered; ``Parsed``, a request read whole.
 
 Unknown top-level fields are accepted and ignored (Codex sends ``client_metadata``,
 ``prompt_cache_key``, …); known ones are type checked, and a problem is a 400 in OpenAI's error
-shape that names the field. Input items are read by ``app.api.responses.decode_input``.
+shape that names the field (the body is read whole by ``app.api.responses.parse``). Input items are
+read by ``app.api.responses.decode``.
 
 Tools, as the model sees them (``offered_tools``):
 
@@ -21,13 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from app.api.protocol import Lenient, raw_items, raw_list, too_many
+from app.api.protocol import Lenient
 from app.errors import bad_request
 from app.pipeline.ask import Tool
 from app.pipeline.validate import MAX_SCHEMA_NESTING, TOOL_NAME_RULE, nesting, tool_name_problem
-from app.settings import Settings
 
 NAMESPACE_SEPARATOR = "__"
 CUSTOM_INPUT = "input"  # the one parameter of a custom tool offered as a function
@@ -64,29 +64,6 @@ class ResponsesRequest(Lenient):
     background: bool | None = None
     truncation: str | None = None
     user: str | None = None
-
-
-def parse_request(body: Any, settings: Settings) -> ResponsesRequest:
-    """The request, typed; ``input`` and ``tools`` are counted against the limits before they are decoded."""
-    if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
-    too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
-    tools = raw_list(body, "tools")
-    too_many(len(tools) + raw_items(tools, "tools"), settings.max_tools, "tools (namespaced ones included)",
-             "--max-tools", "tools")
-    try:
-        request = ResponsesRequest.model_validate(body)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = ".".join(str(p) for p in error.get("loc", ()))
-        raise bad_request(f"{loc}: {error.get('msg', 'invalid value')}" if loc else error.get("msg", "invalid"),
-                          loc or None) from None
-    if request.background and request.store is False:
-        raise bad_request("background responses must be stored: send store: true (the default) with background",
-                          "background")
-    if request.input is None and request.previous_response_id is None and request.conversation is None:
-        raise bad_request("input is required", "input")
-    return request
 
 
 # ------------------------------------------------------------------------------------- tools
@@ -277,3 +254,18 @@ def response_format(text: TextConfig | None) -> dict[str, Any] | None:
                                                         "strict": bool(fmt.get("strict"))}}
     raise bad_request(f"text.format.type: {shown(kind)} is not one of text, json_object, json_schema",
                       "text.format.type")
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request read whole: its typed fields (``request``), the ``tools`` offered to the model,
+    ``tool_choice`` as a mode and a named (offered) tool, ``text.format`` as Chat Completions'
+    ``response_format``, the ``conversation`` id, and the ``input`` as items (each with an id)."""
+
+    request: ResponsesRequest
+    tools: ToolSet
+    mode: ChoiceMode | None
+    named_tool: str | None
+    response_format: dict[str, Any] | None
+    conversation: str | None
+    input: list[dict[str, Any]]

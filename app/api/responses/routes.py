@@ -31,7 +31,7 @@ from app.api.responses.context import Chained, Keeper, context
 from app.api.responses.decode import Decoder, conversation_turns, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, encoded_size, finished_response, new_id, shell
 from app.api.responses.history import not_found, store_unavailable, stored, stores_of
-from app.api.responses.protocol import offered_tools, parse_request
+from app.api.responses.parse import parse_request
 from app.errors import APIError
 from app.pipeline.choices import Choices
 from app.pipeline.run import Finished
@@ -49,17 +49,17 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     stores = ex.services.stores
     responses, conversations = (stores.responses, stores.conversations) if stores is not None else (None, None)
     tenant = ex.tenant
-    request = parse_request(body, ex.settings)
-    tools = offered_tools(request.tools, ex.settings.hosted_tools)
+    parsed = parse_request(body, ex.settings)
+    request, tools = parsed.request, parsed.tools
     prefix = ex.services.prefix
-    ctx = await context(responses, conversations, ex.settings, request, tenant, prefix)
+    ctx = await context(responses, conversations, ex.settings, parsed, tenant, prefix)
     decoder = Decoder(tools, signer, ctx.stored, ctx.own)  # a client's items in the chain are never trusted
     turns, note = conversation_turns(decoder, request.instructions, ctx.before, ctx.input, ctx.recall, ctx.kept,
                                      ctx.scope, prefix)
     if decoder.dropped_reasoning:
         log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
                  decoder.dropped_reasoning)
-    ask = responses_ask(request, tools, turns)
+    ask = responses_ask(parsed, turns)
     ask.prefix = note
     headers = {}
     if tools.skipped:
