@@ -1,5 +1,6 @@
 """The OpenAI Responses API face: ``/v1/responses`` and its stored responses (``protocol``,
-``decode``, ``history``, ``encode``, ``routes``; background responses: ``background``)."""
+``parse``, ``context``, ``decode``, ``history``, ``encode``, ``keep``, ``routes``; background
+responses: ``background``, ``follow``)."""
 
 from app.api.face import Face, Route, openai_error
 from app.api.responses.routes import (

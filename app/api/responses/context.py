@@ -1,4 +1,4 @@
-"""What a response builds on, read from the store, and what it leaves there.
+"""What a response builds on, read from the store.
 
 ``context(…)`` reads, for one ``POST /v1/responses``:
 
@@ -10,25 +10,18 @@
   found is a 400 naming it), and each reasoning item, which reaches the prompt only as
   toolwire's own copy of it (``Decoder``: a client's reasoning is never the model's thinking).
 
-``Keeper`` stores the finished response (``store`` not false) and appends its input and output
-items to its conversation. A store or conversation bound that fails after the answer was made — or
-a response grown past ``--max-stored-response-bytes`` by its output — never costs the client the
-answer: the failure is handed back for the face to report.
+What the finished response leaves there is ``keep``'s.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.api.responses.decode import Decoder
 from app.api.responses.history import chain_limits, history, store_unavailable
 from app.api.responses.protocol import Parsed, ResponsesRequest
 from app.errors import APIError, bad_request
-from app.pipeline.ask import Ask
-from app.pipeline.validate import MAX_ARGUMENT_NESTING, arguments_nesting
 from app.prefix import Entry, PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 from app.state import (
@@ -39,11 +32,8 @@ from app.state import (
     ResponseStore,
     StoredConversation,
     StoredItem,
-    StoredResponse,
     StoreUnavailable,
 )
-
-log = logging.getLogger("toolwire")
 
 
 def conversation_not_found(conversation: str, param: str | None = None) -> APIError:
@@ -313,110 +303,3 @@ def _fits(ctx: Context, held: StoredConversation, settings: Settings) -> None:
     size = held.size + sum(len(StoredItem(i).encode()) for i in ctx.input)
     if size > min(limits.bytes, settings.response_store_max_bytes):
         raise over_limit("bytes", settings, "conversation", "conversation")
-
-
-class Chained:
-    """What a stored response leaves the prefix service (``app.prefix``): the chain it ends,
-    decoded — the request's turns but its instructions, and its output's — so a continuation from
-    it starts there (``PrefixService.keep_response``). Not for a conversation's responses (their
-    stored chain is not the conversation), nor when decoding read stored copies (a store that
-    changes would decode otherwise)."""
-
-    def __init__(self, prefix: PrefixService, tenant: str, ctx: Context, ask: Ask, instructions: bool,
-                 decoder: Decoder) -> None:
-        self.prefix, self.tenant, self.ctx, self.ask = prefix, tenant, ctx, ask
-        self.instructions, self.decoder = instructions, decoder
-
-    def __call__(self, response_id: str, final: dict[str, Any], size: int) -> None:
-        """Keep the chain ``response_id`` (stored in ``size`` bytes, ``final`` its response object) ends."""
-        ctx, ask = self.ctx, self.ask
-        if ctx.conversation is not None or self.decoder.looked or not self.prefix.enabled:
-            return
-        output = final.get("output") or []
-        out = Decoder(self.decoder.tools, self.decoder.signer)
-        try:
-            out.decode(output, "output", trusted=True)
-        except APIError:
-            return  # (its next request reads and decodes it, and says what is wrong)
-        if any(arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING for turn in out.turns for call in turn.calls):
-            return  # a continuation checks what a fresh decode would: it would refuse this
-        turns = [*ask.turns[1 if self.instructions else 0:], *out.turns]
-        note = ask.prefix
-        if note is not None and note.epoch != self.prefix.epoch:
-            return  # made for the model served before (``PrefixService.serving``)
-        render = note.resume.state if note is not None else None
-        plain = note.plain(turns) if note is not None else frozenset()  # (not the output's: never scanned)
-        self.prefix.keep_response(self.tenant, response_id, ctx.scope, turns, render,
-                                  ctx.facts.then(response_id, len(ctx.input) + len(output), size), 64 * len(ctx.facts.ids),
-                                  ctx.kept, plain)
-
-
-class Keeper:
-    """Stores a finished response (when ``store`` is given) and adds its items to its conversation;
-    called with the final response object, it answers the error that kept either from happening, or
-    ``None``. ``stored``: whether the response itself was stored; ``warning``: what went wrong, for
-    a header. Once stored, ``chained`` hands the chain it ends to the prefix service."""
-
-    def __init__(self, responses: ResponseStore | None, conversations: ConversationStore | None, keep: bool,
-                 ctx: Context, settings: Settings, tenant: str, response_id: str, previous: str | None,
-                 chained: Chained | None = None) -> None:
-        self.responses = responses
-        self.conversations = conversations
-        self.keep = keep
-        self.ctx = ctx
-        self.settings = settings
-        self.tenant = tenant
-        self.response_id = response_id
-        self.previous = previous
-        self.chained = chained
-        self.stored = False
-        self.warning = ""
-
-    async def __call__(self, final: dict[str, Any]) -> APIError | None:
-        if self.responses is None or self.conversations is None:
-            return None
-        if self.keep:
-            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
-            limit = self.settings.max_stored_response_bytes
-            size = len(record.encode())
-            if size > limit:
-                log.warning("response %s not stored: larger than --max-stored-response-bytes (%d)", self.response_id,
-                            limit)
-                self.warning = "response not stored: larger than a stored response may be (--max-stored-response-bytes)"
-                return APIError(413, f"the response was not stored: with its output it is larger than a stored "
-                                f"response may be ({limit} bytes, --max-stored-response-bytes); it cannot be "
-                                "retrieved or continued", code="stored_response_too_large")
-            try:
-                await self.responses.put(record, self.tenant)
-            except StoreUnavailable as exc:
-                self.warning = "response not stored: the response store is unavailable"
-                return store_unavailable(exc)
-            self.stored = True
-            if self.chained is not None:
-                self.chained(self.response_id, final, size)
-        if self.ctx.conversation is None:
-            return None
-        problem = await self._append(final)
-        if problem is not None:
-            self.warning = f"response not added to conversation {self.ctx.conversation}: {problem.message}"
-        return problem
-
-    async def _append(self, final: dict[str, Any]) -> APIError | None:
-        assert self.conversations is not None and self.ctx.conversation is not None
-        items = [self._own(item) or StoredItem(conversation_item(item)) for item in self.ctx.input]
-        items += [StoredItem(conversation_item(item), True) for item in final.get("output") or ()]
-        try:
-            appended = await self.conversations.add_items(self.ctx.conversation, items, self.tenant,
-                                                  conversation_limits(self.settings), skip_existing=True)
-        except StoreUnavailable as exc:
-            return store_unavailable(exc)
-        if appended.conversation is None:
-            return conversation_not_found(self.ctx.conversation)
-        if appended.over is not None:
-            return over_limit(appended.over, self.settings, "conversation", "conversation")
-        return None
-
-    def _own(self, item: dict[str, Any]) -> StoredItem | None:
-        """Toolwire's stored copy of a reasoning item handed back by id (never the client's text)."""
-        own = self.ctx.stored.get(item.get("id", "")) if item.get("type") == "reasoning" else None
-        return own if own is not None and own.trusted and own.item.get("type") == "reasoning" else None

@@ -31,9 +31,11 @@ becomes of them — anything else is a 400 naming the field.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from app.api.responses.context import Context
 from app.api.responses.encode import new_id
 from app.api.responses.protocol import CUSTOM_INPUT, Parsed, ToolSet, shown
 from app.backends.generation import Sampling
@@ -41,9 +43,11 @@ from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, file_url, media_url, no_file_ids
 from app.pipeline.ask import Ask
-from app.prefix import Entry, Note, PrefixService, Recall
+from app.prefix import Note, PrefixService, Recall
 from app.state import StoredItem
 from app.thinking_signature import SEALED, ThinkingSigner
+
+log = logging.getLogger("toolwire")
 
 EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
@@ -323,23 +327,23 @@ class Decoder:
             i += 1
 
 
-def conversation_turns(decoder: Decoder, instructions: str | None,
-                       before: list[tuple[str, list[dict[str, Any]], bool]], inputs: list[dict[str, Any]],
-                       found: Recall | None, kept: Entry | None, scope: bytes,
+def conversation_turns(decoder: Decoder, instructions: str | None, ctx: Context,
                        prefix: PrefixService | None) -> tuple[list[Turn], Note | None]:
-    """The request's conversation — its ``instructions``, the item lists ``before`` the input (a
-    stored chain, a conversation), the input — decoded, taking what the prefix service has of it
-    (``app.prefix``): a chain it kept decoded whole (``kept``), or the units it ``found``; and the
-    note for the pipeline."""
+    """The request's conversation — its ``instructions``, the item lists ``ctx`` puts before the
+    input (a stored chain, a conversation), the input — decoded, taking what the prefix service has
+    of it (``app.prefix``): a chain it kept decoded whole (``ctx.kept``), or the units it found
+    (``ctx.recall``); and the note for the pipeline."""
+    kept, found = ctx.kept, ctx.recall
     if kept is not None:
         if instructions:
             decoder.turns.append(Turn("system", instructions))
         fresh = [(0, len(decoder.turns))] if decoder.turns else []
         decoder.turns.extend(kept.turns)
         begin = len(decoder.turns)
-        decoder.decode(inputs)
+        decoder.decode(ctx.input)
         fresh.append((begin, len(decoder.turns)))
-        return decoder.turns, Note(prefix, scope, [], [], [], decoder.turns, fresh, kept.render, None, [], kept.plain)
+        return decoder.turns, Note(prefix, ctx.scope, [], [], [], decoder.turns, fresh, kept.render, None, [],
+                                   kept.plain)
     taken = found.take(0) if found is not None else None
     first = 1
     if taken is not None:  # the instructions and perhaps the items after them
@@ -350,13 +354,18 @@ def conversation_turns(decoder: Decoder, instructions: str | None,
             decoder.turns.append(Turn("system", instructions))
         if found is not None:
             found.after(len(decoder.turns))
-    decoder.items([*before, ("input", inputs, False)], found, first)
+    decoder.items([*ctx.before, ("input", ctx.input, False)], found, first)
     return decoder.turns, found.note(decoder.turns) if found is not None else None
 
 
-def responses_ask(parsed: Parsed, turns: list[Turn]) -> Ask:
-    """The parsed request, its conversation decoded into ``turns``, as the shared ``Ask``."""
+def responses_ask(parsed: Parsed, ctx: Context, decoder: Decoder, prefix: PrefixService | None) -> Ask:
+    """The parsed request as the shared ``Ask``: its conversation decoded by ``decoder`` within what
+    it builds on (``ctx``: ``conversation_turns``), the prefix service's note on it."""
     request = parsed.request
+    turns, note = conversation_turns(decoder, request.instructions, ctx, prefix)
+    if decoder.dropped_reasoning:
+        log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
+                 decoder.dropped_reasoning)
     kwargs: dict[str, Any] = {}
     thinking: bool | None = None
     effort = request.reasoning.effort if request.reasoning else None
@@ -375,4 +384,5 @@ def responses_ask(parsed: Parsed, turns: list[Turn]) -> Ask:
         template_kwargs=kwargs,
         thinking=thinking,
         format_param="text.format.schema",
+        prefix=note,
     )

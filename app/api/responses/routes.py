@@ -1,10 +1,10 @@
 """``/v1/responses``: the OpenAI Responses API face's routes (Codex CLI, the Agents SDK's default model).
 
-``POST /v1/responses`` decodes the request into the shared ``Ask`` (``decode``, after what it builds
-on: the stored chain or conversation and the stored items it refers to, from ``context``) and
-encodes the parser events as Responses items (``encode``) — streamed as ``response.*`` events, or
-one response object — and stores the response (``store`` not false) and adds its items to its
-conversation (``context.Keeper``).
+``POST /v1/responses`` reads the request whole (``parse``), then what it builds on: the stored chain
+or conversation and the stored items it refers to (``context``); decodes it into the shared ``Ask``
+(``decode``) and encodes the parser events as Responses items (``encode``) — streamed as
+``response.*`` events, or one response object — and stores the response (``store`` not false) and
+adds its items to its conversation (``keep``).
 ``GET`` / ``DELETE /v1/responses/{id}`` and ``GET /v1/responses/{id}/input_items`` read the store.
 A background response (``background: true``) is generated detached from the request, and polled,
 resumed (``GET …?stream=true``) and cancelled (``POST …/cancel``) on any replica: ``background``,
@@ -27,10 +27,11 @@ from starlette.responses import JSONResponse, Response
 from app.api import query
 from app.api.answer import Exchange, respond
 from app.api.responses import background, follow
-from app.api.responses.context import Chained, Keeper, context
-from app.api.responses.decode import Decoder, conversation_turns, responses_ask
+from app.api.responses.context import context
+from app.api.responses.decode import Decoder, responses_ask
 from app.api.responses.encode import ResponseEvents, ResponseItems, encoded_size, finished_response, new_id, shell
 from app.api.responses.history import not_found, store_unavailable, stored, stores_of
+from app.api.responses.keep import Chained, Keeper
 from app.api.responses.parse import parse_request
 from app.errors import APIError
 from app.pipeline.choices import Choices
@@ -54,13 +55,7 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     prefix = ex.services.prefix
     ctx = await context(responses, conversations, ex.settings, parsed, tenant, prefix)
     decoder = Decoder(tools, signer, ctx.stored, ctx.own)  # a client's items in the chain are never trusted
-    turns, note = conversation_turns(decoder, request.instructions, ctx.before, ctx.input, ctx.recall, ctx.kept,
-                                     ctx.scope, prefix)
-    if decoder.dropped_reasoning:
-        log.info("dropped %d handed-back reasoning item(s) whose encrypted_content did not verify",
-                 decoder.dropped_reasoning)
-    ask = responses_ask(parsed, turns)
-    ask.prefix = note
+    ask = responses_ask(parsed, ctx, decoder, prefix)
     headers = {}
     if tools.skipped:
         skipped = ", ".join(sorted(set(tools.skipped)))
