@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange
-from app.api.responses.encode import ResponseItems, failed_response, finished_response, sse_event
+from app.api.responses.encode import ResponseItems, error_event, failed_events, finished_response
 from app.api.responses.history import store_unavailable, stores_of
 from app.api.sse import SSEResponse
 from app.errors import APIError, BackendError, bad_request
@@ -72,20 +72,9 @@ def run_limits(settings: Settings) -> RunLimits:
     return RunLimits(settings.background_events_max_bytes)
 
 
-def error_event(seq: int, code: str, message: str) -> bytes:
-    return sse_event("error", seq, {"code": code, "message": message, "param": None})
-
-
 def cancelled_event(seq: int) -> bytes:
     """The last event of a cancelled response."""
     return error_event(seq, CANCELLED, "the response was cancelled")
-
-
-def failed_events(seq: int, shell: dict[str, Any], output: list[dict[str, Any]], code: str,
-                  message: str) -> tuple[bytes, dict[str, Any]]:
-    """The last two events of a failed response (from number ``seq``), and its response object."""
-    failed = failed_response(shell, output, message)
-    return error_event(seq, code, message) + sse_event("response.failed", seq + 1, {"response": failed}), failed
 
 
 def drop_events(data: bytes, n: int) -> tuple[bytes, int]:
@@ -326,9 +315,7 @@ class Generation:
         """End the run ``failed``: its output so far is stored with it unless ``keep_output`` is false."""
         items = self.items
         items.close(ok=False)
-        failed = failed_response(self.shell, items.items if keep_output else [], message)
-        items.event("error", {"code": code, "message": message, "param": None})
-        items.event("response.failed", {"response": failed})
+        failed = items.fail(self.shell, items.items if keep_output else [], code, message)
         data, count = self._take()
         state, stored = await self._settle(data, count, with_status(self.record, failed))
         self._close(state, stored, data)
@@ -416,5 +403,5 @@ class Generation:
         await self._end_failed("server_shutting_down" if self.ended is None else "server_error", message)
 
 
-__all__ = ["Generation", "begin", "cancelled_event", "drop_events", "error_event", "failed_events", "run_limits",
+__all__ = ["Generation", "begin", "cancelled_event", "drop_events", "run_limits",
            "runs_of", "store_call", "with_status"]

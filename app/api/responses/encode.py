@@ -201,6 +201,14 @@ class ResponseItems:
         self.out.clear()
         return data
 
+    def fail(self, shell: dict[str, Any], output: list[dict[str, Any]], code: str, message: str) -> dict[str, Any]:
+        """The response failed: its last two events (``failed_events``), and its response object."""
+        data, failed = failed_events(self.seq, shell, output, code, message)
+        if self.emit:
+            self.out.append(data)
+        self.seq += 2
+        return failed
+
     # ------------------------------------------------------------------ blocks
 
     def feed(self, events: list[Event]) -> None:
@@ -379,6 +387,19 @@ def failed_response(shell: dict[str, Any], output: list[dict[str, Any]], message
             "error": {"code": "server_error", "message": message}}
 
 
+def error_event(seq: int, code: str, message: str) -> bytes:
+    """An ``error`` event (number ``seq``) naming its cause (``code``)."""
+    return sse_event("error", seq, {"code": code, "message": message, "param": None})
+
+
+def failed_events(seq: int, shell: dict[str, Any], output: list[dict[str, Any]], code: str,
+                  message: str) -> tuple[bytes, dict[str, Any]]:
+    """The last two events of a failed response (from number ``seq``) — ``error`` naming the cause,
+    ``response.failed`` — and its response object (``failed_response``)."""
+    failed = failed_response(shell, output, message)
+    return error_event(seq, code, message) + sse_event("response.failed", seq + 1, {"response": failed}), failed
+
+
 class ResponseEvents:
     """The SSE ``Encoder`` (``app.pipeline.stream``) of one streamed response. ``save``, when given,
     stores the finished response before its last event leaves; it answers ``None``, or the error
@@ -417,6 +438,5 @@ class ResponseEvents:
         return self._failed(exc, self.items.items)
 
     def _failed(self, exc: APIError, output: list[dict[str, Any]]) -> bytes:
-        self.items.event("error", {"code": exc.code or "server_error", "message": exc.message, "param": None})
-        self.items.event("response.failed", {"response": failed_response(self.shell, output, exc.message)})
+        self.items.fail(self.shell, output, exc.code or "server_error", exc.message)
         return self.items.take()

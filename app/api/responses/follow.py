@@ -19,16 +19,8 @@ from typing import Any, TypeVar
 from starlette.responses import Response
 
 from app.api.answer import Exchange
-from app.api.responses.background import (
-    cancelled_event,
-    drop_events,
-    error_event,
-    failed_events,
-    run_limits,
-    store_call,
-    with_status,
-)
-from app.api.responses.encode import failed_response
+from app.api.responses.background import cancelled_event, drop_events, run_limits, store_call, with_status
+from app.api.responses.encode import error_event, failed_events, failed_response
 from app.api.responses.history import not_found, stores_of
 from app.api.sse import SSEResponse
 from app.errors import bad_request
