@@ -3,7 +3,7 @@
 ``context(…)`` reads, for one ``POST /v1/responses``:
 
 * the stored chain of a ``previous_response_id`` (``history``), or the items of a ``conversation``
-  (they come first in the prompt; the two together are a 400, as OpenAI answers) — of a
+  (they come first in the prompt; the two together are a 400, as OpenAI answers: ``parse``) — of a
   conversation read before, only the items added since (``conversation_items``);
 * the stored items the request names by id — each ``item_reference`` (replaced by the item it
   refers to, within the tenant's own stored responses and conversations; an id that cannot be
