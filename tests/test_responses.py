@@ -226,16 +226,27 @@ def test_stateless_round_trip_hands_reasoning_back_encrypted(proxy) -> None:
     history.append(call.model_dump(exclude_none=True))
     history.append({"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 24°C"})  # type: ignore[union-attr]
     history = [{k: v for k, v in item.items() if v is not None} for item in history]
+    store = server.runtime.services.stores.responses
+    looked_up: list[list[str]] = []
+    items = store.items
+
+    async def counted(ids: list[str], *args: Any) -> Any:
+        looked_up.append(list(ids))
+        return await items(ids, *args)
+
+    store.items = counted
     backend.script(Script(pieces=["It is sunny."]))
     second = client.responses.create(model="m", input=history, tools=TOOLS, store=False)
     assert second.output_text == "It is sunny."
     prompt = backend.bodies()[-1]["prompt"]
     assert "Two cities, two calls." in prompt and '"city": "Paris"' in prompt and "sunny, 24°C" in prompt
-    # a tampered encrypted_content is not rendered
+    assert looked_up == []  # its seal says its text: no stored copy is read for it
+    # a tampered encrypted_content is not rendered (and a stored copy by its id is looked for)
     history[1]["encrypted_content"] = history[1]["encrypted_content"][:-4] + "AAAA"
     backend.script(Script(pieces=["ok"]))
     client.responses.create(model="m", input=history, tools=TOOLS, store=False)
     assert "Two cities" not in backend.bodies()[-1]["prompt"]
+    assert looked_up == [[history[1]["id"]]]
 
 
 def test_previous_response_id_continues_and_store_endpoints(proxy) -> None:

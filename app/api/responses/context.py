@@ -34,6 +34,7 @@ from app.state import (
     StoredItem,
     StoreUnavailable,
 )
+from app.thinking_signature import SEALED, ThinkingSigner
 
 
 def conversation_not_found(conversation: str, param: str | None = None) -> APIError:
@@ -244,9 +245,13 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
 
 
 async def context(responses: ResponseStore | None, conversations: ConversationStore | None, settings: Settings,
-                  parsed: Parsed, tenant: str, prefix: PrefixService | None = None) -> Context:
+                  parsed: Parsed, tenant: str, prefix: PrefixService | None = None,
+                  signer: ThinkingSigner | None = None) -> Context:
     """Read what the request builds on (see the module docstring); with the prefix service, what it
-    kept of the conversation spares reading and decoding it again."""
+    kept of the conversation spares reading and decoding it again. A reasoning item handed back with
+    a seal ``signer`` verifies is its sealed text (``decode``): outside a conversation (whose items
+    take toolwire's stored copies) no stored copy of it is read — Codex hands its last answer's
+    reasoning back so every turn, ``store: false``."""
     request, conversation = parsed.request, parsed.conversation
     ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
     previous = request.previous_response_id
@@ -275,23 +280,34 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         ctx.recall = prefix.recall(ctx.scope, units_of(request, ctx, held.units if held is not None else None))
     found = ctx.recall
 
-    def taken(index: int) -> bool:
-        return found is not None and found.segment(index) is not None
+    def copied(item: dict[str, Any], index: int) -> bool:
+        """Whether the stored copy of reasoning item ``item`` (unit ``index``) may be read: not for an
+        item decoded before (taken), nor for one whose seal says its text (outside a conversation)."""
+        if item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
+            return False
+        if found is not None and found.segment(index) is not None:
+            return False
+        return conversation is not None or signer is None or not _sealed(item, signer)
 
     wanted = _references(ctx.input)
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
-    wanted += [item["id"] for k, item in enumerate(ctx.input) if item.get("type") == "reasoning"
-               and isinstance(item.get("id"), str) and not taken(at + k)]  # a taken item read no stored copy
+    wanted += [item["id"] for k, item in enumerate(ctx.input) if copied(item, at + k)]
     at = 1
     for _, items_before, trusted in ctx.before:
         if not trusted:
-            wanted += [item["id"] for k, item in enumerate(items_before) if item.get("type") == "reasoning"
-                       and isinstance(item.get("id"), str) and item["id"] not in own and not taken(at + k)]
+            wanted += [item["id"] for k, item in enumerate(items_before)
+                       if item.get("id") not in own and copied(item, at + k)]
         at += len(items_before)
     stored = await found_items(responses, wanted, tenant, settings)
     ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
+
+
+def _sealed(item: dict[str, Any], signer: ThinkingSigner) -> bool:
+    """Whether a reasoning item carries a seal ``signer`` made (its text is the sealed one)."""
+    sealed = item.get("encrypted_content")
+    return isinstance(sealed, str) and sealed.startswith(SEALED) and signer.unseal(sealed) is not None
 
 
 def _fits(ctx: Context, held: StoredConversation, settings: Settings) -> None:

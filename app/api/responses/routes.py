@@ -53,7 +53,7 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     parsed = parse_request(body, ex.settings)
     request, tools = parsed.request, parsed.tools
     prefix = ex.services.prefix
-    ctx = await context(responses, conversations, ex.settings, parsed, tenant, prefix)
+    ctx = await context(responses, conversations, ex.settings, parsed, tenant, prefix, signer)
     decoder = Decoder(tools, signer, ctx.stored, ctx.own)  # a client's items in the chain are never trusted
     ask = responses_ask(parsed, ctx, decoder, prefix)
     headers = {}
