@@ -275,18 +275,18 @@ def tokenizer_body(tokenizer: Tokenizer, text: str | Sequence[str | int], model:
                    fields: Mapping[str, bool]) -> dict[str, Any]:
     """The JSON of a ``Tokenizer`` request: the model id where it names one, ``text``, ``fields``."""
     named = {"model": model} if tokenizer.names_model and model is not None else {}
-    return {**named, tokenizer.text: text, **fields}
+    return {**named, tokenizer.text_field: text, **fields}
 
 
 def token_count(tokenizer: Tokenizer, answer: Any) -> int:
     """The token count in a ``Tokenizer``'s JSON answer (``BackendError`` 502 when it has none)."""
     fields = answer if isinstance(answer, dict) else {}
-    told = fields.get(tokenizer.count) if tokenizer.count is not None else None
+    told = fields.get(tokenizer.count_field) if tokenizer.count_field is not None else None
     if isinstance(told, int):
         return told
     tokens = fields.get("tokens")
     if not isinstance(tokens, list):
-        raise BackendError(502, f"backend {tokenizer.path} answered without {'a count' if tokenizer.count else 'tokens'}",
+        raise BackendError(502, f"backend {tokenizer.path} answered without {'a count' if tokenizer.count_field else 'tokens'}",
                            kind="bad_json")
     return len(tokens)
 

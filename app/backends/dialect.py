@@ -24,14 +24,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from app.backends.generation import TokenLogprob, TokenPiece
+from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece
 from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
 from app.errors import BackendError
 
-if TYPE_CHECKING:
-    from app.backends.generation import Finish, GenerationRequest, TextDelta
 
 class DialectOptions(Protocol):
     """The settings a dialect may be configured from (``app.settings.Settings`` has them)."""
@@ -98,18 +96,18 @@ class Probe:
 @dataclass(frozen=True, slots=True)
 class Tokenizer:
     """A backend's tokenizer endpoint: ``POST path`` with a JSON object — the model id under
-    ``"model"`` where ``names_model`` (and it is known), the text under ``text``, then ``counting``'s
-    fields, which count a prompt as a generation request's prompt is counted, or ``plain``'s, which
-    tokenize text as plain text: control-token strings not parsed, no BOS (``None``: it cannot).
-    The answer holds the ids under ``"tokens"``; ``count`` names a field holding their number, read
-    first where the backend sends it."""
+    ``"model"`` where ``names_model`` (and it is known), the text under ``text_field``, then
+    ``counting``'s fields, which count a prompt as a generation request's prompt is counted, or
+    ``plain``'s, which tokenize text as plain text: control-token strings not parsed, no BOS
+    (``None``: it cannot). The answer holds the ids under ``"tokens"``; ``count_field`` names a field
+    holding their number, read first where the backend sends it."""
 
     path: str
-    text: str
+    text_field: str
     counting: Mapping[str, bool]
     plain: Mapping[str, bool] | None = None
     names_model: bool = False
-    count: str | None = None
+    count_field: str | None = None
 
 
 class Decoder(Protocol):

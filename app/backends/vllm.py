@@ -58,7 +58,7 @@ class Vllm(OpenAICompletions):
     native_n: ClassVar[bool] = True
     #: without added special tokens, as generation requests are sent; it tells the count itself
     tokenizer: ClassVar[Tokenizer | None] = Tokenizer("/tokenize", "prompt", counting={"add_special_tokens": False},
-                                                      names_model=True, count="count")
+                                                      names_model=True, count_field="count")
     sniff: ClassVar[str | None] = "/v1/models"
     #: constrain with the pre-0.12 ``guided_*`` fields (``--vllm-legacy-guided``)
     legacy_guided: bool = False
