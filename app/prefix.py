@@ -460,8 +460,16 @@ class PrefixService:
 
     def forget_response(self, tenant: str, response_id: str) -> None:
         """``tenant``'s response ``response_id`` is gone (deleted): so is what was kept of it."""
+        self._forget((tenant, response_id))
+
+    def forget_items(self, tenant: str, conversation_id: str) -> None:
+        """``tenant``'s stored conversation ``conversation_id`` is gone (deleted): so are the items
+        kept of it (``keep_items``)."""
+        self._forget((tenant, "conversation", conversation_id))
+
+    def _forget(self, key: tuple[str, ...]) -> None:
         with self._lock:
-            entry = self._keyed.get((tenant, response_id))
+            entry = self._keyed.get(key)
             if entry is not None:
                 self._drop(entry)
 

@@ -112,11 +112,13 @@ class Responding(Answering):
 
 @dataclass(frozen=True, slots=True)
 class Keeping:
-    """The Conversations API's: the settings, the stores, the tenant's signers."""
+    """The Conversations API's: the settings, the stores, the tenant's signers, and the prefix
+    service (what it keeps of a conversation goes with the conversation)."""
 
     settings: Settings
     stores: Stores | None
     signers: Callable[[str], ThinkingSigner]
+    prefix: PrefixService
 
     def signer(self, tenant: str) -> ThinkingSigner:
         return self.signers(tenant)
@@ -165,7 +167,7 @@ class Services:
         return Responding(self.settings, self.metrics, self.pool, self.prefix, self.signer, self.stores, self.detached)
 
     def keeping(self) -> Keeping:
-        return Keeping(self.settings, self.stores, self.signer)
+        return Keeping(self.settings, self.stores, self.signer, self.prefix)
 
     async def start(self) -> None:
         s = self.settings

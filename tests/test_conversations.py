@@ -14,6 +14,8 @@ import httpx
 import openai
 import pytest
 
+from app.prefix import scope_of
+from app.tenancy import tenant_of
 from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.proxy_server import ProxyServer
 from tests.scripted_backend import Script, ScriptedBackend
@@ -112,6 +114,21 @@ def test_a_response_in_a_conversation_reads_it_and_adds_to_it(keyed) -> None:
     assert newest[0].id == third.output[0].id and newest[1].content[0].text == "Thanks."  # type: ignore[union-attr]
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(third.id)
+
+
+def test_a_deleted_conversation_leaves_nothing_kept(keyed) -> None:
+    """What the prefix service kept of a stored conversation's items (to read only what is new next
+    turn) goes when the conversation is deleted, not when the budget would push it out."""
+    backend, proxy = keyed
+    client = client_for(proxy, KEYS[0])
+    conv = client.conversations.create(items=[{"type": "message", "role": "user", "content": f"note {i}"}
+                                              for i in range(6)])
+    backend.script(Script(pieces=["Noted."]))
+    client.responses.create(model="m", input="Thanks.", conversation=conv.id)
+    prefix, tenant = proxy.runtime.services.prefix, tenant_of(KEYS[0].encode())
+    assert prefix.recall_items(tenant, conv.id, scope_of(tenant, "responses")) is not None
+    client.conversations.delete(conv.id)
+    assert prefix.recall_items(tenant, conv.id, scope_of(tenant, "responses")) is None
 
 
 def test_conversation_and_previous_response_id_are_exclusive(keyed) -> None:

@@ -154,6 +154,7 @@ async def delete_conversation(ex: Exchange[Keeping]) -> Response:
     conversation = _path(ex, "id")
     if not await _call(_conversations(ex).delete(conversation, ex.tenant)):
         raise conversation_not_found(conversation)
+    ex.services.prefix.forget_items(ex.tenant, conversation)
     return JSONResponse({"id": conversation, "object": "conversation.deleted", "deleted": True})
 
 
