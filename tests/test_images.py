@@ -161,10 +161,13 @@ def test_media_bounds_per_request(backend_factory, proxy_factory) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="m", messages=[image_message(png(), png(1))])
     assert "--max-media-items" in caught.value.message
+    assert (caught.value.code, caught.value.param, caught.value.type) == (
+        "too_many_media", "messages.0.content.2.image_url.url", "invalid_request_error")
     big = png() + bytes(2000)  # still a PNG by its first bytes
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="m", messages=[image_message(big)])
     assert "--max-media-bytes" in caught.value.message
+    assert (caught.value.code, caught.value.param) == ("media_too_large", "messages.0.content.1.image_url.url")
     assert backend.bodies() == []
 
 

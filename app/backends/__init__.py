@@ -14,13 +14,19 @@ import httpx
 from app.backends.base import Backend, probe_timeout
 from app.backends.dialect import BackendFacts, Dialect
 from app.backends.generation import Finish, GenerationRequest, Sampling, TextDelta, Usage
-from app.backends.llamacpp import LlamaCpp, LlamaCppBackend
+from app.backends.llamacpp import LlamaCpp
 from app.backends.openai_completions import OpenAICompletions
 from app.backends.vllm import Vllm
 
 #: backend kinds by name, in the order ``detect_backend_type`` tries them; the last, which
 #: recognises nothing, is what any other answering backend is taken for
 BACKEND_TYPES: dict[str, type[Dialect]] = {d.kind: d for d in (Vllm, LlamaCpp, OpenAICompletions)}
+
+
+def LlamaCppBackend(base_url: str, client: httpx.AsyncClient, api_key: str | None = None) -> Backend:
+    """A ``Backend`` speaking llama-server's dialect (the class of that name before dialects; kept
+    for its callers)."""
+    return Backend(base_url, client, api_key, dialect=LlamaCpp())
 
 
 async def detect_backend_type(base_url: str, client: httpx.AsyncClient, api_key: str | None = None) -> str | None:

@@ -11,19 +11,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
 import orjson
 
-from app.backends.dialect import BackendFacts, Dialect, Probe
-from app.backends.generation import (
-    Generation,
-    GenerationRequest,
-    TokenLogprob,
-    TokenPiece,
-)
+from app.backends.dialect import BackendFacts, Dialect, Probe, Tokenizer
+from app.backends.generation import Generation, GenerationRequest
 from app.backends.streamhttp import (
     ConnectFailed,
     ConnectTimedOut,
@@ -42,45 +37,10 @@ def probe_timeout(client: httpx.AsyncClient) -> httpx.Timeout:
     return httpx.Timeout(10.0, connect=client.timeout.connect)
 
 
-def logprob_value(value: Any) -> float:
-    """A logprob from a backend event: a number, at least -9999.0 (OpenAI's stand-in for minus
-    infinity, which JSON cannot carry); anything else counts as that floor."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
-        return max(float(value), -9999.0)
-    return -9999.0
-
-
-def utf8(token: str) -> list[int]:
-    """A token's UTF-8 bytes (text a backend could not decode carries U+FFFD, encoded as such)."""
-    return list(token.encode("utf-8", "replace"))
-
-
-class PieceCarry:
-    """Hands tokens that produced no text of their own (half a character, a stop-string prefix the
-    backend held back) on to the next piece that has text."""
-
-    __slots__ = ("held",)
-
-    def __init__(self) -> None:
-        self.held: list[TokenLogprob] = []
-
-    def piece(self, text: str, tokens: list[TokenLogprob]) -> TokenPiece | None:
-        if not text:
-            self.held += tokens
-            return None
-        if self.held:
-            tokens, self.held = self.held + tokens, []
-        return text, tokens
-
-
-def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if v is not None}
-
-
 class Backend:
     """One backend: its base URL, credentials and ``dialect`` (``app.backends.dialect``), and the
-    I/O every dialect shares — the streaming loop, the readiness probe, the tokenizer call, error
-    mapping. ``facts`` holds what the last ``probe()`` learned."""
+    I/O every dialect shares — the streaming loop, the readiness probe, the tokenizer exchange,
+    error mapping. ``facts`` holds what the last ``probe()`` learned."""
 
     def __init__(self, base_url: str, client: httpx.AsyncClient, api_key: str | None = None,
                  model: str | None = None, streaming: StreamingClient | None = None,
@@ -142,29 +102,34 @@ class Backend:
         """Whether ``count_tokens`` asks the backend: its dialect has a tokenizer endpoint, and that
         endpoint has not answered "not found" in the last ``TOKENIZER_RECHECK_SECONDS`` (a backend that
         lacks it would otherwise cost every request that needs a count a round trip)."""
-        return self.dialect.tokenizes and time.monotonic() >= self._tokenizer_missing_until
+        return self.dialect.tokenizer is not None and time.monotonic() >= self._tokenizer_missing_until
 
     async def count_tokens(self, prompt: str | Sequence[str | int]) -> int:
         """How many tokens ``prompt`` is, by the backend's own tokenizer (as it would count the prompt of
-        a generation request); a clear 400 when the backend has no tokenizer endpoint."""
-        if not self.counts_tokens:
+        a generation request; a list only for a dialect that takes mixed prompts); a clear 400 when the
+        backend has no tokenizer endpoint."""
+        tokenizer = self.dialect.tokenizer
+        if tokenizer is None or not self.counts_tokens:
             raise APIError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with",
                            code="count_tokens_unsupported")
-        request = self.dialect.tokenize(prompt, self.model)
         try:
-            answer = await self._post_json(request.path, request.body or {})
+            answer = await self._post_json(tokenizer.path, tokenizer_body(tokenizer, prompt, self.model,
+                                                                          tokenizer.counting))
         except _NotFound as exc:
             self._tokenizer_missing_until = time.monotonic() + TOKENIZER_RECHECK_SECONDS
             raise BackendError(400, f"this backend ({self.kind}) has no tokenizer endpoint to count tokens with "
-                               f"({request.path}: HTTP {exc.upstream})", code="count_tokens_unsupported",
+                               f"({tokenizer.path}: HTTP {exc.upstream})", code="count_tokens_unsupported",
                                kind="rejected") from exc
-        return self.dialect.token_count(answer)
+        return token_count(tokenizer, answer)
 
     async def tokenize_plain(self, text: str) -> list[int]:
-        """``text``'s token ids as plain text (its control-token strings not parsed), by the backend's
-        tokenizer (only for a dialect that takes mixed prompts: ``app.pipeline.literal``)."""
-        request = self.dialect.tokenize_plain(text, self.model)
-        return self.dialect.token_ids(await self._post_json(request.path, request.body or {}))
+        """``text``'s token ids as plain text (its control-token strings not parsed, no BOS), by the
+        backend's tokenizer (only for a dialect that takes mixed prompts: ``app.pipeline.literal``)."""
+        tokenizer = self.dialect.tokenizer
+        if tokenizer is None or tokenizer.plain is None:
+            raise NotImplementedError(f"backend kind {self.kind!r} has no plain-text tokenizer")
+        return token_ids(tokenizer, await self._post_json(tokenizer.path, tokenizer_body(tokenizer, text, self.model,
+                                                                                           tokenizer.plain)))
 
     async def probe(self) -> BackendFacts:
         """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON
@@ -293,16 +258,6 @@ class Backend:
             raise BackendError(502, f"backend stream broke: {exc}", kind="dropped") from exc
 
 
-def unexpected_shape(what: str) -> BackendError:
-    """A backend event whose JSON is not the dialect's shape (a 502, or the stream's final error event)."""
-    return BackendError(502, f"backend sent an event of an unexpected shape: {what}", kind="bad_shape")
-
-
-def count(value: Any) -> int:
-    """A token count from a backend event: a non-negative integer, else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 _SKIP: Any = object()
 NOT_FOUND = frozenset((404, 405, 501))  # statuses that say an endpoint does not exist (not that a request was bad)
 TOKENIZER_RECHECK_SECONDS = 60.0  # how long a tokenizer endpoint that was not found is not asked again
@@ -314,6 +269,34 @@ class _NotFound(BackendError):
     def __init__(self, upstream: int, error: BackendError) -> None:
         super().__init__(error.status, error.message, code=error.code, kind=error.kind)
         self.upstream = upstream
+
+
+def tokenizer_body(tokenizer: Tokenizer, text: str | Sequence[str | int], model: str | None,
+                   fields: Mapping[str, bool]) -> dict[str, Any]:
+    """The JSON of a ``Tokenizer`` request: the model id where it names one, ``text``, ``fields``."""
+    named = {"model": model} if tokenizer.names_model and model is not None else {}
+    return {**named, tokenizer.text_field: text, **fields}
+
+
+def token_count(tokenizer: Tokenizer, answer: Any) -> int:
+    """The token count in a ``Tokenizer``'s JSON answer (``BackendError`` 502 when it has none)."""
+    fields = answer if isinstance(answer, dict) else {}
+    told = fields.get(tokenizer.count_field) if tokenizer.count_field is not None else None
+    if isinstance(told, int):
+        return told
+    tokens = fields.get("tokens")
+    if not isinstance(tokens, list):
+        raise BackendError(502, f"backend {tokenizer.path} answered without {'a count' if tokenizer.count_field else 'tokens'}",
+                           kind="bad_json")
+    return len(tokens)
+
+
+def token_ids(tokenizer: Tokenizer, answer: Any) -> list[int]:
+    """The token ids in a ``Tokenizer``'s JSON answer (``BackendError`` 502 when it has none)."""
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise BackendError(502, f"backend {tokenizer.path} answered without token ids", kind="bad_json")
+    return tokens
 
 
 MAX_BATCH = 64  # events handed on together at most (bounds the latency a burst adds)

@@ -9,24 +9,27 @@ A dialect says everything that differs between raw-completion backends, as pure 
 * ``probes`` and ``facts(answers)`` — what the readiness probe asks the backend and what it learns
   from the JSON answers (``BackendFacts``: model id, published chat template, whether it adds BOS,
   context length);
-* ``tokenizes``, ``tokenize(prompt, model)`` and ``token_count(answer)`` — how it counts a prompt's tokens;
+* ``tokenizer`` — its tokenizer endpoint, as data (``Tokenizer``; ``None``: it has none);
 * ``sniff`` and ``recognises(answer)`` — how ``detect_backend_type`` tells it from the others.
 
 ``app.backends.base.Backend`` does the I/O for every dialect: one streaming loop, one probe, one
-error mapping. Dialects are frozen dataclasses; their options (``--vllm-legacy-guided``) come from
-``configured(settings)``.
+tokenizer exchange, one error mapping. Dialects are frozen dataclasses; their options
+(``--vllm-legacy-guided``) come from ``configured(settings)``. What reading a backend's events takes
+in every dialect — shape errors, counts, logprobs, tokens carried to the next piece — is here too, so
+a dialect's module never imports the I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
+from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece
 from app.constraints.tools import Constraint, ConstraintRequest, unconstrained
+from app.errors import BackendError
 
-if TYPE_CHECKING:
-    from app.backends.generation import Finish, GenerationRequest, TextDelta
 
 class DialectOptions(Protocol):
     """The settings a dialect may be configured from (``app.settings.Settings`` has them)."""
@@ -90,6 +93,23 @@ class Probe:
     body: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Tokenizer:
+    """A backend's tokenizer endpoint: ``POST path`` with a JSON object — the model id under
+    ``"model"`` where ``names_model`` (and it is known), the text under ``text_field``, then
+    ``counting``'s fields, which count a prompt as a generation request's prompt is counted, or
+    ``plain``'s, which tokenize text as plain text: control-token strings not parsed, no BOS
+    (``None``: it cannot). The answer holds the ids under ``"tokens"``; ``count_field`` names a field
+    holding their number, read first where the backend sends it."""
+
+    path: str
+    text_field: str
+    counting: Mapping[str, bool]
+    plain: Mapping[str, bool] | None = None
+    names_model: bool = False
+    count_field: str | None = None
+
+
 class Decoder(Protocol):
     """The stream of one generation request, decoded (stateful; one per request).
 
@@ -121,8 +141,8 @@ class Dialect:
     #: generates ``n`` answers in one request (else toolwire sends ``n`` requests)
     native_n: ClassVar[bool] = False
     probes: ClassVar[tuple[Probe, ...]] = (Probe("models", "/v1/models"),)
-    #: the backend has a tokenizer endpoint (``tokenize``)
-    tokenizes: ClassVar[bool] = False
+    #: the backend's tokenizer endpoint (``None``: it has none)
+    tokenizer: ClassVar[Tokenizer | None] = None
     #: the backend may publish the model's chat template (``facts``); without it, ``--chat-template`` is needed
     publishes_template: ClassVar[bool] = False
     #: what ``detect_backend_type`` GETs to recognise this kind (``None``: the fallback kind)
@@ -162,25 +182,6 @@ class Dialect:
         """What the probe's answers say (by ``Probe.name``); the base reads the model id."""
         return BackendFacts(model=first_model_id(answers.get("models")))
 
-    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
-        """The request that counts ``prompt``'s tokens as a generation request's prompt would be
-        counted (only asked of a dialect that ``tokenizes``; a list only of one that takes mixed
-        prompts)."""
-        raise NotImplementedError
-
-    def tokenize_plain(self, text: str, model: str | None) -> Probe:
-        """The request that tokenizes ``text`` as plain text — control-token strings in it not parsed,
-        no BOS — answered with its ids (only asked of a dialect that takes mixed prompts)."""
-        raise NotImplementedError
-
-    def token_count(self, answer: Any) -> int:
-        """The token count in the tokenizer's JSON answer (``BackendError`` 502 when it has none)."""
-        raise NotImplementedError
-
-    def token_ids(self, answer: Any) -> list[int]:
-        """The token ids in the answer to ``tokenize_plain`` (``BackendError`` 502 when it has none)."""
-        raise NotImplementedError
-
 
 def first_model(answer: Any) -> dict[str, Any] | None:
     """The first entry of an OpenAI ``/v1/models`` answer's ``data`` list, if it is an object."""
@@ -199,3 +200,52 @@ def first_model_id(answer: Any) -> str | None:
 def positive_int(value: Any) -> int | None:
     """``value`` if it is a positive integer (not a bool), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without its ``None`` fields (what a request leaves unset is not sent)."""
+    return {k: v for k, v in body.items() if v is not None}
+
+
+# ------------------------------------------------------------------------- reading a stream's events
+
+
+def unexpected_shape(what: str) -> BackendError:
+    """A backend event whose JSON is not the dialect's shape (a 502, or the stream's final error event)."""
+    return BackendError(502, f"backend sent an event of an unexpected shape: {what}", kind="bad_shape")
+
+
+def count(value: Any) -> int:
+    """A token count from a backend event: a non-negative integer, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def logprob_value(value: Any) -> float:
+    """A logprob from a backend event: a number, at least -9999.0 (OpenAI's stand-in for minus
+    infinity, which JSON cannot carry); anything else counts as that floor."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+        return max(float(value), -9999.0)
+    return -9999.0
+
+
+def utf8(token: str) -> list[int]:
+    """A token's UTF-8 bytes (text a backend could not decode carries U+FFFD, encoded as such)."""
+    return list(token.encode("utf-8", "replace"))
+
+
+class PieceCarry:
+    """Hands tokens that produced no text of their own (half a character, a stop-string prefix the
+    backend held back) on to the next piece that has text."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held: list[TokenLogprob] = []
+
+    def piece(self, text: str, tokens: list[TokenLogprob]) -> TokenPiece | None:
+        if not text:
+            self.held += tokens
+            return None
+        if self.held:
+            tokens, self.held = self.held + tokens, []
+        return text, tokens

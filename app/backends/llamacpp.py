@@ -12,23 +12,27 @@ images.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import httpx
-
-from app.backends.base import Backend, PieceCarry, _drop_none, count, logprob_value, unexpected_shape, utf8
 from app.backends.dialect import (
     BackendFacts,
     Dialect,
     Events,
     MediaInput,
+    PieceCarry,
     Probe,
     PublishedTemplate,
+    Tokenizer,
+    count,
+    drop_none,
     first_model,
     first_model_id,
+    logprob_value,
     positive_int,
+    unexpected_shape,
+    utf8,
 )
 from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece, Usage
 from app.constraints.tools import Constraint, ConstraintRequest, llamacpp_constraint
@@ -92,7 +96,10 @@ class LlamaCpp(Dialect):
 
     kind: ClassVar[str] = "llamacpp"
     path: ClassVar[str] = "/completion"
-    tokenizes: ClassVar[bool] = True
+    #: ``/completion`` parses special tokens and adds BOS where the model adds one: counted alike
+    tokenizer: ClassVar[Tokenizer | None] = Tokenizer(
+        "/tokenize", "content", counting={"add_special": True, "parse_special": True},
+        plain={"add_special": False, "parse_special": False})
     sniff: ClassVar[str | None] = "/props"
     publishes_template: ClassVar[bool] = True
     probes: ClassVar[tuple[Probe, ...]] = (
@@ -123,7 +130,7 @@ class LlamaCpp(Dialect):
         if request.media:  # one string (llama-server takes no token ids beside images)
             prompt = {"prompt_string": str(request.prompt),
                       "multimodal_data": [item.base64() for item in request.media]}
-        return _drop_none({
+        return drop_none({
             "prompt": prompt,
             "stream": True,
             "n_predict": s.max_tokens if s.max_tokens is not None else -1,
@@ -172,27 +179,6 @@ class LlamaCpp(Dialect):
                             modalities=frozenset("image" if k == "vision" else str(k) for k, v in modalities.items()
                                                  if v is True) if isinstance(modalities, dict) else None,
                             media_marker=marker if isinstance(marker, str) and marker else None)
-
-    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
-        """``POST /tokenize`` with the special-token handling ``/completion`` applies to a prompt (BOS
-        added where the model adds one, special tokens parsed; a mixed prompt as ``/completion`` reads it)."""
-        return Probe("tokenize", "/tokenize", {"content": prompt, "add_special": True, "parse_special": True})
-
-    def tokenize_plain(self, text: str, model: str | None) -> Probe:
-        """``POST /tokenize`` with ``parse_special: false``: control-token strings as text."""
-        return Probe("tokenize", "/tokenize", {"content": text, "add_special": False, "parse_special": False})
-
-    def token_ids(self, answer: Any) -> list[int]:
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise BackendError(502, "backend /tokenize answered without token ids", kind="bad_json")
-        return tokens
-
-    def token_count(self, answer: Any) -> int:
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        if not isinstance(tokens, list):
-            raise BackendError(502, "backend /tokenize answered without tokens", kind="bad_json")
-        return len(tokens)
 
 
 class CompletionDecoder:
@@ -262,9 +248,3 @@ def _finish(data: dict[str, Any]) -> Finish:
     stop_type = data.get("stop_type")
     word = data.get("stopping_word") if stop_type == "word" else None
     return Finish("length" if stop_type == "limit" else "stop", usage, word if isinstance(word, str) and word else None)
-
-
-def LlamaCppBackend(base_url: str, client: httpx.AsyncClient, api_key: str | None = None) -> Backend:
-    """A ``Backend`` speaking llama-server's dialect (the class of that name before dialects; kept
-    for its callers)."""
-    return Backend(base_url, client, api_key, dialect=LlamaCpp())

@@ -6,8 +6,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.backends.base import PieceCarry, _drop_none, count, logprob_value, unexpected_shape, utf8
-from app.backends.dialect import BackendFacts, Dialect, Events, first_model, first_model_id, positive_int
+from app.backends.dialect import (
+    BackendFacts,
+    Dialect,
+    Events,
+    PieceCarry,
+    count,
+    drop_none,
+    first_model,
+    first_model_id,
+    logprob_value,
+    positive_int,
+    unexpected_shape,
+    utf8,
+)
 from app.backends.generation import Finish, GenerationRequest, TextDelta, TokenLogprob, TokenPiece, Usage
 from app.errors import BackendError
 
@@ -21,7 +33,7 @@ class OpenAICompletions(Dialect):
 
     def body(self, request: GenerationRequest, model: str | None) -> dict[str, Any]:
         s = request.sampling
-        return _drop_none({
+        return drop_none({
             "model": model,
             "prompt": request.sent_prompt,
             "stream": True,

@@ -22,12 +22,18 @@ it is two round trips.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from app.backends.base import _drop_none, unexpected_shape
-from app.backends.dialect import BackendFacts, DialectOptions, Events, MediaInput, Probe
+from app.backends.dialect import (
+    BackendFacts,
+    DialectOptions,
+    Events,
+    MediaInput,
+    Tokenizer,
+    drop_none,
+    unexpected_shape,
+)
 from app.backends.generation import GenerationRequest, TextDelta
 from app.backends.openai_completions import CompletionsDecoder, OpenAICompletions
 from app.constraints.tools import Constraint, ConstraintRequest, vllm_constraint
@@ -50,7 +56,9 @@ class Vllm(OpenAICompletions):
 
     kind: ClassVar[str] = "vllm"
     native_n: ClassVar[bool] = True
-    tokenizes: ClassVar[bool] = True
+    #: without added special tokens, as generation requests are sent; it tells the count itself
+    tokenizer: ClassVar[Tokenizer | None] = Tokenizer("/tokenize", "prompt", counting={"add_special_tokens": False},
+                                                      names_model=True, count_field="count")
     sniff: ClassVar[str | None] = "/v1/models"
     #: constrain with the pre-0.12 ``guided_*`` fields (``--vllm-legacy-guided``)
     legacy_guided: bool = False
@@ -88,7 +96,7 @@ class Vllm(OpenAICompletions):
         if request.media:
             body = chat_body(body, request)
         s = request.sampling
-        body.update(_drop_none({
+        body.update(drop_none({
             "skip_special_tokens": False,
             "spaces_between_special_tokens": False,
             "add_special_tokens": False,
@@ -101,19 +109,6 @@ class Vllm(OpenAICompletions):
         # usage in every chunk: the prompt's token count is known with the first token
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
         return body
-
-    def tokenize(self, prompt: str | Sequence[str | int], model: str | None) -> Probe:
-        """vLLM's ``POST /tokenize``, without added special tokens (as generation requests are sent)."""
-        return Probe("tokenize", "/tokenize", _drop_none({"model": model, "prompt": prompt, "add_special_tokens": False}))
-
-    def token_count(self, answer: Any) -> int:
-        count = answer.get("count") if isinstance(answer, dict) else None
-        if not isinstance(count, int):
-            tokens = answer.get("tokens") if isinstance(answer, dict) else None
-            if not isinstance(tokens, list):
-                raise BackendError(502, "backend /tokenize answered without a count", kind="bad_json")
-            count = len(tokens)
-        return count
 
 
 def chat_body(completion: dict[str, Any], request: GenerationRequest) -> dict[str, Any]:

@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING, Self
 
 import httpx
 
-from app.errors import bad_request
-from app.media import Media, MediaRefused, Remote, param
+from app.media import Media, MediaRefused, Remote
 
 if TYPE_CHECKING:
     from app.pipeline.ask import Ask
@@ -178,17 +177,16 @@ async def resolve_media(ask: Ask, settings: Settings) -> None:
                 continue
             count += 1
             if count > settings.max_media_items:
-                raise bad_request(f"{part.where}: more images and documents than one request may hold "
-                                  f"({settings.max_media_items}, --max-media-items)", param(part.where),
-                                  code="too_many_media")
+                raise MediaRefused(f"{part.where}: more images and documents than one request may hold "
+                                   f"({settings.max_media_items}, --max-media-items)", part.where, code="too_many_media")
             if isinstance(part, Remote):
                 remote = True
             else:
                 size += part.size
                 if size > settings.max_media_bytes:
-                    raise bad_request(f"{part.where}: the request's images and documents are larger than "
-                                      f"{settings.max_media_bytes} bytes (--max-media-bytes)", param(part.where),
-                                      code="media_too_large")
+                    raise MediaRefused(f"{part.where}: the request's images and documents are larger than "
+                                       f"{settings.max_media_bytes} bytes (--max-media-bytes)", part.where,
+                                       code="media_too_large")
     if not remote:
         return
     fetched: dict[str, Media] = {}

@@ -1,5 +1,9 @@
 """``n`` answers to one request: one ``Run`` per choice, each with its own parsers, merged.
 
+``start_generation`` opens a backend stream (retrying, bounded, only errors that happen before
+anything was generated and are safe to repeat) and waits for its first item, so a failure before
+the first byte is still an HTTP error.
+
 A backend that generates ``n`` answers in one request (vLLM: ``native_n``) streams them
 interleaved, told apart by ``index``; ``Demux`` splits that one stream into one per choice. Any
 other backend is sent ``n`` requests at once (``open_choices``); with a ``seed``, choice ``k`` gets
@@ -22,7 +26,7 @@ from app.backends.base import Backend
 from app.backends.generation import Finish, Generation, GenerationRequest, TextDelta, Usage
 from app.errors import BackendError
 from app.pipeline.plan import Plan
-from app.pipeline.run import Finished, Run, start_generation
+from app.pipeline.run import Finished, Run
 from parsers.events import Event
 
 
@@ -65,6 +69,27 @@ class Demux:
 
     async def aclose(self) -> None:
         await self.source.aclose()
+
+
+async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
+    """Open the backend stream and wait for its first item; retry (bounded, with backoff) only
+    errors that happen before anything was generated and are safe to repeat."""
+    delay = 0.2
+    for attempt in range(retries + 1):
+        stream = backend.generate(request)
+        try:
+            first = await stream.__anext__()
+            return first, stream
+        except BackendError as exc:
+            await stream.aclose()
+            if exc.retryable and attempt < retries:
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            raise
+        except StopAsyncIteration:
+            raise BackendError(502, "backend returned an empty stream", kind="dropped") from None
+    raise AssertionError("unreachable")
 
 
 async def open_choices(backend: Backend, request: GenerationRequest, n: int,

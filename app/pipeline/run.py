@@ -1,11 +1,10 @@
 """A planned request run against the backend: its text through the parsers, as events.
 
-``start_run`` opens the backend stream (retrying, bounded, only errors that happen before anything
-was generated and are safe to repeat) and waits for the first item, so a failure before the first
-byte is still an HTTP error. The ``Run`` then hands out parser events: ``lead()`` those of the first
-item (so they can leave with the response head), iteration the rest, then one ``Finished``. A
-backend failure after the first byte raises ``BackendError`` from the iteration; the face encodes it
-as its own error event. ``aclose()`` closes the upstream request (idempotent).
+A ``Run`` takes one answer's stream once its first item has arrived (``app.pipeline.choices``
+opens it) and hands out parser events: ``lead()`` those of the first item (so they can leave with
+the response head), iteration the rest, then one ``Finished``. A backend failure after the first
+byte raises ``BackendError`` from the iteration; the face encodes it as its own error event.
+``aclose()`` closes the upstream request (idempotent).
 
 ``collect`` drains a run for a non-streaming answer: the same events, so streaming and
 non-streaming answers cannot disagree.
@@ -13,14 +12,13 @@ non-streaming answers cannot disagree.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.backends import Backend, Finish, TextDelta
-from app.backends.generation import Generation, GenerationRequest, TokenPiece, Usage
+from app.backends import Finish, TextDelta
+from app.backends.generation import Generation, TokenPiece, Usage
 from app.errors import BackendError
 from app.metrics import Metrics
 from app.pipeline.logprobs import ContentLogprobs
@@ -44,27 +42,6 @@ class Finished:
     stop_sequence: str | None = None
     #: generated tokens whose text went into reasoning (see ``ReasoningTokens``)
     reasoning_tokens: int = 0
-
-
-async def start_generation(backend: Backend, request: GenerationRequest, retries: int) -> tuple[Any, Generation]:
-    """Open the backend stream and wait for its first item; retry (bounded, with backoff) only
-    errors that happen before anything was generated and are safe to repeat."""
-    delay = 0.2
-    for attempt in range(retries + 1):
-        stream = backend.generate(request)
-        try:
-            first = await stream.__anext__()
-            return first, stream
-        except BackendError as exc:
-            await stream.aclose()
-            if exc.retryable and attempt < retries:
-                await asyncio.sleep(delay)
-                delay *= 2
-                continue
-            raise
-        except StopAsyncIteration:
-            raise BackendError(502, "backend returned an empty stream", kind="dropped") from None
-    raise AssertionError("unreachable")
 
 
 class ParseTally:

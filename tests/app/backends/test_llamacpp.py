@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from app.backends.base import token_count, token_ids, tokenizer_body
 from app.backends.dialect import PublishedTemplate
 from app.backends.generation import GenerationRequest, Sampling
 from app.backends.llamacpp import LlamaCpp, token_probabilities
@@ -163,12 +164,23 @@ def test_probes_and_recognition() -> None:
     assert not LlamaCpp.recognises(None) and LlamaCpp.sniff == "/props"
 
 
-def test_tokenize_request_and_count() -> None:
-    probe = LlamaCpp().tokenize("<|im_start|>hi", "m")
-    assert probe.body == {"content": "<|im_start|>hi", "add_special": True, "parse_special": True}
-    assert LlamaCpp().token_count({"tokens": [1, 2, 3]}) == 3
-    with pytest.raises(BackendError, match="without tokens"):
-        LlamaCpp().token_count({"error": "x"})
+def test_tokenize_requests_and_answers() -> None:
+    tokenizer = LlamaCpp.tokenizer
+    assert tokenizer is not None and tokenizer.path == "/tokenize" and tokenizer.plain is not None
+    counting = tokenizer_body(tokenizer, "<|im_start|>hi", "m", tokenizer.counting)
+    assert list(counting.items()) == [("content", "<|im_start|>hi"), ("add_special", True), ("parse_special", True)]
+    plain = tokenizer_body(tokenizer, "<|im_start|>", None, tokenizer.plain)
+    assert list(plain.items()) == [("content", "<|im_start|>"), ("add_special", False), ("parse_special", False)]
+    mixed = tokenizer_body(tokenizer, ["<s>", 5, "x"], "m", tokenizer.counting)
+    assert mixed["content"] == ["<s>", 5, "x"]  # a mixed prompt is counted as /completion reads it
+    assert token_count(tokenizer, {"tokens": [1, 2, 3]}) == 3
+    with pytest.raises(BackendError, match="without tokens") as caught:
+        token_count(tokenizer, {"error": "x"})
+    assert (caught.value.status, caught.value.kind) == (502, "bad_json")
+    assert token_ids(tokenizer, {"tokens": [7, 8]}) == [7, 8]
+    for odd in ({"tokens": [True]}, {"tokens": "7"}, ["tokens"]):
+        with pytest.raises(BackendError, match="without token ids"):
+            token_ids(tokenizer, odd)
 
 
 # ------------------------------------------------------------- streams recorded from a real llama-server

@@ -169,7 +169,7 @@ def test_the_generic_dialect_constrains_nothing_and_counts_no_tokens() -> None:
 
     request = ConstraintRequest.of(None, None, [], None, True, None, {"type": "json_object"})
     assert OpenAICompletions().constrain(request).fields == {}
-    assert not OpenAICompletions.tokenizes and not OpenAICompletions.native_n
+    assert OpenAICompletions.tokenizer is None and not OpenAICompletions.native_n
     assert OpenAICompletions.sniff is None  # the fallback kind
     assert isinstance(OpenAICompletions().decoder(GenerationRequest("p")), CompletionsDecoder)
 
@@ -184,3 +184,20 @@ def test_a_stream_recorded_from_llama_servers_openai_completions() -> None:
     assert finish.reason == "length" and finish.usage is not None
     assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (15, 6, 14)
     assert decoder.stop and decoder.complete
+
+
+def test_a_backend_without_a_tokenizer_refuses_to_count_and_asks_nothing() -> None:
+    import asyncio
+
+    import httpx
+
+    from app.backends.base import Backend
+    from app.errors import APIError
+
+    backend = Backend("http://127.0.0.1:9", httpx.AsyncClient(), dialect=OpenAICompletions())
+    assert not backend.counts_tokens
+    with pytest.raises(APIError, match="no tokenizer endpoint") as caught:
+        asyncio.run(backend.count_tokens("hello"))
+    assert (caught.value.status, caught.value.code) == (400, "count_tokens_unsupported")
+    with pytest.raises(NotImplementedError):
+        asyncio.run(backend.tokenize_plain("hello"))

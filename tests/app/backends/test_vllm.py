@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app.backends.base import token_count, tokenizer_body
 from app.backends.generation import GenerationRequest, Sampling
 from app.backends.vllm import Vllm
 from app.constraints.tools import ConstraintRequest, ReasoningGate
@@ -90,12 +91,15 @@ def test_constraints_in_current_or_legacy_fields_by_the_setting() -> None:
 
 
 def test_tokenize_request_and_count() -> None:
-    probe = Vllm().tokenize("hello", "m")
-    assert (probe.path, probe.body) == ("/tokenize", {"model": "m", "prompt": "hello", "add_special_tokens": False})
-    assert Vllm().token_count({"count": 3, "tokens": [1, 2, 3, 4]}) == 3
-    assert Vllm().token_count({"tokens": [1, 2]}) == 2
+    tokenizer = Vllm.tokenizer
+    assert tokenizer is not None and tokenizer.path == "/tokenize" and tokenizer.plain is None
+    body = tokenizer_body(tokenizer, "hello", "m", tokenizer.counting)
+    assert list(body.items()) == [("model", "m"), ("prompt", "hello"), ("add_special_tokens", False)]
+    assert tokenizer_body(tokenizer, "hello", None, tokenizer.counting) == {"prompt": "hello", "add_special_tokens": False}
+    assert token_count(tokenizer, {"count": 3, "tokens": [1, 2, 3, 4]}) == 3
+    assert token_count(tokenizer, {"tokens": [1, 2]}) == 2
     with pytest.raises(BackendError, match="without a count"):
-        Vllm().token_count({"detail": "nope"})
+        token_count(tokenizer, {"detail": "nope"})
 
 
 def test_recognised_by_its_models_owner_and_its_context_from_max_model_len() -> None:
