@@ -16,6 +16,7 @@ import httpx
 
 from app.backends import BACKEND_TYPES, Backend, detect_backend_type
 from app.backends.streamhttp import StreamingClient
+from app.control import control_for
 from app.errors import APIError
 from app.formats import Formats, label_of
 from app.parser_choice import ParserChoice
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from app.vocab import TextTokenizer
 
 log = logging.getLogger("toolwire")
-#: client text sent as it is (a model served without ``app.pipeline.literal.control_for``: tests, tools)
+#: client text sent as it is (a model served without ``app.control.control_for``: tests, tools)
 NO_CONTROL = ControlText(mode="allow")
 
 
@@ -199,8 +200,6 @@ async def probe(settings: Settings, client: httpx.AsyncClient, streaming: Stream
         profile_of(template)  # probe it now, not on the first request
         if s.prefix_cache_bytes:
             template.loop_plan()  # proven now, not on the first request (a parse and a compile)
-    from app.pipeline.literal import control_for
-
     control, tokenizer = await control_for(s, backend, template)
     model = ServedModel.of(s.model or served_name(upstream_model) or "default", backend, template,
                            choose_parsers(s, template), control, tokenizer)
