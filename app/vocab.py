@@ -159,14 +159,11 @@ async def from_llamacpp(backend: Backend, candidates: Iterable[str], media_marke
     markup (a user-defined token, ``unsplittable``). Its media marker is control text whatever it is."""
     wanted = sorted(set(candidates))
 
-    async def ask(text: str, special: bool) -> list[Any] | None:
+    async def ask(text: str, special: bool) -> list[int] | None:
         try:
-            answer = await backend._post_json("/tokenize", {"content": text, "add_special": False,
-                                                            "parse_special": special})
+            return await backend.tokenize(text, special)
         except Exception:  # noqa: BLE001 - a candidate the server does not confirm is not one
             return None
-        tokens = answer.get("tokens") if isinstance(answer, dict) else None
-        return tokens if isinstance(tokens, list) else None
 
     parsed = await asyncio.gather(*(ask(text, True) for text in wanted))
     singles = [text for text, tokens in zip(wanted, parsed, strict=True) if tokens is not None and len(tokens) == 1]

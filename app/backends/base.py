@@ -122,14 +122,16 @@ class Backend:
                                kind="rejected") from exc
         return token_count(tokenizer, answer)
 
-    async def tokenize_plain(self, text: str) -> list[int]:
-        """``text``'s token ids as plain text (its control-token strings not parsed, no BOS), by the
-        backend's tokenizer (only for a dialect that takes mixed prompts: ``app.pipeline.literal``)."""
+    async def tokenize(self, text: str, special: bool = False) -> list[int]:
+        """``text``'s token ids, no BOS, by the backend's tokenizer: as plain text (its control-token
+        strings not parsed: ``app.pipeline.literal``), or with them parsed (``special``: which strings
+        are tokens of their own, ``app.vocab``) — for a dialect whose ``Tokenizer`` says how."""
         tokenizer = self.dialect.tokenizer
-        if tokenizer is None or tokenizer.plain is None:
-            raise NotImplementedError(f"backend kind {self.kind!r} has no plain-text tokenizer")
+        fields = None if tokenizer is None else tokenizer.special if special else tokenizer.plain
+        if tokenizer is None or fields is None:
+            raise NotImplementedError(f"backend kind {self.kind!r} cannot tokenize without a BOS")
         return token_ids(tokenizer, await self._post_json(tokenizer.path, tokenizer_body(tokenizer, text, self.model,
-                                                                                           tokenizer.plain)))
+                                                                                           fields)))
 
     async def probe(self) -> BackendFacts:
         """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON

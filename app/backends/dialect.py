@@ -98,14 +98,16 @@ class Tokenizer:
     """A backend's tokenizer endpoint: ``POST path`` with a JSON object — the model id under
     ``"model"`` where ``names_model`` (and it is known), the text under ``text_field``, then
     ``counting``'s fields, which count a prompt as a generation request's prompt is counted, or
-    ``plain``'s, which tokenize text as plain text: control-token strings not parsed, no BOS
-    (``None``: it cannot). The answer holds the ids under ``"tokens"``; ``count_field`` names a field
-    holding their number, read first where the backend sends it."""
+    ``plain``'s, which tokenize text as plain text: control-token strings not parsed, no BOS — or
+    ``special``'s: control-token strings parsed, no BOS (``None``: it cannot). The answer holds the
+    ids under ``"tokens"``; ``count_field`` names a field holding their number, read first where the
+    backend sends it."""
 
     path: str
     text_field: str
     counting: Mapping[str, bool]
     plain: Mapping[str, bool] | None = None
+    special: Mapping[str, bool] | None = None
     names_model: bool = False
     count_field: str | None = None
 

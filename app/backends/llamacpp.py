@@ -99,7 +99,7 @@ class LlamaCpp(Dialect):
     #: ``/completion`` parses special tokens and adds BOS where the model adds one: counted alike
     tokenizer: ClassVar[Tokenizer | None] = Tokenizer(
         "/tokenize", "content", counting={"add_special": True, "parse_special": True},
-        plain={"add_special": False, "parse_special": False})
+        plain={"add_special": False, "parse_special": False}, special={"add_special": False, "parse_special": True})
     sniff: ClassVar[str | None] = "/props"
     publishes_template: ClassVar[bool] = True
     probes: ClassVar[tuple[Probe, ...]] = (

@@ -87,7 +87,7 @@ async def encode_prompt(planned: Plan, model: ServedModel) -> None:
 async def _mixed(text: str, wide: Sequence[Span], backend: Backend) -> list[str | int]:
     """llama-server's mixed prompt: the template's stretches as strings, the regions as the ids of
     their plain-text tokenization. It starts with a string (llama-server adds its BOS token only then)."""
-    ids = await asyncio.gather(*(backend.tokenize_plain(text[a:b]) for a, b in wide))
+    ids = await asyncio.gather(*(backend.tokenize(text[a:b]) for a, b in wide))
     out: list[str | int] = []
     at = 0
     for (a, b), tokens in zip(wide, ids, strict=True):

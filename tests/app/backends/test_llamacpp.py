@@ -171,6 +171,9 @@ def test_tokenize_requests_and_answers() -> None:
     assert list(counting.items()) == [("content", "<|im_start|>hi"), ("add_special", True), ("parse_special", True)]
     plain = tokenizer_body(tokenizer, "<|im_start|>", None, tokenizer.plain)
     assert list(plain.items()) == [("content", "<|im_start|>"), ("add_special", False), ("parse_special", False)]
+    assert tokenizer.special is not None  # which strings are tokens of their own (app.vocab): no BOS either
+    special = tokenizer_body(tokenizer, "<|im_start|>", None, tokenizer.special)
+    assert list(special.items()) == [("content", "<|im_start|>"), ("add_special", False), ("parse_special", True)]
     mixed = tokenizer_body(tokenizer, ["<s>", 5, "x"], "m", tokenizer.counting)
     assert mixed["content"] == ["<s>", 5, "x"]  # a mixed prompt is counted as /completion reads it
     assert token_count(tokenizer, {"tokens": [1, 2, 3]}) == 3

@@ -200,4 +200,4 @@ def test_a_backend_without_a_tokenizer_refuses_to_count_and_asks_nothing() -> No
         asyncio.run(backend.count_tokens("hello"))
     assert (caught.value.status, caught.value.code) == (400, "count_tokens_unsupported")
     with pytest.raises(NotImplementedError):
-        asyncio.run(backend.tokenize_plain("hello"))
+        asyncio.run(backend.tokenize("hello"))
