@@ -158,7 +158,7 @@ def test_jinja_namespace_keeps_its_attributes_where_the_sandbox_reads_them() -> 
     assert rendered == "3"
 
 
-# ------------------------------------------------------------------ jinja: app/templates/resume.py
+# ------------------------------------------------------------------ jinja: app/templates/resume/
 
 
 def test_jinja_nodes_and_compile_are_what_resume_rewrites_with() -> None:

@@ -2,14 +2,13 @@
 
 ``exact_bytes`` serialises a template value and ``_item_bytes`` a loop item (``marshal`` where it
 can); both raise ``_Inexact`` where two different values could come out alike (a tuple, a
-non-finite float, a ``str`` subclass other than tool arguments). ``common_prefix`` counts the first
-elements two sequences share. Nothing here knows of loops or plans."""
+non-finite float, a ``str`` subclass other than tool arguments). Nothing here knows of
+loops or plans."""
 
 from __future__ import annotations
 
 import marshal
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import jinja2
@@ -76,12 +75,3 @@ def _item_bytes(item: Any) -> bytes:
     except ValueError:
         return b"j" + exact_bytes(item)
 
-
-def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
-    """How many first elements ``old`` and ``new`` share (the same object, or equal)."""
-    n = 0
-    for a, b in zip(old, new):  # noqa: B905 — the shorter one ends the prefix
-        if a is not b and a != b:
-            break
-        n += 1
-    return n
