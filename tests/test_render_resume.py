@@ -18,10 +18,11 @@ import pytest
 
 from app.conversation import Call, Turn
 from app.jsontext import JsonText, dumps_body
-from app.templates import chat_template, resume
+from app.templates import chat_template
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import TemplateProfile, render_conversation, template_messages
 from app.templates.resume import SEPARATOR, NotProven, RenderState, Resume, plan_of
+from app.templates.resume import render as resumed_render
 from bench.agent import agent_tools
 from tests.data.render_cases import PINNED_NOW
 
@@ -281,8 +282,8 @@ def test_a_conversations_own_messages_are_known_by_identity(monkeypatch: pytest.
     first, again = template_messages(steps[-1], profile), template_messages(steps[-1], profile)
     assert all(a is b for a, b in zip(first, again, strict=True))
     serialisations: list[object] = []
-    item_bytes = resume._item_bytes
-    monkeypatch.setattr(resume, "_item_bytes", lambda item: serialisations.append(item) or item_bytes(item))
+    item_bytes = resumed_render._item_bytes
+    monkeypatch.setattr(resumed_render, "_item_bytes", lambda item: serialisations.append(item) or item_bytes(item))
     call = Call("call9z000", "bash", "{}")
     more = [*steps[-1], Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
     reused = resumed.reused

@@ -1,0 +1,18 @@
+"""The Jinja that changes nothing, as the proof (``proof``) and the guard finder (``guards``) both
+judge it: the method names that change the list, dict, set or deque they are called on
+(``_MUTATORS``), the filters that are not pure (``_IMPURE_FILTERS``), and the names an
+expression or assignment target reads (``_names``)."""
+
+from __future__ import annotations
+
+from jinja2 import nodes
+
+_IMPURE_FILTERS = frozenset({"random"})
+_MUTATORS: frozenset[str] = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "setdefault", "popitem",
+    "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update", "appendleft",
+    "extendleft", "popleft", "rotate"})
+
+
+def _names(node: nodes.Node) -> list[nodes.Name]:
+    return [node] if isinstance(node, nodes.Name) else list(node.find_all(nodes.Name))

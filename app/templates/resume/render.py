@@ -1,0 +1,287 @@
+"""The continued render at run time (``render_resumable``).
+
+A render with a ``LoopPlan``'s template takes from the earlier render's ``RenderState``
+(``Resume.previous``) the loop iterations whose items and captured values (or guards) are the
+same, runs the others, and cuts the output apart at ``SEPARATOR``; it leaves its own state in
+``Resume.state`` and gives the prompt with its JSON encoding (``JsonText``) — or ``None`` when the
+output could not be taken apart (render whole instead)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.jsontext import JsonText
+from app.templates.fastrender import render
+from app.templates.resume.exact import _Inexact, _item_bytes, exact_bytes
+from app.templates.resume.guards import Outcome, same_outcome
+from app.templates.resume.proof import _AT, _ENTER, _LEAVE, _SKIP, _STATE, LoopPlan
+
+#: separates the loop's iterations in a resumable render's raw output; random per process, so no
+#: client can put it in a message on purpose (and by chance, a count mismatch catches it)
+SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
+
+
+@dataclass(eq=False)
+class RenderState:
+    """What one resumable render leaves for the next render of the same conversation: the text of
+    each loop iteration (``texts``) and their JSON encodings one after the other (``texts_json``,
+    text ``i`` ending at ``texts_json_ends[i]``), each loop item serialised exactly (``items``), the
+    value of each captured name serialised (``captured``) and the values themselves (``values``, for
+    replaying guards; ``None`` when they could not be kept), and, when the loop ran over the
+    messages themselves, the caller's messages (``source``: recognised again by identity, the
+    caller having promised never to change them) and each as prepared for the template
+    (``prepared``). ``size`` is what it counts against a byte bound (``sys.getsizeof`` of the
+    texts, the serialised bytes, three times those of the items)."""
+
+    texts: list[str]
+    texts_json: bytes
+    texts_json_ends: list[int]
+    items: list[bytes]
+    captured: list[bytes]
+    values: list[Any] | None
+    source: list[Any] | None
+    prepared: list[Any] | None
+    size: int
+    #: guard outcomes under ``values``, iteration by iteration, as far as they were worked out
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (from a worker) without what only this process can vouch for — the caller's
+        messages (identity means nothing elsewhere), the captured values (namespaces and the like
+        need not pickle) — nor the prepared messages (prepared again here if needed: cheaper
+        than pickling them both ways)."""
+        state = dict(self.__dict__)
+        state["source"] = state["values"] = state["prepared"] = None
+        return state
+
+
+class Resume:
+    """One render's link to the conversation it continues: ``previous`` is the state of an earlier
+    render of it (``None``: none), ``state`` the state this render leaves (``None``: nothing to
+    keep — the template is not resumable, or the render read the sequence from its end), and
+    ``reused`` how many of its loop iterations were taken from ``previous``."""
+
+    __slots__ = ("previous", "reused", "state")
+
+    def __init__(self, previous: RenderState | None = None) -> None:
+        self.previous = previous
+        self.state: RenderState | None = None
+        self.reused = 0
+
+
+#: guard outcomes worked out in one go at most (a replay beyond is not tried: rendered instead)
+MAX_REPLAY = 4096
+
+
+def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
+    """Item by item, over the places both have: whether the two sequences hold the same bytes there."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
+
+
+class _Run:
+    """One resumable render's state: what the calls the template makes do."""
+
+    def __init__(self, plan: LoopPlan, resume: Resume, messages: list[Any], items: list[bytes] | None,
+                 equal: list[bool] | None, source: list[Any] | None) -> None:
+        self.plan, self.resume, self.messages = plan, resume, messages
+        self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
+        self.entered = self.left = False
+        self.length = 0  # items the loop runs over
+        self.items, self.equal, self.source = items, equal, source  # the loop's items, when it runs over the messages
+        self.captured: list[bytes] = []
+        self.values: list[Any] | None = None
+        self.outcomes: list[Outcome] = []
+        self.taken: set[int] = set()  # iterations past ``start`` taken from the render before
+        self.storable = False
+        self.wrapped = False  # an iteration read the sequence from its end
+
+    def functions(self) -> dict[str, Any]:
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at, _SKIP: self.taken}
+
+    def at(self, sequence: Any, index: Any) -> Any:
+        """``sequence[index]`` as the template reads it; an index that counts from the end makes the
+        iteration depend on the last items, so the render is not kept."""
+        if isinstance(index, int) and index < 0:
+            self.storable = False
+            self.wrapped = True
+        return self.plan.template.environment.getitem(sequence, index)
+
+    def enter(self, sequence: Any, captured: list[Any]) -> str:
+        self.entered = True
+        if not isinstance(sequence, list):
+            return SEPARATOR
+        self.length = len(sequence)
+        previous = self.resume.previous
+        try:
+            self.captured = [exact_bytes(value) for value in captured]
+            if sequence is not self.messages:  # a list the template made: its own items are serialised
+                self.items = [b"j" + exact_bytes(item) for item in sequence]
+                self.source = None
+                self.equal = _equal(previous.items, self.items) if previous is not None else None
+            self.storable = self.items is not None and not self.wrapped
+        except _Inexact:
+            return SEPARATOR
+        self.values = captured
+        if previous is not None and self.equal is not None:
+            reusable = self._reusable(previous, self.equal)
+            start = 0
+            while start < len(reusable) and reusable[start]:
+                start += 1
+            self.state["start"] = start
+            self.taken.update(i for i in range(start, len(reusable)) if reusable[i])
+        return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
+
+    def _reusable(self, previous: RenderState, equal: list[bool]) -> list[bool]:
+        """Iteration by iteration (over the places both renders have), whether the earlier render's
+        text is this one's: the items it reads (``behind`` before its own, ``ahead`` after it, and
+        the fixed ones) are the same at the same places — or absent from both — and so is what it
+        read of the captured values (``_replayed``)."""
+        plan, old, n = self.plan, len(previous.items), self.length
+        both = min(old, n)
+
+        # place by place, whether the item there is the same in both renders (or absent from both)
+        same = [*equal, *([old == n] * (plan.ahead + 1))]
+        if not all(same[:plan.fixed]) or len(same) < plan.fixed:
+            return []
+        # iteration i reads the places from i - behind to i + ahead: a window of sames
+        differ = [0]
+        for s in same:
+            differ.append(differ[-1] + (not s))
+        behind, ahead = plan.behind, plan.ahead
+        reusable = [differ[i + ahead + 1] == differ[max(0, i - behind)] for i in range(both)]
+        if previous.captured == self.captured:  # the same values: the same outcomes (not where ``last`` moved)
+            self.outcomes = previous.outcomes[:max(0, both - 1)]
+            return reusable
+        return self._replayed(previous, reusable)
+
+    def _replayed(self, previous: RenderState, reusable: list[bool]) -> list[bool]:
+        """``reusable``, where the captured values differ from the earlier render's, kept for the
+        iterations whose guards come out the same now and then: each differing name must be one
+        the loop reads only through guards (expressions of the captured values and the
+        iteration's place alone, ``LoopPlan.guards``)."""
+        guards = self.plan.guards
+        upto = len(reusable)
+        while upto and not reusable[upto - 1]:
+            upto -= 1
+        if (guards is None or previous.values is None or len(previous.captured) != len(self.captured)
+                or upto > MAX_REPLAY):
+            return []
+        for name, was, now in zip(self.plan.captured, previous.captured, self.captured, strict=True):
+            if was != now and name not in guards.names:
+                return []
+        old = previous.outcomes
+        if len(old) < upto:
+            more = guards.outcomes(previous.values, self.plan.captured, range(len(old), upto), len(previous.items))
+            if more is None:
+                return []
+            old = previous.outcomes = [*old, *more]
+        new = guards.outcomes(self.values or [], self.plan.captured, range(upto), self.length)
+        if new is None:
+            return []
+        agreed = [reusable[i] and same_outcome(old[i], new[i]) for i in range(upto)]
+        same = 0
+        while same < upto and new[same] is not None:
+            same += 1
+        self.outcomes = new[:same]  # this render's outcomes, as far as they are known (all known)
+        return agreed
+
+    def leave(self) -> str:
+        self.left = True
+        return SEPARATOR
+
+    def finish(self, raw: str) -> str | None:
+        """The prompt from the raw output (``None``: render whole instead — the separator was in
+        the data)."""
+        if not self.entered:
+            return raw if SEPARATOR not in raw else None
+        parts = raw.split(SEPARATOR)
+        start = self.state["start"]
+        if not self.left or len(parts) != self.length - start + 3:
+            return None
+        head, _, *fresh, tail = parts
+        previous = self.resume.previous
+        old = previous.texts if previous is not None else []
+        texts = [*old[:start], *(old[i] if i in self.taken else text for i, text in enumerate(fresh, start))]
+        self.resume.reused = start + len(self.taken)
+        prompt = "".join([head, *texts, tail])
+        try:
+            encoded, ends = self._encoded(texts, start)
+            around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
+        except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
+            return prompt
+        texts_json = b"".join(encoded)
+        if self.storable and self.items is not None and len(self.items) == self.length:
+            size = (sum(sys.getsizeof(t) for t in texts) + len(texts_json) + 3 * sum(map(len, self.items))
+                    + 56 * len(self.items) + sum(map(len, self.captured)))
+            prepared = self.messages if self.plan.sequence == "messages" else None
+            self.resume.state = RenderState(texts, texts_json, ends, self.items, self.captured, self.values,
+                                            self.source, prepared, size, self.outcomes)
+        return JsonText(prompt, b"".join((around[0], texts_json, around[1])))
+
+    def _encoded(self, texts: list[str], start: int) -> tuple[list[bytes], list[int]]:
+        """Each text's JSON encoding (without its quotes) and where each ends, one after the other:
+        a text taken from the render before brings its encoding along."""
+        previous = self.resume.previous
+        encoded: list[bytes] = []
+        ends: list[int] = []
+        if start and previous is not None:
+            encoded.append(previous.texts_json[:previous.texts_json_ends[start - 1]])
+            ends = list(previous.texts_json_ends[:start])
+        size = ends[-1] if ends else 0
+        for i in range(start, len(texts)):
+            if i in self.taken and previous is not None:
+                old_ends = previous.texts_json_ends
+                piece = previous.texts_json[old_ends[i - 1] if i else 0:old_ends[i]]
+            else:
+                piece = orjson.dumps(texts[i])[1:-1]
+            encoded.append(piece)
+            size += len(piece)
+            ends.append(size)
+        return encoded, ends
+
+
+def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[str, Any]],
+                     prepare: Callable[[Sequence[Mapping[str, Any]]], list[Any]], context: dict[str, Any],
+                     owned: Callable[[Any], None], frozen: bool = False) -> str | None:
+    """Render ``messages`` (prepared for the template by ``prepare``, message by message) and
+    ``context`` with ``plan``'s template, reusing what ``resume.previous`` proves reusable —
+    prepared messages included — and leaving this render's state in ``resume.state``; ``None``
+    when the output could not be taken apart (render whole instead). ``owned`` is told of the
+    prepared messages (the caller's: the template may not change them). ``frozen``: the caller
+    never changes ``messages``' items (nor anything in them) from here on, so a later render may
+    recognise them by identity."""
+    previous = resume.previous
+    items: list[bytes] | None = None
+    equal: list[bool] | None = None
+    prepared: list[Any] | None = None
+    if plan.sequence == "messages":
+        same = previous.source if previous is not None and previous.source is not None and frozen else ()
+        try:
+            items = [previous.items[i] if i < len(same) and same[i] is message else _item_bytes(message)  # type: ignore[union-attr]
+                     for i, message in enumerate(messages)]
+        except _Inexact:
+            items = None
+        if items is not None and previous is not None:
+            equal = _equal(previous.items, items)
+            old = previous.prepared
+            if old is not None and any(equal):  # a message prepared before is the same prepared again
+                fresh = [i for i, e in enumerate(equal) if not e] + list(range(len(equal), len(messages)))
+                made = iter(prepare([messages[i] for i in fresh]))
+                known = set(fresh)
+                prepared = [next(made) if i in known else old[i] for i in range(len(messages))]
+            for i, e in enumerate(equal):
+                if e:
+                    items[i] = previous.items[i]  # the same bytes: kept once
+    if prepared is None:
+        prepared = prepare(messages)
+    owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
+    run = _Run(plan, resume, prepared, items, equal,
+               list(messages) if frozen and plan.sequence == "messages" else None)
+    raw = render(plan.template, {**context, "messages": prepared, **run.functions()})
+    return run.finish(raw)
