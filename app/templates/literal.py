@@ -40,40 +40,34 @@ Limits, stated: only strings the tokenizer turns into tokens of their own are pr
 template writes as plain text (a Hermes ``<tool_call>`` on a model without that token) is not a
 token and cannot be kept from the model's eyes this way; a template that changes client text in
 ways other than those above (its case, say) is rendered as it renders it.
+
+This module owns ``ControlText`` and the trace (render, restore, escape the spans). Its parts: the
+matching tables that scan and rewrite client values (``app.templates.control_tables``), the walk over
+every client string (``app.templates.client_values``), the placeholder code
+(``app.templates.placeholders``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
-import orjson
 from jinja2 import nodes
 
-from app.conversation import Call, Turn
+from app.conversation import Turn
 from app.templates.chat_template import TemplateError
+from app.templates.control_tables import ZW, Tables
+from app.templates.placeholders import BASE, CLOSE, FIELD, FROM_DIGITS, OPEN, PLACEHOLDER, RESERVED
+
+#: the public names (``ZW``, ``OPEN`` and ``CLOSE`` are defined where they are used and handed on here)
+__all__ = ["CLOSE", "MAX_LENGTH", "MIN_LENGTH", "OPEN", "ZW", "ControlText", "ControlTextRejected", "Mode", "Render",
+           "Rendered", "Span", "inspected_strings"]
 
 Mode = Literal["tokens", "escape", "reject", "allow"]
 #: ``[start, end)`` of a piece of prompt text that must be read as plain text
 Span = tuple[int, int]
 
-#: what ``escape`` inserts after the first character of a client's control string
-ZW = "\u200b"
-
-_BASE = 0xF0000  # Supplementary Private Use Area-A: our 32 code points
-OPEN, CLOSE = chr(_BASE), chr(_BASE + 1)
-_DIGIT0 = _BASE + 0x10
-_RESERVED_CLASS = f"[{OPEN}-{chr(_BASE + 0x1F)}]"
-_PLACEHOLDER = re.compile(f"{OPEN}([{chr(_DIGIT0)}-{chr(_DIGIT0 + 15)}]+){CLOSE}")
-_RESERVED = re.compile(_RESERVED_CLASS)
-_TO_DIGITS = str.maketrans({c: chr(_DIGIT0 + int(c, 16)) for c in "0123456789abcdef"})
-_FROM_DIGITS = str.maketrans({chr(_DIGIT0 + i): "0123456789abcdef"[i] for i in range(16)})
-_PIECE = 64  # longest edge piece looked for (a pattern nests once per character of it)
-_SPACE = 64  # whitespace around an edge piece looked past (templates strip client text)
-_FIELD = 10  # bits per slice bound in a placeholder's code (control strings up to 1023 characters)
 #: control strings shorter than this are left alone (a one-character "token" would flag every text)
 MIN_LENGTH = 2
 #: control strings longer than this are left alone (no tokenizer has one; it bounds the patterns)
@@ -148,10 +142,10 @@ class ControlText:
     # ------------------------------------------------------------------------ matching tables
 
     @property
-    def _tables(self) -> _Tables:
-        tables: _Tables | None = self.__dict__.get("_built")
+    def _tables(self) -> Tables:
+        tables: Tables | None = self.__dict__.get("_built")
         if tables is None:
-            tables = _Tables(self.strings)
+            tables = Tables(self.strings)
             object.__setattr__(self, "_built", tables)
         return tables
 
@@ -228,7 +222,7 @@ class ControlText:
         reach = self._tables.longest
         return any(s < b and a < e for s, e in self.occurrences(text, max(0, a - reach), min(len(text), b + reach)))
 
-    def _needs_escape(self, text: str, span: Span, tables: _Tables) -> bool:
+    def _needs_escape(self, text: str, span: Span, tables: Tables) -> bool:
         if not self.unsplittable:
             return False
         a, b = span
@@ -251,7 +245,7 @@ def _or_none(render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] 
         return None
 
 
-def _covering(text: str, span: Span, tables: _Tables) -> str | None:
+def _covering(text: str, span: Span, tables: Tables) -> str | None:
     a, b = span
     for m in tables.tokens.finditer(text, max(0, a - tables.longest), min(len(text), b + tables.longest)):
         if m.start() < b and a < m.end():
@@ -262,42 +256,30 @@ def _covering(text: str, span: Span, tables: _Tables) -> str | None:
 # ------------------------------------------------------------------------------ placeholders
 
 
-def _placeholder(code: int) -> str:
-    return OPEN + format(code, "x").translate(_TO_DIGITS) + CLOSE
-
-
-def _piece_code(index: int, start: int, end: int) -> int:
-    return ((index << _FIELD | start) << _FIELD | end) << 1
-
-
-def _char_code(char: str) -> int:
-    return (ord(char) - _BASE) << 1 | 1
-
-
-def _restore(raw: str, tables: _Tables) -> tuple[str, list[tuple[Span, bool]]] | None:
+def _restore(raw: str, tables: Tables) -> tuple[str, list[tuple[Span, bool]]] | None:
     """The render with every placeholder put back, and where each control piece went (``True``: an
     edge piece); ``None`` when a placeholder was cut or mangled."""
     out: list[str] = []
     spans: list[tuple[Span, bool]] = []
     at = size = 0
     strings = tables.strings
-    mask = (1 << _FIELD) - 1
-    for m in _PLACEHOLDER.finditer(raw):
+    mask = (1 << FIELD) - 1
+    for m in PLACEHOLDER.finditer(raw):
         before = raw[at:m.start()]
-        if _RESERVED.search(before):
+        if RESERVED.search(before):
             return None
         out.append(before)
         size += len(before)
-        code = int(m.group(1).translate(_FROM_DIGITS), 16)
+        code = int(m.group(1).translate(FROM_DIGITS), 16)
         if code & 1:
-            piece = chr(_BASE + (code >> 1))
-            if not OPEN <= piece <= chr(_BASE + 0x1F):
+            piece = chr(BASE + (code >> 1))
+            if not OPEN <= piece <= chr(BASE + 0x1F):
                 return None
             out.append(piece)
             size += 1
         else:
             code >>= 1
-            end, start, index = code & mask, code >> _FIELD & mask, code >> 2 * _FIELD
+            end, start, index = code & mask, code >> FIELD & mask, code >> 2 * FIELD
             if index >= len(strings) or not 0 <= start < end <= len(strings[index]):
                 return None
             piece = strings[index][start:end]
@@ -306,7 +288,7 @@ def _restore(raw: str, tables: _Tables) -> tuple[str, list[tuple[Span, bool]]] |
             size += len(piece)
         at = m.end()
     rest = raw[at:]
-    if _RESERVED.search(rest) or "\\udb80\\udc0" in raw:  # a stray piece, or one a template JSON-escaped
+    if RESERVED.search(rest) or "\\udb80\\udc0" in raw:  # a stray piece, or one a template JSON-escaped
         return None
     out.append(rest)
     return "".join(out), spans
@@ -321,7 +303,7 @@ def _without(text: str, own: frozenset[str]) -> str:
 
 
 def _with_prefill(text: str, spans: list[tuple[Span, bool]], prefill: str,
-                  tables: _Tables, own: frozenset[str] = frozenset()) -> tuple[str, list[tuple[Span, bool]]]:
+                  tables: Tables, own: frozenset[str] = frozenset()) -> tuple[str, list[tuple[Span, bool]]]:
     """The prompt followed by the answer's prefill (client text outside the template): its control
     strings, and a control string across the join, are spans too."""
     if not prefill:
@@ -361,451 +343,6 @@ def _escape_some(prompt: str, prefill: str, spans: tuple[Span, ...], keep: tuple
         return at + sum(1 for a, _b in escaped if a < at)
 
     return Rendered(prompt, prefill, tuple((moved(a), moved(a) + b - a) for a, b in keep), escaped=True)
-
-
-# ------------------------------------------------------------------------------ the tables
-
-
-class _Tables:
-    """The matching machinery for one set of control strings, built on first use."""
-
-    def __init__(self, strings: tuple[str, ...]) -> None:
-        self.strings = strings
-        self.index = {s: i for i, s in enumerate(strings)}
-        self.longest = max(map(len, strings), default=0)
-        alternation = _trie(strings, whole=True)
-        self.tokens = re.compile(alternation)
-        #: a control string, or one of the placeholder block's characters
-        self.dirty = re.compile(f"{alternation}|{_RESERVED_CLASS}")
-        #: a control string with any run of U+200B after its first character (escape's target)
-        self.escapable = re.compile(_trie(strings, whole=True, gap=f"{ZW}*"))
-        self.prefixes: dict[str, int] = {}
-        self.suffixes: dict[str, int] = {}
-        for i, s in enumerate(strings):
-            for k in range(1, len(s)):
-                self.prefixes.setdefault(s[:k], i)
-                self.suffixes.setdefault(s[k:], i)
-        self.starts = frozenset(s[0] for s in strings)
-        self.ends = frozenset(s[-1] for s in strings)
-        #: a text ending with the beginning of a control string; a reversed text ending with the end of one
-        self.begins = _small_pattern(_trie(s[:-1][:_PIECE] for s in strings) + r"\Z")
-        self.ends_reversed = _small_pattern(_trie(s[:0:-1][:_PIECE] for s in strings) + r"\Z")
-        #: the strings as they appear JSON-encoded (in tool definitions' JSON text)
-        encoded = {orjson.dumps(s).decode()[1:-1] for s in strings}
-        self.tools_tokens = re.compile(_trie(encoded | set(strings), whole=True))
-        #: no control string holds a character JSON escapes: each stands verbatim in JSON text, and a
-        #: JSON text without ``escapable`` holds no string ``escape`` would change
-        self.json_verbatim = encoded == set(strings)
-        #: JSON escapes in call arguments that could spell a control string's characters when decoded
-        self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
-
-    # ---- the scan
-
-    def flags(self, text: str) -> str | None:
-        """``""`` or the control string when ``text`` must be traced (``""``: only an edge piece or
-        a placeholder character), ``None`` when it is plain."""
-        m = self.tokens.search(text)
-        if m is not None:
-            return m.group()
-        if not text.isascii() and _RESERVED.search(text):
-            return ""
-        return "" if self._edge(text) else None
-
-    def _edge(self, text: str) -> bool:
-        """Whether ``text`` ends with the beginning of a control string or begins with the end of one
-        (whitespace around it aside). Looks only at the ends: a few short slices, whatever the length."""
-        reach = self.longest - 1
-        begins, ends = self.begins, self.ends_reversed
-        if begins is not None:
-            if begins.search(text[-reach - _SPACE:].rstrip()[-reach:]) is not None:
-                return True
-        elif self._tail(text) is not None:
-            return True
-        if ends is not None:
-            return ends.search(text[:reach + _SPACE].lstrip()[:reach][::-1]) is not None
-        return self._head(text) is not None
-
-    def _tail(self, text: str) -> int | None:
-        """Where ``text``'s longest tail that begins a control string starts (after trailing space)."""
-        end = len(text) - (len(window := text[-_SPACE:]) - len(window.rstrip()))
-        low = max(0, end - self.longest + 1)
-        best: int | None = None
-        for c in self.starts:
-            p = text.rfind(c, low, end)
-            while p != -1:
-                if text[p:end] in self.prefixes and (best is None or p < best):
-                    best = p
-                p = text.rfind(c, low, p)
-        return best
-
-    def _head(self, text: str) -> int | None:
-        """Where ``text``'s longest head that ends a control string ends (after leading space)."""
-        start = len(window := text[:_SPACE]) - len(window.lstrip())
-        high = min(len(text), start + self.longest - 1)
-        best: int | None = None
-        for c in self.ends:
-            p = text.find(c, start, high)
-            while p != -1:
-                if text[start:p + 1] in self.suffixes and (best is None or p + 1 > best):
-                    best = p + 1
-                p = text.find(c, p + 1, high)
-        return best
-
-    def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-            prefill: str, settled: Container[int] = ()) -> bool:
-        """Whether any client string must be traced (``first`` says which): the strings joined once and
-        searched by the regular expression engine, the ends of each looked at; tool definitions as
-        their JSON text (a control string there is written as is, or JSON-escaped)."""
-        texts = _texts(_unsettled(turns, settled), self.escapes)
-        texts += (t for value in kwargs.values() for t in _strings(value))
-        texts += kwargs.keys()
-        if prefill:
-            texts.append(prefill)
-        joined = "\x00".join(texts)
-        if self.tokens.search(joined) is not None or (not joined.isascii() and _RESERVED.search(joined)):
-            return True
-        if tools:
-            try:
-                encoded = orjson.dumps(tools).decode()
-            except (TypeError, orjson.JSONEncodeError):
-                return any(self.flags(t) is not None for tool in tools for t in _strings(tool))
-            if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and _RESERVED.search(encoded)):
-                return True
-        return any(map(self._edge, texts))
-
-    def escapes_any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-                    prefill: str, settled: Container[int] = ()) -> bool:
-        """Whether ``escape`` could change a client string (``rewrite`` with it, or the prefill): a
-        superset, read off the strings joined in one search and the tools' JSON text in another
-        (``_escape_leaves``), so that the usual request, with nothing to escape, is not walked value
-        by value (40k instructions of a 2.3M request with two tools, ``bench.stack --instructions``)."""
-        texts = _texts(_unsettled(turns, settled), self.escapes)
-        texts += (t for value in kwargs.values() for t in _strings(value))
-        texts += kwargs.keys()
-        if prefill:
-            texts.append(prefill)
-        if self.escapable.search("\x00".join(texts)) is not None:
-            return True
-        return bool(tools) and not self._escape_leaves(tools)
-
-    def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-              prefill: str, settled: Container[int] = ()) -> tuple[str, str] | None:
-        """The first client field to trace: (where, the control string or ``""``), or ``None``
-        (turns in ``settled`` are plain: not looked at)."""
-        if not self.any(turns, tools, kwargs, prefill, settled):
-            return None
-        found: tuple[str, str] | None = None
-        for where, text in _client_strings(turns, tools, kwargs, prefill, settled):
-            flag = self.flags(text)
-            if flag is not None:
-                if flag:
-                    return where(), flag
-                found = found or (where(), flag)
-        return found
-
-    # ---- rewriting client values
-
-    def hide(self, text: str, edges: bool = True) -> str:
-        """``text`` with its control strings, its edge pieces (``edges``) and its placeholder-block
-        characters as placeholders (the same text always gives the same result)."""
-        if (self.flags(text) if edges else self.dirty.search(text)) is None:
-            return text
-        index = self.index
-
-        def one(m: re.Match[str]) -> str:
-            piece = m.group()
-            return _placeholder(_piece_code(index[piece], 0, len(piece)) if piece in index else _char_code(piece))
-
-        hidden = self.dirty.sub(one, text)
-        if not edges:
-            return hidden
-        head, tail = self._head(hidden), self._tail(hidden)
-        start = len(hidden) - len(hidden.lstrip()) if hidden[:1].isspace() else 0
-        end = len(hidden.rstrip()) if hidden[-1:].isspace() else len(hidden)
-        if head is not None and tail is not None and tail < head:
-            tail = None  # overlapping pieces: the head is enough to trace
-        if tail is not None:
-            piece = hidden[tail:end]
-            hidden = hidden[:tail] + _placeholder(_piece_code(self.prefixes[piece], 0, len(piece))) + hidden[end:]
-        if head is not None:
-            piece = hidden[start:head]
-            i = self.suffixes[piece]
-            whole = len(self.strings[i])
-            hidden = hidden[:start] + _placeholder(_piece_code(i, whole - len(piece), whole)) + hidden[head:]
-        return hidden
-
-    def hide_key(self, text: str) -> str:
-        """A mapping key hidden: its control strings and placeholder-block characters only — a key is
-        structure too (``"function"``, ``"type"``), looked up by the template, never cut into pieces."""
-        return self.hide(text, edges=False)
-
-    def escape(self, text: str, own: frozenset[str] = frozenset()) -> str:
-        """``text`` with one U+200B more after the first character of every control string in it
-        (those of ``own`` written as they are left alone)."""
-        if not text or self.escapable.search(text) is None:
-            return text
-        return self.escapable.sub(lambda m: m.group() if m.group() in own else m.group()[0] + ZW + m.group()[1:], text)
-
-    def rewrite(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: dict[str, Any],
-                fn: Callable[[str], str], settled: Container[int] = ()
-                ) -> tuple[list[Turn], list[dict[str, Any]] | None, dict[str, Any]]:
-        """The client values with ``fn`` applied to every string (``hide_key`` to mapping keys when
-        ``fn`` is ``hide``); what ``fn`` leaves alone stays the same object (a turn without control
-        text is the same ``Turn``, and so is a turn in ``settled``, known to hold none)."""
-        key = self.hide_key if fn == self.hide else fn
-        new_turns = [turn if i in settled else _turn_with(turn, fn, key) for i, turn in enumerate(turns)]
-        if tools is not None and fn == self.escape and self._escape_leaves(tools):
-            return new_turns, tools, _mapped(kwargs, fn, key)
-        new_tools = None if tools is None else [_mapped(tool, fn, key) for tool in tools]
-        if new_tools is not None and tools is not None and all(a is b for a, b in zip(new_tools, tools, strict=True)):
-            new_tools = tools  # unchanged: the same list (``escaped`` compares it by identity)
-        return new_turns, new_tools, _mapped(kwargs, fn, key)
-
-    def _escape_leaves(self, value: Any) -> bool:
-        """Whether ``escape`` leaves every string in ``value`` (keys too) as it is, read off its JSON
-        text in one search — an agent's dozen tool schemas, the same every turn, are not walked."""
-        if not self.json_verbatim:
-            return False
-        try:
-            text = orjson.dumps(value).decode()
-        except (TypeError, orjson.JSONEncodeError):
-            return False
-        return self.escapable.search(text) is None
-
-    def inspects(self, inspected: frozenset[str], turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
-                 kwargs: Mapping[str, Any]) -> bool:
-        """Whether client text holds a string the template reads in it."""
-        if not inspected:
-            return False
-        texts = [t for turn in turns for _n, t in _turn_strings(turn)]
-        texts += [t for tool in tools or () for t in _strings(tool)]
-        texts += [t for value in kwargs.values() for t in _strings(value)]
-        return any(s in t for t in texts for s in inspected)
-
-
-def _small_pattern(pattern: str) -> re.Pattern[str] | None:
-    """``pattern`` compiled, unless it is too large to be worth it (a vocabulary of thousands of
-    control strings that share few endings): the caller then looks up pieces in a table instead."""
-    return re.compile(pattern) if len(pattern) <= 32_768 else None
-
-
-def _trie(words: Iterable[str], whole: bool = False, gap: str = "") -> str:
-    """A pattern matching any of ``words`` (``whole``; the longest where several match at one place)
-    or any non-empty beginning of one, built on their trie: a match costs the length of what it
-    reads, however many words there are (an alternation of words costs their number at every
-    place). ``gap`` (a pattern) may come after a word's first character."""
-    end = ""  # the key marking the end of a word in a node (no character is empty)
-    root: dict[str, Any] = {}
-    for word in words:
-        node = root
-        for char in word:
-            node = node.setdefault(char, {})
-        node[end] = {}
-
-    def branch(node: dict[str, Any], first: bool) -> str:
-        arms = []
-        for char, child in sorted((c, n) for c, n in node.items() if c != end):
-            run = re.escape(char) + (gap if first else "")
-            while whole and len(child) == 1 and end not in child:  # a chain without a branch: one literal run
-                (char, child), = child.items()
-                run += re.escape(char)
-            rest = branch(child, False) if len(child) > (end in child) else ""
-            if rest:
-                rest = f"(?:{rest})?" if end in child or not whole else rest
-            arms.append(run + rest)
-        return arms[0] if len(arms) == 1 else "(?:" + "|".join(arms) + ")"
-
-    return branch(root, True) if root else "(?!)"
-
-
-def _tool_name(tool: Mapping[str, Any]) -> str:
-    function = tool.get("function")
-    name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
-    return str(name)
-
-
-# ------------------------------------------------------------------------------ client values
-
-
-def _client_strings(turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-                    prefill: str, settled: Container[int] = ()) -> Iterator[tuple[Callable[[], str], str]]:
-    """Every client string that reaches the template, with a function naming where it is (but those
-    of the turns in ``settled``)."""
-    for i, turn in enumerate(turns):
-        if i in settled:
-            continue
-        for name, text in _turn_strings(turn):
-            yield partial("message {} ({}) {}".format, i, turn.role, name), text
-    for i, tool in enumerate(tools or ()):
-        for text in _strings(tool):
-            yield partial("tool {} ({!r}) definition".format, i, _tool_name(tool)), text
-    for key, value in kwargs.items():
-        for text in (key, *_strings(value)):
-            yield partial("chat_template_kwargs.{}".format, key), text
-    if prefill:
-        yield partial(str, "the final assistant message (continued)"), prefill
-
-
-def _unsettled(turns: Sequence[Turn], settled: Container[int]) -> Sequence[Turn]:
-    """``turns`` but those in ``settled`` (by index)."""
-    return [turn for i, turn in enumerate(turns) if i not in settled] if settled else turns
-
-
-def _texts(turns: Sequence[Turn], escapes: tuple[str, ...]) -> list[str]:
-    """Every client string in ``turns`` (arguments JSON-decoded too where an escape in them could
-    spell a control string's characters), in one tight loop."""
-    out: list[str] = []
-    add = out.append
-    for turn in turns:
-        if turn.text:
-            add(turn.text)
-        for part in turn.parts:  # a turn with images: its text pieces reach the template one by one
-            if isinstance(part, str) and part:
-                add(part)
-        if turn.reasoning:
-            add(turn.reasoning)
-        if turn.name:
-            add(turn.name)
-        if turn.tool_call_id:
-            add(turn.tool_call_id)
-        for call in turn.calls:
-            add(call.id)
-            add(call.name)
-            arguments = call.arguments
-            if isinstance(arguments, str):
-                add(arguments)
-                if "\\" in arguments and any(e in arguments for e in escapes):
-                    out.extend(_strings(_decoded(arguments)))
-            else:
-                out.extend(_strings(arguments))
-        if turn.extra:
-            out.extend(_strings(turn.extra))
-    return out
-
-
-def _turn_strings(turn: Turn) -> Iterator[tuple[str, str]]:
-    """(field, text) of every client string a turn holds."""
-    if turn.text:
-        yield "content", turn.text
-    for part in turn.parts:
-        if isinstance(part, str) and part:
-            yield "content", part
-    if turn.name:
-        yield "name", turn.name
-    if turn.tool_call_id:
-        yield "tool_call_id", turn.tool_call_id
-    if turn.reasoning:
-        yield "reasoning", turn.reasoning
-    for k, call in enumerate(turn.calls):
-        yield f"tool call {k} id", call.id
-        yield f"tool call {k} name", call.name
-        for text in _arguments_strings(call.arguments):
-            yield f"tool call {k} arguments", text
-    for key, value in turn.extra.items():
-        for text in (key, *_strings(value)):
-            yield key, text
-
-
-def _arguments_strings(arguments: str | Mapping[str, Any]) -> Iterable[str]:
-    """Arguments as the template sees them: JSON text whose escapes (``\\u003c``) would be decoded
-    by the render is read decoded too."""
-    if not isinstance(arguments, str):
-        return _strings(arguments)
-    if "\\" not in arguments:
-        return (arguments,)
-    return (arguments, *_strings(_decoded(arguments)))
-
-
-def _decoded(arguments: str) -> Any:
-    import json
-
-    try:
-        return json.loads(arguments)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside a JSON-like value, mapping keys included."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if item:
-                yield item
-        elif isinstance(item, Mapping):
-            for k, v in item.items():
-                if isinstance(k, str) and k:
-                    yield k
-                stack.append(v)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-
-
-def _mapped(value: Any, fn: Callable[[str], str], key: Callable[[str], str]) -> Any:
-    """``value`` with ``fn`` applied to every string in it (``key`` to mapping keys); containers are
-    copied only where something changed."""
-    if isinstance(value, str):
-        return fn(value)
-    if isinstance(value, Mapping):
-        changed = False
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            nk = key(k) if isinstance(k, str) else k
-            nv = _mapped(v, fn, key)
-            changed = changed or nk is not k or nv is not v
-            out[nk] = nv
-        if not changed:
-            return value
-        kind: Any = type(value)
-        return kind(out) if kind is not dict and _rebuildable(value) else out
-    if isinstance(value, (list, tuple)):
-        items = [_mapped(v, fn, key) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return type(value)(items) if type(value) in (list, tuple) else items
-    return value
-
-
-def _rebuildable(value: Any) -> bool:
-    try:
-        type(value)({})
-    except Exception:  # noqa: BLE001 - a mapping type that cannot be built from a dict: a plain dict then
-        return False
-    return True
-
-
-def _turn_with(turn: Turn, fn: Callable[[str], str], key: Callable[[str], str]) -> Turn:
-    text = fn(turn.text) if turn.text else turn.text
-    name = fn(turn.name) if turn.name else turn.name
-    call_id = fn(turn.tool_call_id) if turn.tool_call_id else turn.tool_call_id
-    reasoning = fn(turn.reasoning) if turn.reasoning else turn.reasoning
-    calls = tuple(_call_with(call, fn, key) for call in turn.calls)
-    extra = _mapped(turn.extra, fn, key)
-    parts = tuple(fn(p) if isinstance(p, str) and p else p for p in turn.parts)
-    if (text is turn.text and name is turn.name and call_id is turn.tool_call_id and reasoning is turn.reasoning
-            and extra is turn.extra and all(a is b for a, b in zip(calls, turn.calls, strict=True))
-            and all(a is b for a, b in zip(parts, turn.parts, strict=True))):
-        return turn
-    return Turn(turn.role, text, calls, reasoning, call_id, name, extra, parts)
-
-
-def _call_with(call: Call, fn: Callable[[str], str], key: Callable[[str], str]) -> Call:
-    call_id, name = fn(call.id), fn(call.name)
-    arguments: str | Mapping[str, Any] = call.arguments
-    if isinstance(arguments, str):
-        if "\\" in arguments and _decoded(arguments) is not None and isinstance(_decoded(arguments), dict):
-            decoded = _decoded(arguments)
-            mapped = _mapped(decoded, fn, key)
-            arguments = mapped if mapped is not decoded else arguments
-        else:
-            arguments = fn(arguments)
-    else:
-        arguments = _mapped(arguments, fn, key)
-    if call_id is call.id and name is call.name and arguments is call.arguments:
-        return call
-    return Call(call_id, name, arguments)
-
 
 # ------------------------------------------------------------------------------ templates
 
