@@ -66,5 +66,7 @@ async def test_a_growing_conversation_is_read_from_where_it_was_left(tmp_path: P
         await stores.conversations.delete("conv_g", "alice")
         with pytest.raises(APIError):
             await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
+        # (deleted through another worker or replica: what this one kept goes when it learns so)
+        assert prefix.recall_items("alice", "conv_g", scope) is None
     finally:
         await stores.close()

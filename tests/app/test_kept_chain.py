@@ -66,6 +66,7 @@ async def test_a_kept_chain_is_checked_in_one_round_trip_until_it_may_have_chang
         assert await check() is not None and (store.walks, store.checks) == (1, 2)
         await stores.responses.delete(ids[2], "alice")  # a link in the middle removed: walked, and broken
         assert await check() is None and (store.walks, store.checks) == (2, 3)
+        assert prefix.recall_response("alice", ids[-1], scope) is None  # broken for good: forgotten
         assert await kept_chain(store, settings, prefix, ids[-1], "bob", scope_of("bob", "responses")) is None  # type: ignore[arg-type]
     finally:
         await stores.close()

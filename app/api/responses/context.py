@@ -177,6 +177,7 @@ async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if links.missing is not None or links.over is not None or tuple(links.ids) != facts.ids:
+        prefix.forget_response(tenant, previous)  # gone or broken for good: nothing to keep it for
         return None
     return entry, replace(facts, size=links.size, removals=links.removals, expires=links.expires)
 
@@ -231,6 +232,8 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
     except StoreUnavailable as exc:
         raise store_unavailable(exc) from None
     if read is None:
+        if kept is not None and prefix is not None:  # deleted (through another worker or replica)
+            prefix.forget_items(tenant, conversation)
         raise conversation_not_found(conversation, "conversation")
     units = ([item_unit(item.item, False, item.trusted and item.item.get("id") == item.id) for item in read.items]
              if on else [])
@@ -250,8 +253,8 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     """Read what the request builds on (see the module docstring); with the prefix service, what it
     kept of the conversation spares reading and decoding it again. A reasoning item handed back with
     a seal ``signer`` verifies is its sealed text (``decode``): outside a conversation (whose items
-    take toolwire's stored copies) no stored copy of it is read — Codex hands its last answer's
-    reasoning back so every turn, ``store: false``."""
+    take toolwire's stored copies) no stored copy of it is read — Codex, ``store: false``, hands
+    its last answer's reasoning back every turn."""
     request, conversation = parsed.request, parsed.conversation
     ctx = Context(conversation=conversation, scope=scope_of(tenant, "responses"))
     previous = request.previous_response_id
