@@ -258,6 +258,43 @@ def test_the_loop_reads_the_same_wherever_the_render_resumes() -> None:
     assert resumed.reused >= 15
 
 
+@pytest.mark.parametrize("edits", [(0,), (8,), (2, 6), (0, 8), (1, 7), (3, 4)])
+@pytest.mark.parametrize("grow", [0, 2])
+def test_the_loop_reads_the_same_across_gaps(edits: tuple[int, ...], grow: int) -> None:
+    """Edited messages far apart leave runs of iterations taken between iterations that run: what
+    the body reads of ``loop`` (first, last, the items before and after) is still what a whole
+    render reads, at either end and beside each gap — and so are new messages after them."""
+    whole, resumed = ChatTemplate(LOOP_READS), Chain(ChatTemplate(LOOP_READS))
+    messages = [{"content": f"m{i}"} for i in range(9)]
+    assert resumed.render(messages) == whole.render(messages)
+    edited = [{"content": f"edited {i}"} if i in edits else m for i, m in enumerate(messages)]
+    edited += [{"content": f"new {i}"} for i in range(grow)]
+    reused = resumed.reused
+    assert resumed.render(edited) == whole.render(edited)
+    assert resumed.reused > reused  # something was taken: the gaps were there
+
+
+def test_an_early_edit_runs_only_the_iterations_around_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long conversation whose second message changes runs the loop body for the iterations that
+    read it and for the new turn alone — not once more for every message between (each iteration
+    that runs writes one separator into the raw output)."""
+    source = TEMPLATES["data/Qwen-Qwen3-0.6B.jinja"]
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
+    turns = agent_steps(True)[-1]
+    for i in range(40):
+        call = Call(f"call{i}x000", "bash", json.dumps({"i": i}))
+        turns = [*turns, Turn("assistant", f"step {i}", (call,)), Turn("tool", f"out {i}", tool_call_id=call.id)]
+    assert _render(resumed, turns, None) == _render(whole, turns, None)
+    raws: list[str] = []
+    render = resumed_render.render
+    monkeypatch.setattr(resumed_render, "render", lambda *a: raws.append(render(*a)) or raws[-1])
+    call = Call("call99x000", "bash", "{}")
+    edited = [turns[0], Turn("user", "Fix the failing test (edited)."), *turns[2:], Turn("assistant", "", (call,)),
+              Turn("tool", "done", tool_call_id=call.id)]
+    assert _render(resumed, edited, None) == _render(whole, edited, None)
+    assert len(edited) > 80 and 2 < raws[0].count(SEPARATOR) <= 2 + 8
+
+
 def test_an_iteration_reading_from_the_end_is_not_kept() -> None:
     """``messages[loop.index0 - 1]`` in the first iteration is the last message: that render
     depends on the whole conversation and is not kept."""

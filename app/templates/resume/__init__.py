@@ -27,13 +27,13 @@ from *i − k* to *i + ahead* (whether they exist included).
 
 **The check (at run time, per render).** The template is compiled a second time with calls added
 just before the loop (it receives the sequence and the captured values) and after it, and with
-the loop running over the items from the first one not reused on (``seq[start:]``), its body
-rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
-(``_FromStart``; a read that counts from the end — ``seq[loop.index0 - 1]`` in the first
-iteration — makes the render one that is not kept), and skipping, past ``start``, each iteration
-taken from the render before (a set test: it writes its mark alone). The render is given the
-state an earlier render of the same conversation left (``Resume.previous``, ``RenderState``: the
-prefix service, ``app.prefix``, keeps it). The first call serialises each item of the sequence
+the loop running only over the iterations not taken from the render before — an appended turn
+runs the new ones alone, an edited early message the few around it, never a pass over the rest —
+its body rewritten to read ``loop`` and the items around it as a loop over the whole sequence would
+(``_Sparse``: each running iteration's place, and whether its neighbours run next to it; a read that
+counts from the end — ``seq[loop.index0 - 1]`` in the first iteration — makes the render one that
+is not kept). The render is given the state an earlier render of the same conversation left
+(``Resume.previous``, ``RenderState``: the prefix service, ``app.prefix``, keeps it). The first call serialises each item of the sequence
 exactly (``marshal``, else ``exact_bytes``: an item that cannot be serialised exactly — a tuple,
 a ``str`` or ``dict`` subclass other than tool arguments, a non-finite float — stops reuse; the
 caller's own message objects, promised unchanged, are known again by identity) and compares them

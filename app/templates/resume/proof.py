@@ -17,7 +17,7 @@ from jinja2.visitor import NodeTransformer
 from app.templates.resume.guards import Guards, _guards
 from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, _names
 
-_ENTER, _STATE, _LEAVE, _AT, _SKIP = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at", "__tw_taken"
+_ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
 _LOOP_ATTRS = {"index0": (0, 0), "index": (0, 0), "first": (0, 0), "previtem": (1, 0), "last": (0, 1),
                "nextitem": (0, 1)}
@@ -333,14 +333,11 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
     sequence = main.iter.name
     enter = call(_ENTER, nodes.Name(sequence, "load"),
                  nodes.List([nodes.Name(name, "load") for name in captured]))
-    # the loop runs over the items from ``start`` on; the body reads ``loop`` as if from the first
-    main.iter = nodes.Getitem(nodes.Name(sequence, "load"), nodes.Slice(_start(), None, None), "load")
-    shift = _FromStart(sequence)
-    # an iteration taken from the render before (past one that is not) writes its mark alone
-    skip = nodes.If(nodes.Compare(nodes.Add(_loop("index0"), _start()), [nodes.Operand("in", nodes.Name(_SKIP, "load"))]),
-                    [nodes.Continue()], [], [])
-    main.body = [nodes.Output([nodes.Getattr(nodes.Name(_STATE, "load"), "mark", "load")]), skip,
-                 *(shift.visit(node) for node in main.body)]
+    # the loop runs over the iterations not taken from the render before (``__tw_loop.running``); its
+    # body reads ``loop`` as a loop over the whole sequence would
+    main.iter = _state("running")
+    shift = _Sparse(sequence)
+    main.body = [nodes.Output([_state("mark")]), *(shift.visit(node) for node in main.body)]
     main.set_lineno(line)
     main.set_environment(env)
     at = next(i for i, node in enumerate(parent) if node is main)
@@ -348,20 +345,30 @@ def _resumable(env: jinja2.Environment, ast: nodes.Template, main: nodes.For, pa
     return env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
 
 
-def _start() -> nodes.Expr:
-    """``__tw_loop.start``: the first iteration that runs (a plain dict: ``{"start": …, "mark": SEPARATOR}``)."""
-    return nodes.Getattr(nodes.Name(_STATE, "load"), "start", "load")
+def _state(name: str) -> nodes.Expr:
+    """``__tw_loop.<name>``: what ``render`` says of the iterations that run (a plain dict; see
+    ``render._Run``)."""
+    return nodes.Getattr(nodes.Name(_STATE, "load"), name, "load")
 
 
 def _loop(attr: str) -> nodes.Expr:
     return nodes.Getattr(nodes.Name("loop", "load"), attr, "load")
 
 
-class _FromStart(NodeTransformer):
-    """The main loop's body, rewritten for a loop over ``seq[start:]``: every read of the main
-    loop's ``loop`` (the proof allows ``index0``, ``index``, ``first``, ``last``, ``previtem`` and
-    ``nextitem`` only) says what it says in a loop over the whole sequence. Nested loops' bodies
-    and filters are left alone (there ``loop`` is theirs); their ``else`` is not."""
+def _of_run(name: str) -> nodes.Expr:
+    """``__tw_loop.<name>[loop.index0]``: what ``render`` says of the iteration under way."""
+    return nodes.Getitem(_state(name), _loop("index0"), "load")
+
+
+class _Sparse(NodeTransformer):
+    """The main loop's body, rewritten for a loop over some of the sequence's items (the
+    iterations that run, ``__tw_loop.running``, in order): every read of the main loop's ``loop``
+    (the proof allows ``index0``, ``index``, ``first``, ``last``, ``previtem`` and ``nextitem``
+    only) says what it says in a loop over the whole sequence, from what ``render`` says of each
+    iteration that runs — its place (``index``), whether the one before it in the sequence runs
+    just before it (``follows``) and the one after just after (``leads``) — and of the loop
+    (``tail``: the sequence's last item runs). Nested loops' bodies and filters are left alone
+    (there ``loop`` is theirs); their ``else`` is not."""
 
     def __init__(self, sequence: str) -> None:
         self.sequence = sequence
@@ -383,14 +390,20 @@ class _FromStart(NodeTransformer):
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
         if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
             return self.generic_visit(node)
-        if node.attr in ("index0", "index"):
-            return nodes.Add(_loop(node.attr), _start())
+        place = _of_run("index")
+        sequence = nodes.Name(self.sequence, "load")
+        if node.attr == "index0":
+            return place
+        if node.attr == "index":
+            return nodes.Add(place, nodes.Const(1))
         if node.attr == "first":
-            return nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("eq", nodes.Const(0))]))
-        if node.attr == "previtem":
-            later = nodes.And(_loop("first"), nodes.Compare(_start(), [nodes.Operand("gt", nodes.Const(0))]))
-            before = nodes.Getitem(nodes.Name(self.sequence, "load"), nodes.Sub(_start(), nodes.Const(1)), "load")
-            return nodes.CondExpr(later, before, _loop("previtem"))
-        if node.attr in ("last", "nextitem"):  # the loop still ends where the sequence does
-            return node
+            return nodes.Compare(place, [nodes.Operand("eq", nodes.Const(0))])
+        if node.attr == "last":  # the last that runs, when it is the sequence's last
+            return nodes.And(_loop("last"), _state("tail"))
+        if node.attr == "previtem":  # the loop's own when the one before ran just before (or there is none)
+            return nodes.CondExpr(_of_run("follows"), _loop("previtem"),
+                                  nodes.Getitem(sequence, nodes.Sub(place, nodes.Const(1)), "load"))
+        if node.attr == "nextitem":  # the loop's own when the one after runs just after (or there is none)
+            return nodes.CondExpr(_of_run("leads"), _loop("nextitem"),
+                                  nodes.Getitem(sequence, nodes.Add(place, nodes.Const(1)), "load"))
         raise NotProven(f"the loop body reads loop.{node.attr}")  # the proof refused it already

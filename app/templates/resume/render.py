@@ -20,7 +20,7 @@ from app.jsontext import JsonText
 from app.templates.fastrender import render
 from app.templates.resume.exact import _Inexact, _item_bytes, exact_bytes
 from app.templates.resume.guards import Outcome, same_outcome
-from app.templates.resume.proof import _AT, _ENTER, _LEAVE, _SKIP, _STATE, LoopPlan
+from app.templates.resume.proof import _AT, _ENTER, _LEAVE, _STATE, LoopPlan
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
@@ -84,25 +84,43 @@ def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
     return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
 
 
+class _Whole:
+    """``what[i]`` for every ``i``: the iterations of a loop run over the whole sequence (each at its
+    own place, each after the one before)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: Any) -> None:
+        self.what = what
+
+    def __getitem__(self, i: int) -> Any:
+        return i if self.what is None else self.what
+
+
 class _Run:
-    """One resumable render's state: what the calls the template makes do."""
+    """One resumable render's state: what the calls the template makes do. ``state`` is what the
+    loop reads (``__tw_loop``): the mark each iteration writes first, the items of the iterations
+    that run (``running``), for each its place in the sequence (``index``) and whether the item
+    before it and the one after it run next to it (``follows``, ``leads``), and whether the
+    sequence's last item runs (``tail``) — until ``enter`` knows better, the whole sequence."""
 
     def __init__(self, plan: LoopPlan, resume: Resume, messages: list[Any], items: list[bytes] | None,
                  equal: list[bool] | None, source: list[Any] | None) -> None:
         self.plan, self.resume, self.messages = plan, resume, messages
-        self.state: dict[str, Any] = {"start": 0, "mark": SEPARATOR}
+        self.state: dict[str, Any] = {"mark": SEPARATOR, "running": (), "index": _Whole(None), "follows": _Whole(True),
+                                      "leads": _Whole(True), "tail": True}
         self.entered = self.left = False
         self.length = 0  # items the loop runs over
         self.items, self.equal, self.source = items, equal, source  # the loop's items, when it runs over the messages
         self.captured: list[bytes] = []
         self.values: list[Any] | None = None
         self.outcomes: list[Outcome] = []
-        self.taken: set[int] = set()  # iterations past ``start`` taken from the render before
+        self.run: list[int] = []  # the places of the iterations that run, in order (the others: the render before's)
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at, _SKIP: self.taken}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
 
     def at(self, sequence: Any, index: Any) -> Any:
         """``sequence[index]`` as the template reads it; an index that counts from the end makes the
@@ -114,9 +132,11 @@ class _Run:
 
     def enter(self, sequence: Any, captured: list[Any]) -> str:
         self.entered = True
+        self.state["running"] = sequence
         if not isinstance(sequence, list):
             return SEPARATOR
         self.length = len(sequence)
+        self.run = list(range(self.length))
         previous = self.resume.previous
         try:
             self.captured = [exact_bytes(value) for value in captured]
@@ -130,12 +150,18 @@ class _Run:
         self.values = captured
         if previous is not None and self.equal is not None:
             reusable = self._reusable(previous, self.equal)
-            start = 0
-            while start < len(reusable) and reusable[start]:
-                start += 1
-            self.state["start"] = start
-            self.taken.update(i for i in range(start, len(reusable)) if reusable[i])
+            if any(reusable):
+                self._runs([i for i, taken in enumerate(reusable) if not taken] + self.run[len(reusable):], sequence)
         return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
+
+    def _runs(self, run: list[int], sequence: list[Any]) -> None:
+        """Run only the iterations at the places ``run`` (ascending); the others are taken."""
+        self.run = run
+        last = self.length - 1
+        self.state.update(running=[sequence[i] for i in run], index=run,
+                          follows=[k == 0 and i == 0 or k > 0 and run[k - 1] == i - 1 for k, i in enumerate(run)],
+                          leads=[i == last if k == len(run) - 1 else run[k + 1] == i + 1 for k, i in enumerate(run)],
+                          tail=bool(run) and run[-1] == last)
 
     def _reusable(self, previous: RenderState, equal: list[bool]) -> list[bool]:
         """Iteration by iteration (over the places both renders have), whether the earlier render's
@@ -201,17 +227,21 @@ class _Run:
         if not self.entered:
             return raw if SEPARATOR not in raw else None
         parts = raw.split(SEPARATOR)
-        start = self.state["start"]
-        if not self.left or len(parts) != self.length - start + 3:
+        run = self.run
+        if not self.left or len(parts) != len(run) + 3:
             return None
         head, _, *fresh, tail = parts
         previous = self.resume.previous
-        old = previous.texts if previous is not None else []
-        texts = [*old[:start], *(old[i] if i in self.taken else text for i, text in enumerate(fresh, start))]
-        self.resume.reused = start + len(self.taken)
+        texts = previous.texts[:self.length] if previous is not None and len(run) < self.length else []
+        for i, text in zip(run, fresh, strict=True):  # ascending: past the earlier render's, each is the next
+            if i < len(texts):
+                texts[i] = text
+            else:
+                texts.append(text)
+        self.resume.reused = self.length - len(run)
         prompt = "".join([head, *texts, tail])
         try:
-            encoded, ends = self._encoded(texts, start)
+            encoded, ends = self._encoded(texts)
             around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
         except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
             return prompt
@@ -224,25 +254,27 @@ class _Run:
                                             self.source, prepared, size, self.outcomes)
         return JsonText(prompt, b"".join((around[0], texts_json, around[1])))
 
-    def _encoded(self, texts: list[str], start: int) -> tuple[list[bytes], list[int]]:
+    def _encoded(self, texts: list[str]) -> tuple[list[bytes], list[int]]:
         """Each text's JSON encoding (without its quotes) and where each ends, one after the other:
-        a text taken from the render before brings its encoding along."""
+        the texts taken from the render before bring their encodings along, a stretch at a time."""
         previous = self.resume.previous
+        old, old_ends = (previous.texts_json, previous.texts_json_ends) if previous is not None else (b"", [])
         encoded: list[bytes] = []
         ends: list[int] = []
-        if start and previous is not None:
-            encoded.append(previous.texts_json[:previous.texts_json_ends[start - 1]])
-            ends = list(previous.texts_json_ends[:start])
-        size = ends[-1] if ends else 0
-        for i in range(start, len(texts)):
-            if i in self.taken and previous is not None:
-                old_ends = previous.texts_json_ends
-                piece = previous.texts_json[old_ends[i - 1] if i else 0:old_ends[i]]
-            else:
+        size = at = 0  # bytes so far; the first place not yet encoded
+        for i in [*self.run, len(texts)]:
+            if i > at:  # places ``at`` to ``i`` were taken: their encodings, as one slice
+                begin = old_ends[at - 1] if at else 0
+                encoded.append(old[begin:old_ends[i - 1]])
+                shift = size - begin
+                ends.extend(old_ends[at:i] if not shift else [end + shift for end in old_ends[at:i]])
+                size = ends[-1]
+            if i < len(texts):
                 piece = orjson.dumps(texts[i])[1:-1]
-            encoded.append(piece)
-            size += len(piece)
-            ends.append(size)
+                encoded.append(piece)
+                size += len(piece)
+                ends.append(size)
+            at = i + 1
         return encoded, ends
 
 
