@@ -208,6 +208,51 @@ def test_a_worker_killed_mid_request_costs_no_500(slow_if_asked) -> None:
     assert post(proxy, heavy(tag="after")).status_code == 200
 
 
+def _tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {f"{name}_{os.getpid()}_{time.monotonic_ns()}": {"type": "string"}}}}}
+
+
+def count_schema_checks() -> int:
+    """In a worker: count the JSON-schema checks it makes from now on."""
+    from jsonschema import Draft202012Validator
+
+    made = [0]
+    check = Draft202012Validator.check_schema.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, schema: Any, *args: Any, **kwargs: Any) -> None:
+        made[0] += 1
+        check(cls, schema, *args, **kwargs)
+
+    Draft202012Validator.check_schema = classmethod(counted)  # type: ignore[method-assign, assignment]
+    globals()["_made"] = made
+    return 0
+
+
+def schema_checks_made() -> int:
+    return int(globals()["_made"][0])
+
+
+def test_a_schema_is_checked_once_whichever_process_prepares_it(slow_if_asked) -> None:
+    """The server and its prepare workers share what they know of schema checks: a tool checked on
+    the loop is not checked again by the worker that prepares the next heavy request, and a tool a
+    worker checked is known to the server — an agent's light next turn is not checked again on the
+    loop (a 1.5 KB schema costs ~7 ms to check)."""
+    import orjson
+
+    from app.pipeline.validate import VERDICTS, SchemaVerdicts
+
+    proxy = slow_if_asked(max_render_ms=60_000, prepare_workers=1)
+    pool = proxy.runtime.services.pool
+    seen, new = _tool("seen"), _tool("new")
+    assert post(proxy, {"model": "m", "messages": MESSAGES, "tools": [seen]}).status_code == 200  # on the loop
+    assert proxy.call(pool.run(None, count_schema_checks)).result(60) == 0
+    assert post(proxy, {**heavy(tag="tools"), "tools": [seen, new]}).status_code == 200  # in the worker
+    assert proxy.call(pool.run(None, schema_checks_made)).result(60) == 1  # the new one alone
+    key = SchemaVerdicts.key(orjson.dumps(new["function"]["parameters"], option=orjson.OPT_SORT_KEYS))
+    assert VERDICTS.known(key)  # the server knows it
+
+
 # -------------------------------------------------------------- 2. the schema cache holds digests
 
 def test_schema_cache_does_not_pin_the_schemas() -> None:

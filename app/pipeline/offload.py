@@ -61,6 +61,7 @@ from app.pipeline.prepare import (
     prepare_job,
     run,
 )
+from app.pipeline.validate import VERDICTS, known_verdicts
 from app.served import ServedModel
 from app.settings import Settings
 
@@ -146,8 +147,9 @@ class Pool:
         """``ask`` checked and planned — inline when ``light``, else in a worker."""
         if light:
             return prepare(ask, self.settings, model, schema_key)
-        answer = await self.run(model, prepare_job, Job(ask, schema_key))
+        answer = await self.run(model, prepare_job, Job(ask, schema_key, known_verdicts(ask)))
         assert isinstance(answer, Prepared)
+        VERDICTS.learn(answer.verdicts)  # a light request with these tools, next, is not checked again here
         return planned(ask, model, self.settings, answer)
 
     async def run(self, model: ServedModel | None, work: Callable[..., T], *args: Any) -> T:

@@ -3,11 +3,11 @@ which ``app.pipeline.offload`` runs inline or in a worker process — and the ty
 carry it to a worker and back.
 
 A worker is given the process's settings and served model once (``Install``, its pool's
-initializer), then one ``Job`` per request: the ``Ask`` and where its tool schemas sit. It answers
-with one message — the plan's parts (``Prepared``: the prompt, its start state, the constraint,
-the render's state for the conversation's next turn), or the refusal the checks or the template
-made (``Refused``: a 400, as the client gets it), or ``OverBudget`` when the job used up its CPU
-time. The caller rebuilds the ``Plan`` around its own ``Ask`` and model (``planned``): nothing of
+initializer), then one ``Job`` per request: the ``Ask``, where its tool schemas sit and what the
+server knows of their checks. It answers with one message — the plan's parts (``Prepared``: the
+prompt, its start state, the constraint, the render's state for the conversation's next turn, the
+checks of its schemas), or the refusal the checks or the template made (``Refused``: a 400, as
+the client gets it), or ``OverBudget`` when the job used up its CPU time. The caller rebuilds the ``Plan`` around its own ``Ask`` and model (``planned``): nothing of
 the request travels back.
 """
 
@@ -32,7 +32,7 @@ from app.errors import APIError
 from app.parser_choice import ParserChoice
 from app.pipeline.ask import Ask
 from app.pipeline.plan import Plan, offered, plan_request
-from app.pipeline.validate import check_ask
+from app.pipeline.validate import VERDICTS, Verdicts, check_ask, known_verdicts
 from app.served import ServedModel, choose_parsers
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate, TemplateError
@@ -95,16 +95,20 @@ class Install:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One request to prepare: its ``Ask`` (without its note: ``app.prefix``) and where the face
-    spells its tool schemas' place (errors name it)."""
+    """One request to prepare: its ``Ask`` (without its note: ``app.prefix``), where the face
+    spells its tool schemas' place (errors name it), and what the server knows of the checks of
+    its schemas (``app.pipeline.validate.known_verdicts``: a worker checks a schema the server
+    checked already no more than the server does)."""
 
     ask: Ask
     schema_key: str
+    verdicts: Verdicts = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A plan's parts, as made in the worker (``planned`` puts them around the caller's objects)."""
+    """A plan's parts, as made in the worker (``planned`` puts them around the caller's objects), and
+    the checks of the request's schemas, for the server to know them too (``verdicts``)."""
 
     prompt: str
     in_reasoning: bool
@@ -115,6 +119,7 @@ class Prepared:
     render: RenderState | None
     reused_iterations: int
     clean: int
+    verdicts: Verdicts = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +271,10 @@ def _cpu_limit(seconds: int) -> None:
 
 def prepare_job(job: Job) -> Answer:
     """A worker's ``Job``, answered (see the module docstring)."""
+    VERDICTS.learn(job.verdicts)
     plan = prepare(job.ask, _installed["settings"], _installed["model"], job.schema_key)
     return Prepared(plan.prompt, plan.in_reasoning, plan.constraint, plan.parse_tools, plan.prefill, plan.spans,
-                    plan.render, plan.reused_iterations, plan.clean)
+                    plan.render, plan.reused_iterations, plan.clean, known_verdicts(job.ask))
 
 
 __all__ = ["Answer", "Failed", "Install", "Job", "OverBudget", "Prepared", "Refused", "install", "planned", "prepare",

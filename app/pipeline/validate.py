@@ -9,6 +9,7 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -36,6 +37,10 @@ def tool_name_problem(name: object) -> str | None:
     return f"{name!r} is not a valid tool name: {TOOL_NAME_RULE}"
 
 
+#: schema checks as they travel between processes: (key, verdict) pairs
+Verdicts = tuple[tuple[bytes, str | None], ...]
+
+
 class SchemaVerdicts:
     """Schema checks already made, by the digest of the schema's canonical text: agents send the
     same tools with every request, and checking a schema costs far more than hashing it. Keyed by
@@ -60,6 +65,20 @@ class SchemaVerdicts:
         this one: its nesting and its size)."""
         with self._lock:
             return key in self._verdicts
+
+    def verdicts(self, keys: Iterable[bytes]) -> Verdicts:
+        """The verdicts known for ``keys`` (a key not known is left out)."""
+        with self._lock:
+            return tuple((key, self._verdicts[key]) for key in keys if key in self._verdicts)
+
+    def learn(self, verdicts: Verdicts) -> None:
+        """Take checks made in another process: the server's, for a prepare worker; a worker's, for the
+        server (one process checks a schema once, whichever of them checked it first)."""
+        with self._lock:
+            for key, verdict in verdicts:
+                self._verdicts[key] = verdict
+            while len(self._verdicts) > self.capacity:
+                self._verdicts.popitem(last=False)
 
     def problem_of(self, key: bytes, encoded: bytes) -> str | None:
         """``problem(encoded)``, its key already computed."""
@@ -112,6 +131,26 @@ def schema_problem(encoded: bytes) -> str | None:
     return VERDICTS.problem(encoded)
 
 
+def _encoded_schema(schema: Any) -> bytes | None:
+    """A schema's canonical text (what its verdict is keyed by), ``None`` when it does not encode."""
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return None
+
+
+def known_verdicts(ask: Ask) -> Verdicts:
+    """What this process knows of the checks of ``ask``'s schemas (its tools', its response format's),
+    to hand to the process that prepares it or back from it."""
+    schemas = [tool.spec.parameters for tool in ask.tools]
+    fmt = ask.response_format or {}
+    spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
+    if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        schemas.append(spec["schema"])
+    encoded = (_encoded_schema(schema) for schema in schemas)
+    return VERDICTS.verdicts(SchemaVerdicts.key(e) for e in encoded if e is not None)
+
+
 #: objects and arrays inside one another in a handed-back call's arguments, at most: rendering
 #: decodes and re-encodes them recursively, so the bound keeps that far from the recursion limit
 MAX_ARGUMENT_NESTING = 128
@@ -133,10 +172,7 @@ def arguments_nesting(arguments: Any) -> int:
 def check_schema(schema: Any, where: str, param: str, settings: Settings) -> None:
     """A JSON schema the client sent (a tool's parameters, a response format): nesting, size,
     validity — a 400 naming ``where`` / ``param`` for the first problem."""
-    try:
-        encoded: bytes | None = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    except orjson.JSONEncodeError:
-        encoded = None
+    encoded = _encoded_schema(schema)
     key = VERDICTS.key(encoded) if encoded is not None else None
     # a schema checked before passed the nesting check then: agents send the same tools every turn
     if (key is None or not VERDICTS.known(key)) and nesting(schema) > MAX_SCHEMA_NESTING:
