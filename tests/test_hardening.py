@@ -253,6 +253,32 @@ def test_a_schema_is_checked_once_whichever_process_prepares_it(slow_if_asked) -
     assert VERDICTS.known(key)  # the server knows it
 
 
+def test_a_new_clients_tool_schemas_are_checked_off_the_loop(slow_if_asked, monkeypatch) -> None:
+    """A request small in every other way whose tool schemas this server has not checked before —
+    more than 1 KB of them, ~5 ms of checking — is prepared by a worker, not on the loop every other
+    stream shares; sent again, its tools known, it is prepared inline."""
+    from app.pipeline.prepare import prepare_job
+
+    proxy = slow_if_asked(max_render_ms=60_000, prepare_workers=1)
+    pool = proxy.runtime.services.pool
+    big = _tool("big")
+    big["function"]["parameters"]["properties"].update(
+        {f"p{k}": {"type": "string", "description": "d" * 40} for k in range(30)})
+    small = {"model": "m", "messages": MESSAGES, "tools": [_tool("small")]}
+    assert proxy.call(pool.run(None, count_schema_checks)).result(60) == 0
+    jobs: list[Any] = []
+    run = pool.run
+    monkeypatch.setattr(pool, "run", lambda model, work, *args: (jobs.append(work), run(model, work, *args))[1])
+    assert post(proxy, small).status_code == 200  # a small schema not seen before: inline
+    body = {"model": "m", "messages": MESSAGES, "tools": [big]}
+    assert post(proxy, body).status_code == 200
+    assert jobs == [prepare_job]
+    assert post(proxy, body).status_code == 200
+    assert jobs == [prepare_job]  # known now: inline
+    monkeypatch.undo()
+    assert proxy.call(pool.run(None, schema_checks_made)).result(60) == 1  # the big one, in the worker
+
+
 # -------------------------------------------------------------- 2. the schema cache holds digests
 
 def test_schema_cache_does_not_pin_the_schemas() -> None:

@@ -78,6 +78,8 @@ class Ask:
     #: turns were decoded (and checked) for an earlier request of the same conversation, the render
     #: to continue, what to keep once planned (``None``: nothing — never pickled to a worker)
     prefix: Note | None = None
+    #: each of its schemas as its check is keyed, once worked out (``app.pipeline.validate.schema_texts``)
+    schema_texts: list[tuple[bytes, bytes] | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def reused(self) -> int:

@@ -61,7 +61,7 @@ from app.pipeline.prepare import (
     prepare_job,
     run,
 )
-from app.pipeline.validate import VERDICTS, known_verdicts
+from app.pipeline.validate import VERDICTS, known_verdicts, unchecked_bytes
 from app.served import ServedModel
 from app.settings import Settings
 
@@ -72,6 +72,10 @@ T = TypeVar("T")
 LIGHT_TURNS = 64
 LIGHT_CHARS = 32_768  # message text, call arguments and tool definitions (their JSON)
 LIGHT_TOOLS = 32
+#: tool and response-format schemas this process has not checked before (their canonical JSON):
+#: beyond this much a request is heavy — a check costs ~5 µs a byte (a 1.5 KB tool schema ~7 ms),
+#: and the worker's checks come back to this process (``app.pipeline.validate.known_verdicts``)
+LIGHT_UNCHECKED_BYTES = 1024
 #: conversation text (reused turns included) past which a request is heavy however much of it was
 #: decoded before: a render that cannot continue the last one (its captured values changed beyond
 #: what its guards allow) renders it whole, on the loop (~7 ms at this)
@@ -85,10 +89,14 @@ def is_light(ask: Ask) -> bool:
     (``Ask.reused``: an agent's next turn, ``app.prefix``) do not count when there is a render to
     continue, up to ``KNOWN_LIGHT_CHARS`` of conversation in all: shipping the turns to a worker
     would cost the loop more than rendering what is new — pickling every turn, the prompt back.
-    A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
+    Schemas this process has not checked before are heavy beyond ``LIGHT_UNCHECKED_BYTES``: a new
+    client's first request with its tools is checked off the loop, and its next ones, the same
+    tools known, inline. A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
     reused = ask.prefix is not None and ask.prefix.resume.previous is not None and ask.reused > 0
     fresh = set(ask.fresh_turns()) if reused else None
     if (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+        return False
+    if unchecked_bytes(ask) > LIGHT_UNCHECKED_BYTES:
         return False
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):

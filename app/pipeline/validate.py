@@ -131,24 +131,48 @@ def schema_problem(encoded: bytes) -> str | None:
     return VERDICTS.problem(encoded)
 
 
-def _encoded_schema(schema: Any) -> bytes | None:
-    """A schema's canonical text (what its verdict is keyed by), ``None`` when it does not encode."""
+#: a schema as its check is keyed: its canonical text and the text's digest (``None``: it does not encode)
+SchemaText = tuple[bytes, bytes] | None
+
+
+def schema_text(schema: Any) -> SchemaText:
+    """``schema`` as its check is keyed (``SchemaText``)."""
     try:
-        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        encoded = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:
         return None
+    return encoded, SchemaVerdicts.key(encoded)
+
+
+def _format_schema(ask: Ask) -> dict[str, Any] | None:
+    """The response format's JSON schema, when it is one to check."""
+    fmt = ask.response_format or {}
+    spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def schema_texts(ask: Ask) -> list[SchemaText]:
+    """``ask``'s schemas as their checks are keyed — each tool's, then the response format's (when
+    it has one) — worked out once per request (``Ask.schema_texts`` keeps them, and a prepare
+    worker gets them with the request)."""
+    if ask.schema_texts is None:
+        fmt = _format_schema(ask)
+        ask.schema_texts = [schema_text(schema) for schema in
+                            [*(tool.spec.parameters for tool in ask.tools), *([fmt] if fmt is not None else [])]]
+    return ask.schema_texts
+
+
+def unchecked_bytes(ask: Ask) -> int:
+    """How much of ``ask``'s schemas this process has not checked before (their canonical text's
+    size): checking costs ~5 µs a byte (the request decides where it is prepared by it)."""
+    return sum(len(text[0]) for text in schema_texts(ask) if text is not None and not VERDICTS.known(text[1]))
 
 
 def known_verdicts(ask: Ask) -> Verdicts:
-    """What this process knows of the checks of ``ask``'s schemas (its tools', its response format's),
-    to hand to the process that prepares it or back from it."""
-    schemas = [tool.spec.parameters for tool in ask.tools]
-    fmt = ask.response_format or {}
-    spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
-    if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
-        schemas.append(spec["schema"])
-    encoded = (_encoded_schema(schema) for schema in schemas)
-    return VERDICTS.verdicts(SchemaVerdicts.key(e) for e in encoded if e is not None)
+    """What this process knows of the checks of ``ask``'s schemas, to hand to the process that
+    prepares it or back from it."""
+    return VERDICTS.verdicts(text[1] for text in schema_texts(ask) if text is not None)
 
 
 #: objects and arrays inside one another in a handed-back call's arguments, at most: rendering
@@ -169,16 +193,19 @@ def arguments_nesting(arguments: Any) -> int:
         return MAX_ARGUMENT_NESTING + 1 if "depth" in str(exc) else 0
 
 
-def check_schema(schema: Any, where: str, param: str, settings: Settings) -> None:
+def check_schema(schema: Any, where: str, param: str, settings: Settings, text: SchemaText | bool = True) -> None:
     """A JSON schema the client sent (a tool's parameters, a response format): nesting, size,
-    validity — a 400 naming ``where`` / ``param`` for the first problem."""
-    encoded = _encoded_schema(schema)
-    key = VERDICTS.key(encoded) if encoded is not None else None
+    validity — a 400 naming ``where`` / ``param`` for the first problem. ``text``: the schema's
+    ``SchemaText`` when worked out already (``True``: work it out)."""
+    if text is True:
+        text = schema_text(schema)
+    key = text[1] if isinstance(text, tuple) else None
     # a schema checked before passed the nesting check then: agents send the same tools every turn
     if (key is None or not VERDICTS.known(key)) and nesting(schema) > MAX_SCHEMA_NESTING:
         raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)", param)
-    if encoded is None or key is None:
+    if not isinstance(text, tuple):
         raise bad_request(f"{where} is nested too deeply", param)
+    encoded, key = text
     if len(encoded) > settings.max_tool_schema_bytes:
         raise bad_request(f"{where} is larger than {settings.max_tool_schema_bytes} bytes (--max-tool-schema-bytes)",
                           param)
@@ -198,6 +225,7 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
     # the name sits next to the schema: ``function.name`` (Chat Completions), ``name`` (Messages)
     name_key = schema_key.rpartition(".")[0] + ".name" if "." in schema_key else "name"
     names: set[str] = set()
+    texts = schema_texts(ask)
     for i, tool in enumerate(ask.tools):
         name_problem = tool_name_problem(tool.spec.name)
         if name_problem is not None:
@@ -207,7 +235,7 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
                               f"{tools_param}.{i}.{name_key}")
         names.add(tool.spec.name)
         check_schema(tool.spec.parameters, f"{tools_param}[{i}].{schema_key}", f"{tools_param}.{i}.{schema_key}",
-                     settings)
+                     settings, texts[i])
     fmt = ask.response_format or {}
     if fmt.get("type") == "json_schema":
         spec = fmt.get("json_schema")
@@ -215,7 +243,7 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         if schema is not None:
             if not isinstance(schema, dict):
                 raise bad_request(f"{ask.format_param}: a JSON schema object is required", ask.format_param)
-            check_schema(schema, ask.format_param, ask.format_param, settings)
+            check_schema(schema, ask.format_param, ask.format_param, settings, texts[len(ask.tools)])
     for i in ask.fresh_turns():  # reused ones passed before
         for call in ask.turns[i].calls:
             if arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING:
