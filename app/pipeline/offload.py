@@ -96,8 +96,6 @@ def is_light(ask: Ask) -> bool:
     fresh = set(ask.fresh_turns()) if reused else None
     if (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
         return False
-    if unchecked_bytes(ask) > LIGHT_UNCHECKED_BYTES:
-        return False
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
         size = len(turn.text)
@@ -116,7 +114,8 @@ def is_light(ask: Ask) -> bool:
             chars += len(orjson.dumps(tool.shown))
         except orjson.JSONEncodeError:
             return False  # too deep to encode: the checks will say so, off the loop
-    return chars <= LIGHT_CHARS
+    # last, so that schemas are hashed on the loop only when they are small enough to be checked there
+    return chars <= LIGHT_CHARS and unchecked_bytes(ask) <= LIGHT_UNCHECKED_BYTES
 
 
 #: what the fork server imports once, for every worker it forks
@@ -155,7 +154,10 @@ class Pool:
         """``ask`` checked and planned — inline when ``light``, else in a worker."""
         if light:
             return prepare(ask, self.settings, model, schema_key)
-        answer = await self.run(model, prepare_job, Job(ask, schema_key, known_verdicts(ask)))
+        # the checks this process knows of, when ``is_light`` worked the schemas out (a request heavy
+        # by its size is not hashed on the loop: its worker checks what it does not know itself)
+        verdicts = known_verdicts(ask) if ask.schema_texts is not None else ()
+        answer = await self.run(model, prepare_job, Job(ask, schema_key, verdicts))
         assert isinstance(answer, Prepared)
         VERDICTS.learn(answer.verdicts)  # a light request with these tools, next, is not checked again here
         return planned(ask, model, self.settings, answer)

@@ -97,8 +97,8 @@ class Install:
 class Job:
     """One request to prepare: its ``Ask`` (without its note: ``app.prefix``), where the face
     spells its tool schemas' place (errors name it), and what the server knows of the checks of
-    its schemas (``app.pipeline.validate.known_verdicts``: a worker checks a schema the server
-    checked already no more than the server does)."""
+    its schemas (``app.pipeline.validate.known_verdicts``, when the server worked them out: a
+    worker does not check again a schema the server checked)."""
 
     ask: Ask
     schema_key: str
