@@ -7,9 +7,11 @@ any of them polls, resumes or cancels what the other generates."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -468,6 +470,36 @@ def test_a_store_outage_while_generating_never_reports_a_false_completion(backen
         assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     finally:
         redis.stop()
+
+
+def test_a_background_response_seen_completed_has_its_items_in_its_conversation(backend_factory, proxy_factory,
+                                                                                monkeypatch) -> None:
+    """The conversation gets the response's items before the run is stored completed: while adding
+    them is held (by the test), a poll sees the response unfinished; once let go, a poll that sees
+    it completed lists them (a client polling, then listing, never finds them missing)."""
+    backend = backend_factory("vllm", model="Qwen/Qwen3-8B")
+    server = proxy_factory(backend=backend.url, chat_template=str(QWEN3_TEMPLATE))
+    client = client_for(server)
+    conversation = client.conversations.create(items=[{"role": "user", "content": "My name is Ada."}])
+    store = server.runtime.services.stores.conversations
+    entered, release = threading.Event(), threading.Event()
+    add_items = store.add_items
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await asyncio.to_thread(release.wait, 30)
+        return await add_items(*args, **kwargs)
+
+    monkeypatch.setattr(store, "add_items", held)
+    backend.script(Script(pieces=["Hello ", "Ada."]))
+    resp = client.responses.create(model="m", input="Greet me.", conversation=conversation.id, background=True)
+    assert entered.wait(30)
+    assert client.responses.retrieve(resp.id).status in UNFINISHED  # not completed while its items are not in
+    release.set()
+    done = poll(client, resp.id, lambda r: r.status not in UNFINISHED)
+    assert done.status == "completed"
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [getattr(item, "role", None) for item in items] == ["user", "user", "assistant"]
 
 
 @pytest.mark.parametrize("store", ["sqlite", "redis"])

@@ -113,8 +113,9 @@ async def begin(ask: Ask, ex: Exchange[Responding], head: dict[str, Any], items:
                 previous: str | None, stream: bool, conversation: Ending | None = None,
                 headers: dict[str, str] | None = None) -> Response:
     """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer
-    (with ``headers``). ``conversation``, when given, is called with the response once it is stored
-    completed or incomplete (to add its items to its conversation)."""
+    (with ``headers``). ``conversation``, when given, is called with the response once it is
+    complete or incomplete, before the run is stored so (to add its items to its conversation: a
+    client that sees it completed finds them there; a cancel landing in between leaves them)."""
     settings = ex.settings
     if settings.max_background == 0:
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
@@ -371,15 +372,15 @@ class Generation:
                                        f"may be ({limit} bytes, --max-stored-response-bytes); its output is not kept",
                                        keep_output=False)
                 return
+            if self.conversation is not None:  # first: whoever sees it completed finds its items there
+                problem = await self.conversation(final)
+                if problem is not None:
+                    log.warning("background response %s not added to its conversation: %s", self.id, problem.message)
             items.event("response.completed" if final["status"] == "completed" else "response.incomplete",
                         {"response": final})
             data, count = self._take()
             state, stored = await self._settle(data, count, with_status(self.record, final))
             self._close(state, stored, data)
-            if stored and self.conversation is not None:
-                problem = await self.conversation(final)
-                if problem is not None:
-                    log.warning("background response %s not added to its conversation: %s", self.id, problem.message)
         finally:
             await self._stop(ticker)
             if choices is not None:
