@@ -31,7 +31,13 @@ conversation as its last request left it — and hands it to the next request of
   request reads from the store only the items added since (``recall_items``).
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
-  the backend was asked, off the way to the first token.
+  the backend was asked, off the way to the first token. A conversation is kept from its second
+  sighting on: one with nothing kept under its anchors, none of which was seen before, leaves
+  only its anchors (``SEEN_BYTES`` each) and is decoded and rendered as without the service —
+  its later units not even encoded (``recall`` is ``None``) — so a one-off conversation (a batch
+  of distinct requests) costs what it costs without the service, and the next request of a
+  conversation that goes on finds its anchors and is kept. The anchor of the first unit alone
+  does not count here: distinct conversations share a system prompt.
 * **One byte budget.** Entries (their units, and the turns they decode to counted three times by
   their units' bytes — as parsed, as a model, as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
   ``--prefix-cache-bytes`` for the server, its uvicorn workers each holding their share; prepare
@@ -50,8 +56,9 @@ import hashlib
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -71,6 +78,12 @@ UNIT_OVERHEAD = 200
 #: conversations of fewer units are decoded and rendered whole, and not kept: with a few messages
 #: the bookkeeping (digests, cut-out iterations) costs more than it saves
 MIN_UNITS = 4
+
+
+#: what a conversation's first sighting leaves per anchor (its digest, its place in the bound), in bytes
+SEEN_BYTES = 128
+#: the units a sighting is decided on: those ``_anchors`` reads
+HEAD = max(ANCHORS[0], max(PLACES) + 1)
 
 
 #: a unit whose JSON is longer (an image's base64, a pasted file) is kept as its digest
@@ -333,28 +346,41 @@ class PrefixService:
         self.epoch = 0
         self._model: object = None
         self.found = 0  # lookups whose request took something
+        self.sightings = 0  # anchors noted at conversations' first sightings, in the bound
 
     @property
     def enabled(self) -> bool:
         return self.max_bytes > 0
 
     def __len__(self) -> int:
-        return len(self._held)
+        """Entries and ``tojson`` answers kept (sightings not counted)."""
+        return len(self._held) - self.sightings
 
     # ------------------------------------------------------------------ conversations
 
-    def recall(self, scope: bytes, units: list[bytes | None], limit: int | None = None) -> Recall:
+    def recall(self, scope: bytes, units: Iterable[bytes | None], limit: int | None = None) -> Recall | None:
         """The kept entry of ``scope``'s that shares the most units with ``units`` at the same places
         (see the module docstring), for the face to take its decoding of them; the units from
-        ``limit`` on are always decoded."""
+        ``limit`` on are always decoded. ``None`` — decode and render as without the service — when
+        it is off, for fewer than ``min_units`` units, and at a conversation's first sighting (then
+        only the first units are drawn from ``units``)."""
+        if not self.enabled:
+            return None
+        drawn = iter(units)
+        head = list(islice(drawn, max(HEAD, self.min_units)))
+        if len(head) < self.min_units:
+            return None
+        anchors, first = _anchors(scope, head)
+        telling = [anchor for anchor in anchors if anchor != first]
+        with self._lock:
+            self.recalls += 1
+            if not any(anchor in self._anchored for anchor in telling) and not self._seen(telling):
+                return None
+        units = [*head, *drawn]
         limit = len(units) if limit is None else limit
-        if not self.enabled or len(units) < self.min_units:
-            return Recall(None, scope, units, None, [], limit)
-        anchors = _anchors(scope, units)
         best: Entry | None = None
         shared = 0
         with self._lock:
-            self.recalls += 1
             for anchor in anchors:
                 bucket = self._anchored.get(anchor)
                 if not bucket:
@@ -373,6 +399,23 @@ class PrefixService:
                     units[i] = best.units[i]  # the same bytes: kept once
         return recall
 
+    def _seen(self, anchors: list[bytes]) -> bool:
+        """Whether one of ``anchors`` was seen before (at a conversation's first sighting); if none
+        was, they are noted now, in the bound like everything kept (the lock held). No anchors:
+        never seen."""
+        keys = [(_SEEN, anchor) for anchor in anchors]
+        found = [key for key in keys if key in self._held]
+        for key in found:
+            self._held.move_to_end(key)
+        if found:
+            return True
+        for key in keys:
+            self._held[key] = (SEEN_BYTES, None)
+        self.bytes += SEEN_BYTES * len(keys)
+        self.sightings += len(keys)
+        self._bound()
+        return False
+
     def keep(self, note: Note) -> None:
         """Keep what ``note``'s request made (its render state in ``note.resume``), once it was
         planned; the entry of the same conversation it supersedes is dropped."""
@@ -390,7 +433,7 @@ class PrefixService:
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
         size = 4 * sum(map(unit_bytes, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
         entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
-                      _anchors(note.scope, units), plain=note.plain(turns))
+                      _anchors(note.scope, units)[0], plain=note.plain(turns))
         old = note.replaces
         with self._lock:
             if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
@@ -532,6 +575,8 @@ class PrefixService:
             else:
                 del self._held[key]
                 self.bytes -= size
+                if isinstance(key, tuple) and key[0] == _SEEN:
+                    self.sightings -= 1
 
     def serving(self, model: object) -> None:
         """``model`` is served from now on: a render state and the turns known plain were made for a
@@ -550,13 +595,17 @@ class PrefixService:
             self._held.clear()
             self._anchored.clear()
             self._keyed.clear()
-            self.bytes = 0
+            self.bytes = self.sightings = 0
 
 
-def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
+_SEEN = "seen"  # (the key of an anchor's sighting in the bound: apart from entries' and ``tojson``'s)
+
+
+def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], bytes | None]:
     """The digests an entry with these units is filed under, most specific first: its first 4, 2
     and 1 units, then the units at ``PLACES`` alone (found again when the first changed: a system
-    prompt that carries the time)."""
+    prompt that carries the time) — and the one of the first unit alone, which many conversations
+    share (a system prompt): a sighting is told by the others (``PrefixService.recall``)."""
     found: list[bytes] = []
     digest = hashlib.blake2b(scope, digest_size=16)
     for k, data in enumerate(units[:ANCHORS[0]], 1):
@@ -565,6 +614,7 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
         digest.update(len(data).to_bytes(8, "little") + data)
         if k in ANCHORS:
             found.append(digest.copy().digest())
+    first = found[0] if found else None
     found.reverse()
     for place in PLACES:
         data = units[place] if place < len(units) else None
@@ -572,7 +622,7 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> list[bytes]:
             alone = hashlib.blake2b(scope + place.to_bytes(2, "little"), digest_size=16)
             alone.update(data)
             found.append(alone.digest())
-    return found
+    return found, first
 
 
 def _equal(old: Sequence[bytes], new: Sequence[bytes | None]) -> list[bool]:

@@ -18,7 +18,10 @@ streaming. The shapes (``SHAPES``):
   own output items (sealed reasoning, the call) handed back with the call's output;
 * **responses chain** — the Agents SDK's default: ``store: true``, ``previous_response_id`` and
   only the new input (the call's output);
-* **conversation** — ``/v1/responses`` with a ``conversation``: only the new input each turn.
+* **conversation** — ``/v1/responses`` with a ``conversation``: only the new input each turn;
+* **unique** — every request a conversation never seen before, as long as the append shape's at
+  the same turn: the same system prompt and tools, every other message its own (a batch of
+  one-off requests). Nothing can be reused: the service must cost nothing (on ÷ off).
 
 Every build × cache setting is its own ``toolwire serve`` (one uvicorn worker, two prepare
 workers, its own store and its own scripted backend recording each prompt's digest); each turn
@@ -59,6 +62,7 @@ FROM = 73
 FLOOR = (2, 7)
 TARGET_MS = 3.0
 EDIT_RATIO = 1.1  # the early-edit shape with the cache on ÷ off
+MISS_RATIO = 1.1  # the unique shape (every request a miss) with the cache on ÷ off: no dearer, within noise
 SECRET = "bench-shapes-thinking-secret-0123456789"
 
 # ---------------------------------------------------------------------------- the conversation
@@ -117,6 +121,16 @@ def chat_body(t: int, shape: str) -> dict[str, Any]:
     return {"model": "m", "messages": messages, "tools": agent_tools(), "stream": True, "max_tokens": 256}
 
 
+def unique_body(t: int) -> dict[str, Any]:
+    """A conversation never seen before, as long as ``chat_body(t, "append")``: its system prompt and
+    tools, every other message marked as request ``t``'s own."""
+    body = chat_body(t, "append")
+    for message in body["messages"][1:]:
+        if isinstance(message.get("content"), str):
+            message["content"] = f"[request {t}] {message['content']}"
+    return body
+
+
 def anthropic_tools() -> list[dict[str, Any]]:
     return [{"name": t["function"]["name"], "description": t["function"]["description"],
              "input_schema": t["function"]["parameters"]} for t in agent_tools()]
@@ -172,6 +186,8 @@ class Client:
     def body(self, t: int) -> tuple[str, dict[str, Any]]:
         if self.shape in ("append", "trailing", "early"):
             return "/v1/chat/completions", chat_body(t, self.shape)
+        if self.shape == "unique":
+            return "/v1/chat/completions", unique_body(t)
         if self.shape == "messages":
             return "/v1/messages", messages_body(t)
         head: dict[str, Any] = {"model": "m", "instructions": system_prompt(), "tools": responses_tools(),
@@ -228,6 +244,7 @@ SHAPES: dict[str, str] = {
     "whole": "Responses: store false, the whole input every turn (Codex)",
     "chain": "Responses: store true + previous_response_id, only the new input (Agents SDK)",
     "conversation": "Responses: a conversation, only the new input",
+    "unique": "Chat: every request a conversation never seen (one-off requests)",
 }
 
 
@@ -426,7 +443,7 @@ def run(ctx: Any) -> Section:
                      "identical" if not any(got["prompt_differences"].values()) else
                      f"DIFFER {got['prompt_differences']}"))
         section.figure(f"shapes.{shape}.on_ms", f"after, cache on: {SHAPES[shape]}", cpu.get("after on"), "ms",
-                       at_most(TARGET_MS), f"cache off {fmt(cpu.get('after off'))} ms; before: on "
+                       at_most(TARGET_MS) if shape != "unique" else None, f"cache off {fmt(cpu.get('after off'))} ms; before: on "
                        f"{fmt(cpu.get('before on'))}, off {fmt(cpu.get('before off'))} ms")
         section.figure(f"shapes.{shape}.prompts_differing", f"prompts differing across servers: {shape}",
                        float(sum(got["prompt_differences"].values())), "", at_most(0))
@@ -434,6 +451,10 @@ def run(ctx: Any) -> Section:
     if early:
         section.figure("shapes.early.on_over_off", "after: early edit, cache on ÷ cache off",
                        early["after on"] / early["after off"], "×", at_most(EDIT_RATIO))
+    unique = results.get("unique", {}).get("cpu_ms")
+    if unique:
+        section.figure("shapes.unique.on_over_off", "after: every request a miss, cache on ÷ cache off",
+                       unique["after on"] / unique["after off"], "×", at_most(MISS_RATIO))
     section.tables.append(table(("shape", *(f"{n}, ms CPU/turn (floor)" for n in names), "prompts"), rows))
     section.notes.append(
         f"Turns {first}–{turns} of one conversation per shape grown from turn 0; CPU of toolwire's process tree "

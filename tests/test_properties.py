@@ -345,3 +345,45 @@ def test_responses_prompts_are_the_same_with_the_prefix_service_on_and_off(backe
                                           headers=bob).status_code == 200
     twin.check()
     assert twin.served > 10
+
+
+def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_factory, proxy_factory) -> None:
+    """A miss is never dearer than no cache (``app.prefix``): distinct conversations sharing only a
+    system prompt — a batch of one-off requests — leave no entry on any face (only their anchors'
+    sightings); the same conversation sent again is kept, and a third time it is found. The
+    prompts are those of a server without the service throughout."""
+    twin = Twin(backend_factory, proxy_factory)
+    service = twin.proxies[0].runtime.services.prefix
+    tools = [{"type": "function", "function": t["function"]} for t in CAMPAIGN_TOOLS]
+
+    def chat(i: int) -> tuple[str, dict[str, Any]]:
+        turn = [*_chat_turn(__import__("random").Random(i), i), {"role": "user", "content": f"and then {i}?"}]
+        return "/v1/chat/completions", {"model": "m", "max_tokens": 32, "tools": tools, "messages": [
+            {"role": "system", "content": "You are an agent."}, {"role": "user", "content": f"task {i}"}, *turn]}
+
+    def messages(i: int) -> tuple[str, dict[str, Any]]:
+        rng = __import__("random").Random(i)
+        return "/v1/messages", {"model": "m", "max_tokens": 32, "system": "You are Claude Code.", "messages": [
+            {"role": "user", "content": f"task {i}"}, *_anthropic_turn(rng, i), *_anthropic_turn(rng, i + 1000)]}
+
+    def responses(i: int) -> tuple[str, dict[str, Any]]:
+        return "/v1/responses", {"model": "m", "max_output_tokens": 32, "store": False, "instructions": "Be brief.",
+                                 "input": [{"type": "message", "role": "user", "content": f"task {i}"},
+                                           {"type": "function_call", "call_id": f"c{i}", "name": "bash",
+                                            "arguments": json.dumps({"cmd": f"ls {i}"})},
+                                           {"type": "function_call_output", "call_id": f"c{i}", "output": f"out {i}"},
+                                           {"type": "message", "role": "user", "content": f"and then {i}?"}]}
+
+    for face in (chat, messages, responses):
+        for i in range(6):
+            path, body = face(i)
+            twin.post(path, (body, body), "alice")
+        assert not service._anchored and service.found == 0, face.__name__  # nothing kept, nothing taken
+        path, body = face(5)  # the last one again: seen before, so kept
+        twin.post(path, (body, body), "alice")
+        assert service._anchored and service.found == 0, face.__name__
+        twin.post(path, (body, body), "alice")
+        assert service.found == 1, face.__name__
+        service.clear()
+        service.found = 0
+    twin.check()

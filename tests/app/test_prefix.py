@@ -25,7 +25,7 @@ from app.pipeline.ask import Ask
 from app.pipeline.offload import is_light
 from app.pipeline.plan import plan_request
 from app.pipeline.validate import check_ask
-from app.prefix import PrefixService, keep_after, scope_of, unit
+from app.prefix import HEAD, SEEN_BYTES, PrefixService, keep_after, scope_of, unit
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import TemplateProfile, template_messages
@@ -52,8 +52,17 @@ def fresh(request_body: dict[str, Any]) -> list[Turn]:
     return chat_ask(parse_request(request_body, SETTINGS)).turns
 
 
-def served(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "") -> Ask:
-    """The request decoded, checked, planned and kept (as the pipeline does once the backend is asked)."""
+def sighted(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "") -> None:
+    """The conversation seen before (as an agent's earlier turns saw it): its first sighting leaves
+    its anchors, so a request of it is kept (``PrefixService.recall``)."""
+    parse_request(request_body, SETTINGS, tenant, prefix)
+
+
+def served(request_body: dict[str, Any], prefix: PrefixService, tenant: str = "", seen: bool = True) -> Ask:
+    """The request decoded, checked, planned and kept (as the pipeline does once the backend is asked)
+    — of a conversation ``seen`` before."""
+    if seen:
+        sighted(request_body, prefix, tenant)
     ask = chat_ask(parse_request(request_body, SETTINGS, tenant, prefix))
     check_ask(ask, SETTINGS)
     plan_request(ask, FORMATS, TEMPLATE, BACKEND)
@@ -179,7 +188,9 @@ def test_a_refused_request_leaves_nothing(prefix: PrefixService) -> None:
     """Only a planned request is kept: a refused one cannot spare its successor the checks."""
     deep = body(6)
     deep["messages"][-2]["tool_calls"][0]["function"]["arguments"] = "[" * 200 + "]" * 200
+    sighted(deep, prefix)  # (else a first sighting: nothing would be kept in any case)
     ask = chat_ask(parse_request(deep, SETTINGS, "", prefix))
+    assert ask.prefix is not None
     with pytest.raises(APIError):
         check_ask(ask, SETTINGS)
     assert len(prefix) == 0
@@ -192,10 +203,10 @@ def test_a_growing_conversation_is_kept_once(prefix: PrefixService) -> None:
     for turns in range(2, 12):
         served(body(turns), prefix)
         assert sum(1 for _ in prefix._keyed) == 0 and len(prefix._anchored) == 5  # 3 prefixes, 2 places
-    entries = len(prefix._held) - len(memo_keys(prefix))
+    entries = len(prefix) - len(memo_keys(prefix))
     assert entries == 1
     served(body(12), prefix, "bob")
-    assert len(prefix._held) - len(memo_keys(prefix)) == 2
+    assert len(prefix) - len(memo_keys(prefix)) == 2
 
 
 def memo_keys(prefix: PrefixService) -> list[bytes]:
@@ -292,6 +303,54 @@ def test_short_conversations_are_decoded_and_rendered_whole_longer_ones_resumed(
     assert len(prefix) == 1 and ask.reused == 5 and ask.prefix is not None and ask.prefix.resume.reused > 0
 
 
+def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A conversation nothing is kept under and none of whose anchors was seen (a one-off request):
+    only its first units are encoded, its anchors noted (in the bound); it is decoded and rendered
+    as without the service — no note, no render state — and nothing is kept of it. Its next
+    request is kept, the one after takes from it."""
+    from app.api.chat import parse as chat_parse
+
+    drawn = 0
+
+    def counted(value: Any, tag: bytes = b"") -> bytes | None:
+        nonlocal drawn
+        drawn += 1
+        return unit(value, tag)
+
+    monkeypatch.setattr(chat_parse, "unit", counted)
+    request = parse_request(body(20), SETTINGS, "", prefix)
+    assert request._recall is None and drawn == HEAD  # of 42 messages
+    ask = chat_ask(request)
+    plan = plan_request(ask, FORMATS, TEMPLATE, BACKEND)
+    assert ask.prefix is None and plan.render is None
+    assert plan.prompt == plan_request(chat_ask(parse_request(body(20), SETTINGS)), FORMATS, TEMPLATE, BACKEND).prompt
+    assert len(prefix) == 0 and prefix.sightings == 4 and prefix.bytes == 4 * SEEN_BYTES  # 2 prefixes, 2 places
+    drawn = 0
+    ask = served(body(21), prefix, seen=False)  # the conversation goes on: seen before, so kept
+    assert drawn == 44 and ask.prefix is not None and ask.reused == 0 and ask.prefix.resume.state is not None
+    assert found(body(22), prefix) == 44
+
+
+def test_sightings_are_the_tenants_own_and_bounded_with_the_rest(prefix: PrefixService) -> None:
+    parse_request(body(6), SETTINGS, "alice", prefix)
+    assert parse_request(body(6), SETTINGS, "bob", prefix)._recall is None  # bob's first sighting
+    assert parse_request(body(6), SETTINGS, "alice", prefix)._recall is not None
+    small = PrefixService(10 * 4 * SEEN_BYTES)  # ten conversations' sightings
+
+    def one_off(i: int) -> dict[str, Any]:  # the same system prompt (its anchor alone tells nothing), the rest not
+        request_body = body(6)
+        request_body["messages"][1]["content"] = f"task {i}"
+        request_body["messages"][2]["content"] = f"step {i}"
+        return request_body
+
+    for i in range(30):
+        assert parse_request(one_off(i), SETTINGS, "", small)._recall is None
+        assert small.bytes <= small.max_bytes and small.bytes == small.sightings * SEEN_BYTES
+    assert small.sightings == 40  # the oldest dropped: a first sighting again; the newest known
+    assert parse_request(one_off(0), SETTINGS, "", small)._recall is None
+    assert parse_request(one_off(29), SETTINGS, "", small)._recall is not None
+
+
 def test_a_changed_system_prompt_still_finds_its_conversation(prefix: PrefixService) -> None:
     """A system prompt that carries the time changes every turn: the conversation is found by the
     units that follow it, and all of them are taken."""
@@ -321,6 +380,7 @@ def test_turns_a_clean_render_had_are_not_scanned_again(prefix: PrefixService) -
         keep_after(ask.prefix)
         return ask
 
+    sighted(body(6), prefix)
     assert planned(body(6)).prefix.settled == frozenset()  # type: ignore[union-attr]
     ask = planned(body(7))
     assert ask.prefix is not None and ask.prefix.settled == frozenset(range(14))

@@ -10,6 +10,7 @@ messages it does not know are validated. What it found rides on the request to t
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -49,9 +50,9 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled and len(messages) + 1 >= prefix.min_units:
-        units = [unit(body.get("system"), b"s"), *(unit(message) for message in messages)]
-        found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(units) - 1)  # the last one is decoded
-        if found.entry is not None:
+        units = chain((unit(body.get("system"), b"s"),), (unit(message) for message in messages))
+        found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages))  # the last one is decoded
+        if found is not None and found.entry is not None:
             payload, runs = found.entry.payload, found.takeable()
             known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
                      for i in range(len(messages))]

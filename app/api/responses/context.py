@@ -16,6 +16,7 @@ What the finished response leaves there is ``keep``'s.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -188,21 +189,23 @@ def item_unit(item: dict[str, Any], trusted: bool, own: bool) -> bytes | None:
     return unit(item, b"t" if trusted else b"o" if own else b"u")
 
 
-def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes | None] | None = None) -> list[bytes | None]:
-    """The request's units (``app.prefix``): its instructions, each item decoded before the input
-    (``conversation``: the conversation's, when they are known already) and each input item as the
-    client sent it (an id the server adds changes nothing decoded)."""
-    units = [unit(request.instructions, b"i")]
+def units_of(request: ResponsesRequest, ctx: Context,
+             conversation: list[bytes | None] | None = None) -> Iterator[bytes | None]:
+    """The request's units (``app.prefix``), in order, encoded as they are drawn: its instructions,
+    each item decoded before the input (``conversation``: the conversation's, when they are known
+    already) and each input item as the client sent it (an id the server adds changes nothing
+    decoded)."""
+    yield unit(request.instructions, b"i")
     for where, items, trusted in ctx.before:
         if conversation is not None and where == f"conversation {ctx.conversation}":
-            units.extend(conversation)
+            yield from conversation
             continue
-        units.extend(item_unit(item, trusted, item.get("id") in ctx.own) for item in items)
+        for item in items:
+            yield item_unit(item, trusted, item.get("id") in ctx.own)
     raw = request.input
-    sent = [raw] if isinstance(raw, str) else raw or []
-    units.extend(None if isinstance(item, dict) and item.get("type") == "item_reference" else unit(item, b"u")
-                 for item in sent)  # what a reference stands for is the store's
-    return units
+    sent: list[Any] = [raw] if isinstance(raw, str) else raw or []
+    for value in sent:  # what a reference stands for is the store's
+        yield None if isinstance(value, dict) and value.get("type") == "item_reference" else unit(value, b"u")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,4 +37,4 @@ def test_an_oversized_messages_request_is_refused_before_the_lookup() -> None:
     assert prefix.recalls == 0
     request = parse(MessagesRequest, {"model": "m", "max_tokens": 8, "messages": conversation(8)}, SETTINGS, "t",
                     prefix)
-    assert prefix.recalls == 1 and request._recall is not None
+    assert prefix.recalls == 1 and request._recall is None  # (a first sighting: nothing to take or keep)
