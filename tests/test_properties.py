@@ -374,11 +374,17 @@ def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_fa
                                            {"type": "function_call_output", "call_id": f"c{i}", "output": f"out {i}"},
                                            {"type": "message", "role": "user", "content": f"and then {i}?"}]}
 
-    for face in (chat, messages, responses):
+    def stored(i: int) -> tuple[str, dict[str, Any]]:  # (``store`` left to its default: true)
+        path, body = responses(i)
+        del body["store"]
+        return path, body
+
+    for face in (chat, messages, responses, stored):
         for i in range(6):
             path, body = face(i)
             twin.post(path, (body, body), "alice")
         assert not service._anchored and service.found == 0, face.__name__  # nothing kept, nothing taken
+        assert not service._keyed, face.__name__  # (nor a stored response's chain)
         path, body = face(5)  # the last one again: seen before, so kept
         twin.post(path, (body, body), "alice")
         assert service._anchored and service.found == 0, face.__name__
@@ -386,4 +392,14 @@ def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_fa
         assert service.found == 1, face.__name__
         service.clear()
         service.found = 0
+    # a continuation of a one-off stored response reads its one link, and is kept for the next
+    follow = [{"type": "message", "role": "user", "content": "go on"}]
+    path, body = stored(7)
+    ids = [r.json()["id"] for r in twin.post(path, (body, body), "alice")]
+    assert not service._keyed
+    for _ in range(2):
+        bodies = tuple({"model": "m", "max_output_tokens": 32, "input": follow, "previous_response_id": i} for i in ids)
+        ids = [r.json()["id"] for r in twin.post(path, bodies, "alice")]  # type: ignore[arg-type]
+        assert service._keyed
+    assert service.found == 1  # the second continuation took the first's chain
     twin.check()

@@ -37,7 +37,9 @@ class Chained:
     decoded — the request's turns but its instructions, and its output's — so a continuation from
     it starts there (``PrefixService.keep_response``). Not for a conversation's responses (their
     stored chain is not the conversation), nor when decoding read stored copies (a store that
-    changes would decode otherwise)."""
+    changes would decode otherwise), nor for a request that continued nothing and was its
+    conversation's first sighting (``app.prefix``: a one-off request costs what it costs without
+    the service; a continuation of it reads its one link from the store, and is kept)."""
 
     def __init__(self, prefix: PrefixService, tenant: str, ctx: Context, ask: Ask, instructions: bool,
                  decoder: Decoder) -> None:
@@ -49,6 +51,8 @@ class Chained:
         ctx, ask = self.ctx, self.ask
         if ctx.conversation is not None or self.decoder.looked or not self.prefix.enabled:
             return
+        if ask.prefix is None and ctx.kept is None and not ctx.before:
+            return  # a first sighting, continuing nothing
         output = final.get("output") or []
         out = Decoder(self.decoder.tools, self.decoder.signer)
         try:
