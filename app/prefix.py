@@ -39,11 +39,12 @@ conversation as its last request left it — and hands it to the next request of
   conversation that goes on finds its anchors and is kept. The anchor of the first unit alone
   does not count here: distinct conversations share a system prompt.
 * **One byte budget.** Entries (their units, and the turns they decode to counted three times by
-  their units' bytes — as parsed, as a model, as a turn — and render states) and ``tojson`` answers share one least-recently-used bound,
-  ``--prefix-cache-bytes`` for the server, its uvicorn workers each holding their share; prepare
-  workers keep nothing (what they render comes back to be kept here), so that is the process
-  tree's whole budget. An entry a newer one of the same conversation supersedes is dropped at once;
-  conversations of fewer than ``min_units`` units are neither reused nor kept.
+  their units' bytes — as parsed, as a model, as a turn — and render states), ``tojson`` answers
+  and sightings share one least-recently-used bound, ``--prefix-cache-bytes`` for the server, its
+  uvicorn workers each holding their share; prepare workers keep nothing (what they render comes
+  back to be kept here), so that is the process tree's whole budget. An entry a newer one of the
+  same conversation supersedes is dropped at once; conversations of fewer than ``min_units``
+  units are neither reused nor kept.
 
 A unit's bytes are the face's to choose, and a later face may key a unit by something other than
 its literal bytes where that is exact — an image by the digest of its content rather than its

@@ -7,8 +7,8 @@ initializer), then one ``Job`` per request: the ``Ask``, where its tool schemas 
 server knows of their checks. It answers with one message — the plan's parts (``Prepared``: the
 prompt, its start state, the constraint, the render's state for the conversation's next turn, the
 checks of its schemas), or the refusal the checks or the template made (``Refused``: a 400, as
-the client gets it), or ``OverBudget`` when the job used up its CPU time. The caller rebuilds the ``Plan`` around its own ``Ask`` and model (``planned``): nothing of
-the request travels back.
+the client gets it), or ``OverBudget`` when the job used up its CPU time. The caller rebuilds the
+``Plan`` around its own ``Ask`` and model (``planned``): nothing of the request travels back.
 """
 
 from __future__ import annotations

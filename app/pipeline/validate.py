@@ -144,11 +144,16 @@ def schema_text(schema: Any) -> SchemaText:
     return encoded, SchemaVerdicts.key(encoded)
 
 
-def _format_schema(ask: Ask) -> dict[str, Any] | None:
-    """The response format's JSON schema, when it is one to check."""
+def _format_given(ask: Ask) -> Any:
+    """What a ``json_schema`` response format gives as its schema (anything; ``None``: none)."""
     fmt = ask.response_format or {}
     spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
-    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return spec.get("schema") if isinstance(spec, dict) else None
+
+
+def _format_schema(ask: Ask) -> dict[str, Any] | None:
+    """The response format's JSON schema, when it is one to check."""
+    schema = _format_given(ask)
     return schema if isinstance(schema, dict) else None
 
 
@@ -193,17 +198,15 @@ def arguments_nesting(arguments: Any) -> int:
         return MAX_ARGUMENT_NESTING + 1 if "depth" in str(exc) else 0
 
 
-def check_schema(schema: Any, where: str, param: str, settings: Settings, text: SchemaText | bool = True) -> None:
+def check_schema(schema: Any, where: str, param: str, settings: Settings, text: SchemaText) -> None:
     """A JSON schema the client sent (a tool's parameters, a response format): nesting, size,
     validity — a 400 naming ``where`` / ``param`` for the first problem. ``text``: the schema's
-    ``SchemaText`` when worked out already (``True``: work it out)."""
-    if text is True:
-        text = schema_text(schema)
-    key = text[1] if isinstance(text, tuple) else None
+    ``SchemaText`` (``schema_texts``)."""
+    key = text[1] if text is not None else None
     # a schema checked before passed the nesting check then: agents send the same tools every turn
     if (key is None or not VERDICTS.known(key)) and nesting(schema) > MAX_SCHEMA_NESTING:
         raise bad_request(f"{where} is nested too deeply (more than {MAX_SCHEMA_NESTING} levels)", param)
-    if not isinstance(text, tuple):
+    if text is None:
         raise bad_request(f"{where} is nested too deeply", param)
     encoded, key = text
     if len(encoded) > settings.max_tool_schema_bytes:
@@ -236,14 +239,11 @@ def check_ask(ask: Ask, settings: Settings, tools_param: str = "tools", schema_k
         names.add(tool.spec.name)
         check_schema(tool.spec.parameters, f"{tools_param}[{i}].{schema_key}", f"{tools_param}.{i}.{schema_key}",
                      settings, texts[i])
-    fmt = ask.response_format or {}
-    if fmt.get("type") == "json_schema":
-        spec = fmt.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        if schema is not None:
-            if not isinstance(schema, dict):
-                raise bad_request(f"{ask.format_param}: a JSON schema object is required", ask.format_param)
-            check_schema(schema, ask.format_param, ask.format_param, settings, texts[len(ask.tools)])
+    schema = _format_given(ask)
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise bad_request(f"{ask.format_param}: a JSON schema object is required", ask.format_param)
+        check_schema(schema, ask.format_param, ask.format_param, settings, texts[len(ask.tools)])
     for i in ask.fresh_turns():  # reused ones passed before
         for call in ask.turns[i].calls:
             if arguments_nesting(call.arguments) > MAX_ARGUMENT_NESTING:
