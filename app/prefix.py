@@ -37,14 +37,16 @@ conversation as its last request left it — and hands it to the next request of
   its later units not even encoded (``recall`` is ``None``) — so a one-off conversation (a batch
   of distinct requests) costs what it costs without the service, and the next request of a
   conversation that goes on finds its anchors and is kept. The anchor of the first unit alone
-  does not count here: distinct conversations share a system prompt.
+  does not count here: distinct conversations share a system prompt. A conversation too short to
+  keep is sighted all the same: an agent's first turn (a system prompt and a task) makes its
+  second kept and its third reused.
 * **One byte budget.** Entries (their units, and the turns they decode to counted three times by
   their units' bytes — as parsed, as a model, as a turn — and render states), ``tojson`` answers
   and sightings share one least-recently-used bound, ``--prefix-cache-bytes`` for the server, its
   uvicorn workers each holding their share; prepare workers keep nothing (what they render comes
   back to be kept here), so that is the process tree's whole budget. An entry a newer one of the
   same conversation supersedes is dropped at once; conversations of fewer than ``min_units``
-  units are neither reused nor kept.
+  units are neither reused nor kept (only sighted).
 
 A unit's bytes are the face's to choose, and a later face may key a unit by something other than
 its literal bytes where that is exact — an image by the digest of its content rather than its
@@ -363,18 +365,20 @@ class PrefixService:
         """The kept entry of ``scope``'s that shares the most units with ``units`` at the same places
         (see the module docstring), for the face to take its decoding of them; the units from
         ``limit`` on are always decoded. ``None`` — decode and render as without the service — when
-        it is off, for fewer than ``min_units`` units, and at a conversation's first sighting (then
-        only the first units are drawn from ``units``)."""
+        it is off, for fewer than ``min_units`` units (the conversation is sighted all the same),
+        and at a conversation's first sighting (then only the first units are drawn from
+        ``units``)."""
         if not self.enabled:
             return None
         drawn = iter(units)
         head = list(islice(drawn, max(HEAD, self.min_units)))
-        if len(head) < self.min_units:
-            return None
         anchors, first = _anchors(scope, head)
         telling = [anchor for anchor in anchors if anchor != first]
         with self._lock:
             self.recalls += 1
+            if len(head) < self.min_units:  # not kept, but seen: an agent's first turn sights its conversation
+                self._seen(telling)
+                return None
             if not any(anchor in self._anchored for anchor in telling) and not self._seen(telling):
                 return None
         units = [*head, *drawn]

@@ -210,11 +210,10 @@ def test_agents_sdk_server_managed_conversation(streamed: bool, backend_factory,
 def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_factory,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Five model calls in one Agents SDK run on Chat Completions (four call-only turns handed back
-    with ``content: null``, their results, the answer): from the fourth request on, toolwire takes the
-    messages it decoded for the request before and resumes the template's render (the second, the
-    first of 4+ messages, is the conversation's first sighting: nothing kept; the third is kept) — and
-    every prompt that reaches the backend is byte for byte the one a server without those caches
-    sends."""
+    with ``content: null``, their results, the answer): from the third request on, toolwire takes the
+    messages it decoded for the request before and resumes the template's render (the first sights
+    the conversation, the second is kept) — and every prompt that reaches the backend is byte for
+    byte the one a server without those caches sends."""
     from app.prefix import PrefixService
 
     counts: list[int] = []
@@ -260,6 +259,6 @@ def test_a_long_tool_loop_is_prompted_as_without_caches(backend_factory, proxy_f
 
     cached = run(64 << 20)
     assert cached[0] == ANSWER and cached[1] == [f"{CITY} {k}" for k in range(4)]
-    assert len(counts) == 4 and counts[:2] == [0, 0] and all(c > 0 for c in counts[2:]), counts  # 4+ messages
+    assert len(counts) == 5 and counts[:2] == [0, 0] and all(c > 0 for c in counts[2:]), counts
     plain = run(0)
     assert plain[0] == ANSWER and cached[2] == plain[2] and len(plain[2]) == 5

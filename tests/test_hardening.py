@@ -262,6 +262,20 @@ def test_a_schema_is_checked_once_whichever_process_prepares_it(slow_if_asked) -
     assert VERDICTS.known(key)  # the server knows it
 
 
+def test_a_request_heavy_by_its_length_carries_the_checks_of_its_tools(slow_if_asked) -> None:
+    """A request prepared by a worker for its length (over 64 messages), not its schemas: the tools
+    the server checked are not checked again there (an agent's conversation grows past the bound
+    with the same tools; each 1.5 KB schema ~7 ms)."""
+    proxy = slow_if_asked(max_render_ms=60_000, prepare_workers=1)
+    pool = proxy.runtime.services.pool
+    seen = _tool("seen")
+    assert proxy.call(pool.run(None, count_schema_checks)).result(60) == 0
+    assert post(proxy, {"model": "m", "messages": MESSAGES, "tools": [seen]}).status_code == 200  # on the loop
+    assert proxy.call(pool.run(None, schema_checks_made)).result(60) == 0
+    assert post(proxy, {**heavy(), "tools": [seen]}).status_code == 200  # in the worker
+    assert proxy.call(pool.run(None, schema_checks_made)).result(60) == 0  # known: not checked again
+
+
 def test_a_new_clients_tool_schemas_are_checked_off_the_loop(slow_if_asked, monkeypatch) -> None:
     """A request small in every other way whose tool schemas this server has not checked before —
     more than 1 KB of them, ~5 ms of checking — is prepared by a worker, not on the loop every other

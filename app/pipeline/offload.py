@@ -76,6 +76,10 @@ LIGHT_TOOLS = 32
 #: beyond this much a request is heavy — a check costs ~5 µs a byte (a 1.5 KB tool schema ~7 ms),
 #: and the worker's checks come back to this process (``app.pipeline.validate.known_verdicts``)
 LIGHT_UNCHECKED_BYTES = 1024
+#: tool definitions (their JSON) up to which a request's schemas are hashed on the loop (~1 ms at
+#: this) also when it is heavy for another reason: its job then carries what this process knows of
+#: their checks, and its worker does not check again a schema checked here
+HASHED_TOOL_CHARS = 128 * 1024
 #: conversation text (reused turns included) past which a request is heavy however much of it was
 #: decoded before: a render that cannot continue the last one (its captured values changed beyond
 #: what its guards allow) renders it whole, on the loop (~7 ms at this)
@@ -91,11 +95,14 @@ def is_light(ask: Ask) -> bool:
     would cost the loop more than rendering what is new — pickling every turn, the prompt back.
     Schemas this process has not checked before are heavy beyond ``LIGHT_UNCHECKED_BYTES``: a new
     client's first request with its tools is checked off the loop, and its next ones, the same
-    tools known, inline. A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
+    tools known, inline; schemas up to ``HASHED_TOOL_CHARS`` are hashed for a request heavy in
+    another way too, so that its worker knows what was checked here. A request refused (too
+    complex, a template error) lightens nothing: nothing of it is kept."""
     reused = ask.prefix is not None and ask.prefix.resume.previous is not None and ask.reused > 0
     fresh = set(ask.fresh_turns()) if reused else None
-    if (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS or len(ask.tools) > LIGHT_TOOLS:
+    if len(ask.tools) > LIGHT_TOOLS:
         return False
+    heavy = (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
         size = len(turn.text)
@@ -105,17 +112,19 @@ def is_light(ask: Ask) -> bool:
             known_chars += size
         else:
             chars += size
-    if reused and known_chars + chars > KNOWN_LIGHT_CHARS:
-        return False
+    heavy = heavy or (reused and known_chars + chars > KNOWN_LIGHT_CHARS)
+    tool_chars = 0
     for tool in ask.tools:
-        if chars > LIGHT_CHARS:
+        if tool_chars > HASHED_TOOL_CHARS:
             return False
         try:
-            chars += len(orjson.dumps(tool.shown))
+            tool_chars += len(orjson.dumps(tool.shown))
         except orjson.JSONEncodeError:
             return False  # too deep to encode: the checks will say so, off the loop
-    # last, so that schemas are hashed on the loop only when they are small enough to be checked there
-    return chars <= LIGHT_CHARS and unchecked_bytes(ask) <= LIGHT_UNCHECKED_BYTES
+    if tool_chars > HASHED_TOOL_CHARS:
+        return False
+    unchecked = unchecked_bytes(ask)  # (hashed also when heavy: its job carries the checks known here)
+    return not heavy and chars + tool_chars <= LIGHT_CHARS and unchecked <= LIGHT_UNCHECKED_BYTES
 
 
 #: what the fork server imports once, for every worker it forks
@@ -154,8 +163,9 @@ class Pool:
         """``ask`` checked and planned — inline when ``light``, else in a worker."""
         if light:
             return prepare(ask, self.settings, model, schema_key)
-        # the checks this process knows of, when ``is_light`` worked the schemas out (a request heavy
-        # by its size is not hashed on the loop: its worker checks what it does not know itself)
+        # the checks this process knows of, when ``is_light`` worked the schemas out (a request with
+        # more than ``HASHED_TOOL_CHARS`` is not hashed on the loop: its worker checks what it does
+        # not know itself)
         verdicts = known_verdicts(ask) if ask.schema_texts is not None else ()
         answer = await self.run(model, prepare_job, Job(ask, schema_key, verdicts))
         assert isinstance(answer, Prepared)

@@ -331,6 +331,16 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
     assert found(body(22), prefix) == 44
 
 
+def test_an_agents_first_turn_sights_its_conversation(prefix: PrefixService) -> None:
+    """Too short to keep (a system prompt and a task), an agent's first request is sighted all the
+    same: its second is kept, its third takes from it."""
+    assert parse_request(body(0), SETTINGS, "", prefix)._recall is None
+    assert len(prefix) == 0 and prefix.sightings == 2  # its first 2 units, the one at place 1
+    ask = served(body(1), prefix, seen=False)
+    assert ask.prefix is not None and ask.prefix.resume.state is not None
+    assert found(body(2), prefix) == 4
+
+
 def test_sightings_are_the_tenants_own_and_bounded_with_the_rest(prefix: PrefixService) -> None:
     parse_request(body(6), SETTINGS, "alice", prefix)
     assert parse_request(body(6), SETTINGS, "bob", prefix)._recall is None  # bob's first sighting

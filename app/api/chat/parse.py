@@ -33,7 +33,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
              "content parts and tool calls in messages", "--max-input-items", "messages")
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
-    if prefix is not None and prefix.enabled and len(messages) >= prefix.min_units and not is_legacy(body, messages):
+    if prefix is not None and prefix.enabled and not is_legacy(body, messages):
         recall = prefix.recall(scope_of(tenant, "chat"), (unit(message) for message in messages),
                                limit=len(messages) - 1)  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None

@@ -49,7 +49,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     messages = raw_list(body, "messages")
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
-    if prefix is not None and prefix.enabled and len(messages) + 1 >= prefix.min_units:
+    if prefix is not None and prefix.enabled:
         units = chain((unit(body.get("system"), b"s"),), (unit(message) for message in messages))
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages))  # the last one is decoded
         if found is not None and found.entry is not None:
