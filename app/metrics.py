@@ -20,6 +20,8 @@ dropped by the next worker that starts.
 | toolwire_background_responses | gauge | — |
 | toolwire_rejected_total | counter | reason (concurrency / auth / background) |
 | toolwire_parse_events_total | counter | detector, event (tool_call / unknown_tool / malformed_passthrough / unfinished_call) |
+| toolwire_prefix_lookups_total | counter | outcome (``app.prefix.OUTCOMES``: found / kept / first_sight / short / chain_found / chain_missed) |
+| toolwire_prefix_bytes | gauge | — (what the prefix service holds, summed over the workers: against ``--prefix-cache-bytes``) |
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ class Metrics:
                                 registry=r)
         self.parse_events = Counter("toolwire_parse_events", "Parser outcomes by detector", ("detector", "event"),
                                     registry=r)
+        self.prefix_lookups = Counter("toolwire_prefix_lookups", "Prefix service lookups by outcome", ("outcome",),
+                                      registry=r)
+        self.prefix_bytes = Gauge("toolwire_prefix_bytes", "Bytes the prefix service holds", registry=r,
+                                  multiprocess_mode="livesum")
 
         self.shared = shared()
         if self.shared is not None:

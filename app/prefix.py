@@ -59,7 +59,7 @@ import hashlib
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -333,12 +333,31 @@ class Recall:
                     self.entry, self.anchors, self.entry.plain if self.entry is not None else frozenset())
 
 
-class PrefixService:
-    """See the module docstring. ``max_bytes`` 0: off (nothing found, nothing kept)."""
+#: a lookup's outcome, as ``PrefixService.on_lookup`` reports it (``toolwire_prefix_lookups_total``)
+OUTCOMES = (
+    "found",  # a conversation's entry found: the request takes what is the same
+    "kept",  # a conversation seen before, nothing of it kept: it is kept now
+    "first_sight",  # a conversation never seen: only its anchors noted
+    "short",  # fewer than ``min_units`` units: sighted, never kept
+    "chain_found",  # a ``previous_response_id`` whose chain was kept (or a stored conversation's items)
+    "chain_missed",  # … not kept: read from the store
+)
 
-    def __init__(self, max_bytes: int, min_units: int = MIN_UNITS) -> None:
+
+def _ignored(_: Any) -> None:
+    return None
+
+
+class PrefixService:
+    """See the module docstring. ``max_bytes`` 0: off (nothing found, nothing kept). ``on_lookup``
+    is told each lookup's outcome (``OUTCOMES``), ``on_held`` the bytes held after each change (the
+    metrics, ``app.metrics``)."""
+
+    def __init__(self, max_bytes: int, min_units: int = MIN_UNITS, on_lookup: Callable[[str], None] = _ignored,
+                 on_held: Callable[[int], None] = _ignored) -> None:
         self.max_bytes = max_bytes
         self.min_units = min_units
+        self.on_lookup, self.on_held = on_lookup, on_held
         self.bytes = 0
         self._lock = threading.Lock()
         self._held: OrderedDict[Any, tuple[int, Any]] = OrderedDict()  # least recently used first
@@ -378,9 +397,14 @@ class PrefixService:
             self.recalls += 1
             if len(head) < self.min_units:  # not kept, but seen: an agent's first turn sights its conversation
                 self._seen(telling)
-                return None
-            if not any(anchor in self._anchored for anchor in telling) and not self._seen(telling):
-                return None
+                outcome: str | None = "short"
+            elif not any(anchor in self._anchored for anchor in telling) and not self._seen(telling):
+                outcome = "first_sight"
+            else:
+                outcome = None
+        if outcome is not None:
+            self.on_lookup(outcome)
+            return None
         units = [*head, *drawn]
         limit = len(units) if limit is None else limit
         best: Entry | None = None
@@ -397,6 +421,7 @@ class PrefixService:
                 break  # the most specific anchor with candidates
             if best is not None:
                 self._held.move_to_end(id(best))
+        self.on_lookup("found" if best is not None else "kept")
         recall = Recall(self, scope, units, best, anchors, limit)
         if best is not None:
             for i, same in enumerate(recall.equal):
@@ -457,11 +482,13 @@ class PrefixService:
         with self._lock:
             self.recalls += 1
             entry = self._keyed.get(key)
-            if entry is None or entry.scope != scope:
-                return None
-            self._held.move_to_end(id(entry))
-            self.found += 1
-            return entry
+            if entry is not None and entry.scope == scope:
+                self._held.move_to_end(id(entry))
+                self.found += 1
+            else:
+                entry = None
+        self.on_lookup("chain_found" if entry is not None else "chain_missed")
+        return entry
 
     def keep_response(self, tenant: str, response_id: str, scope: bytes, turns: list[Turn],
                       render: RenderState | None, chain: Any, chain_bytes: int, replaces: Entry | None,
@@ -520,6 +547,8 @@ class PrefixService:
             entry = self._keyed.get(key)
             if entry is not None:
                 self._drop(entry)
+            held = self.bytes
+        self.on_held(held)
 
     # ------------------------------------------------------------------ tojson's memo
 
@@ -573,6 +602,7 @@ class PrefixService:
                     del self._anchored[anchor]
 
     def _bound(self) -> None:
+        """Drop the least recently used past the budget, and report what is held (the lock held)."""
         while self.bytes > self.max_bytes and self._held:
             key, (size, value) = next(iter(self._held.items()))
             if isinstance(value, Entry):
@@ -582,6 +612,7 @@ class PrefixService:
                 self.bytes -= size
                 if isinstance(key, tuple) and key[0] == _SEEN:
                     self.sightings -= 1
+        self.on_held(self.bytes)
 
     def serving(self, model: object) -> None:
         """``model`` is served from now on: a render state and the turns known plain were made for a
@@ -601,6 +632,7 @@ class PrefixService:
             self._anchored.clear()
             self._keyed.clear()
             self.bytes = self.sightings = 0
+        self.on_held(0)
 
 
 _SEEN = "seen"  # (the key of an anchor's sighting in the bound: apart from entries' and ``tojson``'s)
@@ -641,4 +673,4 @@ def keep_after(note: Note | None) -> None:
         note.service.keep(note)
 
 
-__all__ = ["MIN_UNITS", "Entry", "Note", "PrefixService", "Recall", "keep_after", "scope_of", "unit"]
+__all__ = ["MIN_UNITS", "OUTCOMES", "Entry", "Note", "PrefixService", "Recall", "keep_after", "scope_of", "unit"]

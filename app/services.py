@@ -23,7 +23,7 @@ from app.errors import APIError
 from app.metrics import Metrics
 from app.pipeline.generate import Generating
 from app.pipeline.offload import Pool, Turns
-from app.prefix import PrefixService
+from app.prefix import OUTCOMES, PrefixService
 from app.sched import set_slice
 from app.settings import Settings
 from app.state import Stores, open_stores
@@ -141,7 +141,9 @@ class Services:
         self.pool = Pool(s.prepare_workers, s.max_render_ms / 1000, s.max_queue_ms / 1000, s)
         self.turns = Turns()
         # one budget for the server: each uvicorn worker process holds its share (prepare workers keep nothing)
-        self.prefix = PrefixService(s.prefix_cache_bytes // max(1, s.workers))
+        lookups = {outcome: self.metrics.prefix_lookups.labels(outcome) for outcome in OUTCOMES}
+        self.prefix = PrefixService(s.prefix_cache_bytes // max(1, s.workers),
+                                    on_lookup=lambda outcome: lookups[outcome].inc(), on_held=self.metrics.prefix_bytes.set)
         self.detached = Detached(self.settings.max_background, self.metrics)  # background responses
 
     def signer(self, tenant: str) -> ThinkingSigner:

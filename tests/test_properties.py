@@ -403,3 +403,7 @@ def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_fa
         assert service._keyed
     assert service.found == 1  # the second continuation took the first's chain
     twin.check()
+    metrics = twin.client.get(twin.proxies[0].url + "/metrics", headers={"authorization": "Bearer alice"}).text
+    for outcome in ("found", "kept", "first_sight", "chain_found", "chain_missed"):
+        assert f'toolwire_prefix_lookups_total{{outcome="{outcome}"}}' in metrics, outcome
+    assert "toolwire_prefix_bytes " in metrics

@@ -25,7 +25,7 @@ from app.pipeline.ask import Ask
 from app.pipeline.offload import is_light
 from app.pipeline.plan import plan_request
 from app.pipeline.validate import check_ask
-from app.prefix import HEAD, SEEN_BYTES, PrefixService, keep_after, scope_of, unit
+from app.prefix import HEAD, OUTCOMES, SEEN_BYTES, PrefixService, keep_after, scope_of, unit
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import TemplateProfile, template_messages
@@ -339,6 +339,24 @@ def test_an_agents_first_turn_sights_its_conversation(prefix: PrefixService) -> 
     ask = served(body(1), prefix, seen=False)
     assert ask.prefix is not None and ask.prefix.resume.state is not None
     assert found(body(2), prefix) == 4
+
+
+def test_each_lookup_and_what_is_held_are_reported() -> None:
+    """What the metrics count (``toolwire_prefix_lookups_total``, ``toolwire_prefix_bytes``)."""
+    looked: list[str] = []
+    held: list[int] = []
+    prefix = PrefixService(64 << 20, on_lookup=looked.append, on_held=held.append)
+    parse_request(body(0), SETTINGS, "", prefix)  # an agent's first turn
+    served(body(1), prefix, seen=False)  # its second: seen, kept
+    parse_request(body(2), SETTINGS, "", prefix)  # its third: found
+    other = body(6)
+    other["messages"][1]["content"], other["messages"][2]["content"] = "another task", "another step"
+    parse_request(other, SETTINGS, "", prefix)
+    prefix.recall_response("", "resp_none", scope_of("", "responses"))
+    assert looked == ["short", "kept", "found", "first_sight", "chain_missed"]
+    assert set(looked) <= set(OUTCOMES) and held[-1] == prefix.bytes > 0
+    prefix.clear()
+    assert held[-1] == 0
 
 
 def test_sightings_are_the_tenants_own_and_bounded_with_the_rest(prefix: PrefixService) -> None:
