@@ -439,3 +439,27 @@ def test_another_model_served_forgets_what_was_kept_for_the_one_before(prefix: P
     plan_request(stale, FORMATS, TEMPLATE, BACKEND)
     keep_after(stale.prefix)
     assert len(prefix) == len(memo_keys(prefix))  # (only tojson's answers: they hold for any template)
+
+
+def test_a_messages_blocks_cache_control_is_not_part_of_its_unit() -> None:
+    """Claude Code marks the newest block with ``cache_control`` and unmarks it a turn later; the
+    hint is never read, so the message is the same unit either way — its conversation is known
+    again at its second request."""
+    from app.api.messages.parse import message_unit, parse
+    from app.api.messages.protocol import MessagesRequest
+
+    def text(value: str, marked: bool = False) -> dict[str, Any]:
+        return {"type": "text", "text": value, **({"cache_control": {"type": "ephemeral"}} if marked else {})}
+
+    assert message_unit({"role": "user", "content": [text("hi", True)]}) == unit({"role": "user", "content": [text("hi")]})
+    assert message_unit({"role": "user", "content": "hi"}) == unit({"role": "user", "content": "hi"})
+    prefix = PrefixService(64 << 20)
+
+    def request(*messages: dict[str, Any]) -> dict[str, Any]:
+        return {"model": "m", "max_tokens": 8, "system": [text("You are Claude Code.", True)], "messages": list(messages)}
+
+    first = {"role": "user", "content": [text("Fix it.", True)]}
+    assert parse(MessagesRequest, request(first), SETTINGS, "t", prefix)._recall is None  # sighted
+    later = request({"role": "user", "content": [text("Fix it.")]}, {"role": "assistant", "content": [text("On it.")]},
+                    {"role": "user", "content": [text("Go on.", True)]})
+    assert parse(MessagesRequest, later, SETTINGS, "t", prefix)._recall is not None  # known again: kept

@@ -23,6 +23,18 @@ from app.settings import Settings
 C = TypeVar("C", bound=Conversation)
 
 
+def message_unit(message: Any) -> bytes | None:
+    """A message's unit (``app.prefix``) without its content blocks' ``cache_control``: a prompt
+    caching hint nothing here reads (blocks' unknown fields are ignored), which Claude Code moves to
+    the newest block every turn — the message it left is the same message a turn later."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list) and any(isinstance(block, dict) and "cache_control" in block for block in content):
+        message = {**message, "content": [
+            {k: v for k, v in block.items() if k != "cache_control"}
+            if isinstance(block, dict) and "cache_control" in block else block for block in content]}
+    return unit(message)
+
+
 def count(body: dict[str, Any], settings: Settings) -> None:
     """The request's lists against the limits, on the raw JSON (before any model decodes them):
     messages, tools, and content blocks — system blocks, each message's blocks and the blocks
@@ -50,7 +62,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
-        units = chain((unit(body.get("system"), b"s"),), (unit(message) for message in messages))
+        units = chain((unit(body.get("system"), b"s"),), (message_unit(message) for message in messages))
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages))  # the last one is decoded
         if found is not None and found.entry is not None:
             payload, runs = found.entry.payload, found.takeable()
