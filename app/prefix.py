@@ -462,8 +462,10 @@ class PrefixService:
         render = note.resume.state  # compared item by item when used: good whatever the units kept
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
         size = 4 * sum(map(unit_bytes, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
-        entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size,
-                      _anchors(note.scope, units)[0], plain=note.plain(turns))
+        # the anchors ``recall`` worked out: they read the first units alone, the same bytes here
+        # (``n`` is at least ``min_units``, none of them ``None``)
+        entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size, note.anchors,
+                      plain=note.plain(turns))
         old = note.replaces
         with self._lock:
             if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
