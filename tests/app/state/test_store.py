@@ -5,7 +5,10 @@ in rows and bytes on every write, expiry, and failures as ``StoreUnavailable``."
 from __future__ import annotations
 
 import asyncio
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -275,6 +278,23 @@ async def test_sqlite_write_ahead_log_is_truncated_after_a_burst(tmp_path: Path)
     wal = tmp_path / "w.sqlite3-wal"
     assert wal.stat().st_size <= WAL_LIMIT + (1 << 20)
     await store.close()
+
+
+def test_sqlite_commits_survive_a_killed_process_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    path = tmp_path / "k.sqlite3"
+    script = (f"import asyncio, os, signal\nfrom app.state.sqlite import open_sqlite\nfrom tests.app.state.test_store import "
+              f"ALICE, record\nfrom pathlib import Path\nstore = open_sqlite(Path({str(path)!r}), 3600, 100, 1 << 30)\n"
+              f"asyncio.run(store.responses.put(record('k', text='kept'), ALICE))\n"
+              f"print(store.database.conn.execute('PRAGMA synchronous').fetchone()[0], flush=True)\n"
+              f"os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert done.stdout.strip() == "1"  # NORMAL: a commit does not wait for the disk
+    store = open_sqlite(path, 3600, 100, 1 << 30)
+    kept = asyncio.run(store.responses.get("k", ALICE))
+    assert kept is not None and kept.response["id"] == "k"
+    asyncio.run(store.close())
 
 
 async def test_sqlite_failures_are_store_unavailable(tmp_path: Path) -> None:
