@@ -1,6 +1,7 @@
 """What every face's request models share: lenient pydantic models (fields a face does not know are
-kept, not refused), the first validation problem as a located message, and counts of the raw
-JSON's lists checked before any model decodes them."""
+kept, not refused), and validation — the first problem as a located message, and a request
+validated but for the messages validated before (``app.prefix``). A request's lists are counted
+before any of this (``app.api.limits``)."""
 
 from __future__ import annotations
 
@@ -51,33 +52,9 @@ def validated_but_known(validate: Callable[[dict[str, Any]], R], body: dict[str,
     are validated, the known ones put back in their places. Raises ``ValidationError`` as
     ``validate`` does — its index counts only the messages validated, so a face reports the whole
     body's first problem instead."""
-    messages = raw_list(body, "messages")
+    messages = body.get("messages")
+    messages = messages if isinstance(messages, list) else []
     request = validate({**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
     fresh = iter(request.messages)
     request.messages = [k if k is not None else next(fresh) for k in known]
     return request
-
-
-def too_many(count: int, limit: int, what: str, flag: str, param: str | None) -> None:
-    """A 400 naming ``flag`` when ``count`` passes ``limit`` (checked on the raw JSON, before a
-    request model decodes it: decoding a huge list costs far more than counting it)."""
-    if count > limit:
-        raise bad_request(f"too many {what} ({count} > {limit}, {flag})", param, code="too_many_items")
-
-
-def raw_list(body: dict[str, Any], key: str) -> list[Any]:
-    """``body[key]`` when it is a list, else an empty list (the request model reports other shapes)."""
-    value = body.get(key)
-    return value if isinstance(value, list) else []
-
-
-def raw_items(entries: list[Any], *keys: str) -> int:
-    """How many elements the lists at ``keys`` of every object in ``entries`` hold, together."""
-    total = 0
-    for entry in entries:
-        if isinstance(entry, dict):
-            for key in keys:
-                value = entry.get(key)
-                if isinstance(value, list):
-                    total += len(value)
-    return total

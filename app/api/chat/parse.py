@@ -13,7 +13,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.api.chat.protocol import ChatCompletionRequest, is_legacy
-from app.api.protocol import raw_items, raw_list, too_many, validated, validated_but_known
+from app.api.limits import raw_items, raw_list, too_many
+from app.api.protocol import validated, validated_but_known
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of, unit
 from app.settings import Settings

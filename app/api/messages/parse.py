@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from app.api.limits import raw_items, raw_list, too_many
 from app.api.messages.protocol import Conversation, first_problem, invalid
-from app.api.protocol import raw_items, raw_list, too_many, validated_but_known
+from app.api.protocol import validated_but_known
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.protocol import raw_items, raw_list, too_many, validated
+from app.api.limits import raw_items, raw_list, too_many
+from app.api.protocol import validated
 from app.api.responses.decode import normalised_input
 from app.api.responses.protocol import Parsed, ResponsesRequest, offered_tools, response_format, tool_choice
 from app.errors import bad_request
