@@ -53,8 +53,8 @@ from bench.report import Section, at_most, fmt, table
 TITLE = "An agent's next turn, every face and shape: CPU per turn, prefix cache on and off"
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "tests" / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
-#: the build before issue 35: main when this branch last merged it (override: BENCH_SHAPES_BEFORE; empty: this tree only)
-BEFORE = "fd579d3"
+#: the build before issue 35: the main the issue measured (override: BENCH_SHAPES_BEFORE; empty: this tree only)
+BEFORE = "c640f5c"
 TURNS = 100
 FROM = 73
 #: the turns whose CPU is the floor: what a turn of a short conversation (5–10 turns) costs — the
