@@ -236,8 +236,10 @@ def test_concurrent_streams_no_errors_no_cross_talk_memory_returns(setup) -> Non
     for i, text in results:
         assert text == "".join(f"answer-{i}-{k} " for k in range(20)), f"stream {i} got {text[:80]!r}"
     services = proxy.runtime.services
-    deadline = time.monotonic() + 10  # each stream lets go of its slot as its last bytes leave
-    while (services.slots.used or services.metrics.active_streams._value.get()) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10  # each stream lets go of its slot as its last bytes leave, and of its
+    # backend connection once the backend's last bytes are read (in the background: ``draining``)
+    while ((services.slots.used or services.metrics.active_streams._value.get() or services.streaming.draining)
+           and time.monotonic() < deadline):
         time.sleep(0.01)
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]

@@ -83,6 +83,13 @@ class StreamingClient:
         self._draining: set[asyncio.Task[None]] = set()
         self._tls: ssl.SSLContext | None = None
 
+    @property
+    def draining(self) -> int:
+        """Responses whose last bytes are still being read in the background (``aclose`` with
+        ``finished``): each holds its connection and buffers until its body ends, or for at most
+        ``DRAIN_SECONDS``."""
+        return len(self._draining)
+
     async def close(self) -> None:
         for task in list(self._draining):
             task.cancel()
