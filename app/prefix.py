@@ -62,7 +62,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -225,10 +225,10 @@ class Recall:
     request's ``Note`` (``note``)."""
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], entry: Entry | None,
-                 anchors: list[bytes], limit: int) -> None:
+                 anchors: list[bytes], limit: int, equal: list[bool]) -> None:
         self.service, self.scope, self.units, self.entry, self.anchors = service, scope, units, entry, anchors
         self.limit = limit  # units from this one on are always decoded
-        self.equal = _equal(entry.units, units) if entry is not None else []
+        self.equal = equal  # place by place, whether ``units`` and the entry's are the same there
         self.ends: list[int] = []
         self.payload: list[Any] = []
         self.fresh: list[tuple[int, int]] = []
@@ -408,6 +408,7 @@ class PrefixService:
         units = [*head, *drawn]
         limit = len(units) if limit is None else limit
         best: Entry | None = None
+        best_equal: list[bool] = []
         shared = 0
         with self._lock:
             for anchor in anchors:
@@ -415,19 +416,19 @@ class PrefixService:
                 if not bucket:
                     continue
                 for entry in reversed(bucket[-MAX_PROBES:]):
-                    n = sum(_equal(entry.units, units))
+                    equal = _equal(entry.units, units)
+                    n = sum(equal)
                     if n > shared:
-                        best, shared = entry, n
+                        best, best_equal, shared = entry, equal, n
                 break  # the most specific anchor with candidates
             if best is not None:
                 self._held.move_to_end(id(best))
         self.on_lookup("found" if best is not None else "kept")
-        recall = Recall(self, scope, units, best, anchors, limit)
         if best is not None:
-            for i, same in enumerate(recall.equal):
+            for i, same in enumerate(best_equal):
                 if same:
                     units[i] = best.units[i]  # the same bytes: kept once
-        return recall
+        return Recall(self, scope, units, best, anchors, limit, best_equal)
 
     def _seen(self, anchors: list[bytes]) -> bool:
         """Whether one of ``anchors`` was seen before (at a conversation's first sighting); if none
@@ -457,7 +458,7 @@ class PrefixService:
             n -= 1
         if n < self.min_units:
             return
-        units = [u for u in note.units[:n] if u is not None]  # (none is, up to ``n``)
+        units = cast(list[bytes], note.units[:n])  # (none is ``None``, up to ``n``)
         turns = note.turns[:note.ends[n - 1]]
         render = note.resume.state  # compared item by item when used: good whatever the units kept
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn

@@ -115,14 +115,12 @@ def is_light(ask: Ask) -> bool:
     heavy = heavy or (reused and known_chars + chars > KNOWN_LIGHT_CHARS)
     tool_chars = 0
     for tool in ask.tools:
-        if tool_chars > HASHED_TOOL_CHARS:
-            return False
         try:
             tool_chars += len(orjson.dumps(tool.shown))
         except orjson.JSONEncodeError:
             return False  # too deep to encode: the checks will say so, off the loop
-    if tool_chars > HASHED_TOOL_CHARS:
-        return False
+        if tool_chars > HASHED_TOOL_CHARS:
+            return False
     unchecked = unchecked_bytes(ask)  # (hashed also when heavy: its job carries the checks known here)
     return not heavy and chars + tool_chars <= LIGHT_CHARS and unchecked <= LIGHT_UNCHECKED_BYTES
 
