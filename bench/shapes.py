@@ -64,6 +64,10 @@ FROM = 73
 #: service's admission has it (a conversation is kept from its second sighting: ``app.prefix``)
 FLOOR = (5, 10)
 TARGET_MS = 3.0
+#: the issue's figure for its reference, on its machine: the build before's append turn, cache on (ms)
+REFERENCE_MS = 2.9
+#: the server that grows that reference beside each other shape
+REFERENCE = "reference"
 EDIT_RATIO = 1.1  # the early-edit shape with the cache on ÷ off
 MISS_RATIO = 1.1  # the unique shape (every request a miss) with the cache on ÷ off: no dearer, within noise
 SECRET = "bench-shapes-thinking-secret-0123456789"
@@ -284,6 +288,8 @@ class Server:
     process: subprocess.Popen[bytes]
     url: str
     cpu: dict[str, float] = field(default_factory=dict)  # shape → CPU seconds over the measured turns
+    #: the shape this server is asked in whatever shape is run (the reference: always append)
+    shape: str | None = None
 
     def prompts(self) -> list[str]:
         return list(httpx.get(self.backend.url + "/bench/prompts", timeout=30).json())
@@ -299,7 +305,8 @@ def cache_off_flags(tree: Path) -> list[str]:
     return ["--prefix-cache-bytes", "0"] if "prefix_cache_bytes" in source else ["--render-cache-bytes", "0"]
 
 
-def start_server(name: str, tree: Path, cache: bool, tokens: list[str], workdir: Path) -> Server:
+def start_server(name: str, tree: Path, cache: bool, tokens: list[str], workdir: Path,
+                 shape: str | None = None) -> Server:
     backend = start_listener_backend(tokens, workdir / name)
     port = free_port()
     state = workdir / name / "state"
@@ -316,7 +323,7 @@ def start_server(name: str, tree: Path, cache: bool, tokens: list[str], workdir:
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return Server(name, tree, cache, backend, process, url)
+                return Server(name, tree, cache, backend, process, url, shape=shape)
         except httpx.HTTPError:
             time.sleep(0.2)
     process.kill()
@@ -343,10 +350,12 @@ def tokens_of(text: str, size: int = 4) -> list[str]:
 def run_shape(shape: str, servers: list[Server], turns: int, first: int,
               log: Callable[[str], None]) -> dict[str, Any]:
     """Grow one conversation of ``shape`` on every server; CPU per measured turn and prompt checks."""
-    clients = {s.name: Client(shape, s.url) for s in servers}
+    clients = {s.name: Client(s.shape or shape, s.url) for s in servers}
     http = httpx.Client(timeout=300)
     if shape == "conversation":
         for s in servers:
+            if s.shape is not None:
+                continue
             made = http.post(s.url + "/v1/conversations", json={"items": []})
             made.raise_for_status()
             clients[s.name].conversation = made.json()["id"]
@@ -380,7 +389,7 @@ def run_shape(shape: str, servers: list[Server], turns: int, first: int,
         floor = {name: spent / (FLOOR[1] - FLOOR[0] + 1) * 1000 for name, spent in floor_cpu.items()}
     finally:
         http.close()
-    prompts = {s.name: s.prompts() for s in servers}
+    prompts = {s.name: s.prompts() for s in servers if s.shape is None}  # the reference grew its own
     reference = prompts[servers[0].name]
     differing = {name: sum(a != b for a, b in zip(reference, got, strict=False)) + abs(len(reference) - len(got))
                  for name, got in prompts.items()}
@@ -416,6 +425,8 @@ def run(ctx: Any) -> Section:
     wanted = [s for s in os.environ.get("BENCH_SHAPES", ",".join(SHAPES)).split(",") if s]
     tokens = tokens_of(completion_text())
     found = builds(ctx)
+    #: the reference is the issue's only when the build before is the one it measured
+    referenced = "before" in found and os.environ.get("BENCH_SHAPES_BEFORE", BEFORE) == BEFORE
     results: dict[str, dict[str, Any]] = {}
     loads: list[str] = [load_average()]
     for shape in wanted:
@@ -425,6 +436,9 @@ def run(ctx: Any) -> Section:
                 for cache in (True, False):
                     name = f"{build} {'on' if cache else 'off'}"
                     servers.append(start_server(name, tree, cache, tokens, ctx.out / "shapes" / shape))
+            if referenced and shape != "append":  # the issue's reference, turn by turn beside this shape
+                servers.append(start_server(REFERENCE, found["before"], True, tokens, ctx.out / "shapes" / shape,
+                                            shape="append"))
             results[shape] = run_shape(shape, servers, turns, first, ctx.log)
         except Exception as exc:  # noqa: BLE001 — one shape failing does not hide the others
             ctx.log(f"shapes: {shape} failed: {exc}")
@@ -438,16 +452,25 @@ def run(ctx: Any) -> Section:
     for shape in wanted:
         got = results[shape]
         if "error" in got:
-            rows.append((SHAPES[shape], *(["failed"] * len(names)), got["error"][:80]))
+            rows.append((SHAPES[shape], *(["failed"] * (len(names) + referenced)), got["error"][:80]))
             continue
         cpu = got["cpu_ms"]
         floor = got.get("floor_ms", {})
-        rows.append((SHAPES[shape], *(f"{fmt(cpu.get(n))} ({fmt(floor.get(n), 1)})" for n in names),
+        reference = cpu.get(REFERENCE, cpu.get("before on") if shape == "append" else None) if referenced else None
+        over = [fmt(cpu["after on"] / reference) if reference and "after on" in cpu else "—"] if referenced else []
+        rows.append((SHAPES[shape], *(f"{fmt(cpu.get(n))} ({fmt(floor.get(n), 1)})" for n in names), *over,
                      "identical" if not any(got["prompt_differences"].values()) else
                      f"DIFFER {got['prompt_differences']}"))
         section.figure(f"shapes.{shape}.on_ms", f"after, cache on: {SHAPES[shape]}", cpu.get("after on"), "ms",
                        at_most(TARGET_MS) if shape != "unique" else None, f"cache off {fmt(cpu.get('after off'))} ms; before: on "
                        f"{fmt(cpu.get('before on'))}, off {fmt(cpu.get('before off'))} ms")
+        if reference and cpu.get("after on") is not None:
+            ratio = cpu["after on"] / reference
+            section.figure(f"shapes.{shape}.over_reference", f"after, cache on ÷ the reference turn: {SHAPES[shape]}",
+                           ratio, "×", at_most(TARGET_MS / REFERENCE_MS) if shape != "unique" else None,
+                           f"the reference (before on, append shape, beside it turn by turn) "
+                           f"{fmt(reference)} ms here; × {REFERENCE_MS} ms = {fmt(ratio * REFERENCE_MS)} ms "
+                           "on the issue's machine")
         section.figure(f"shapes.{shape}.prompts_differing", f"prompts differing across servers: {shape}",
                        float(sum(got["prompt_differences"].values())), "", at_most(0))
     early = results.get("early", {}).get("cpu_ms")
@@ -458,13 +481,19 @@ def run(ctx: Any) -> Section:
     if unique:
         section.figure("shapes.unique.on_over_off", "after: every request a miss, cache on ÷ cache off",
                        unique["after on"] / unique["after off"], "×", at_most(MISS_RATIO))
-    section.tables.append(table(("shape", *(f"{n}, ms CPU/turn (floor)" for n in names), "prompts"), rows))
+    over_column = ["after on ÷ reference"] if referenced else []
+    section.tables.append(table(("shape", *(f"{n}, ms CPU/turn (floor)" for n in names), *over_column, "prompts"),
+                                rows))
     section.notes.append(
         f"Turns {first}–{turns} of one conversation per shape grown from turn 0; CPU of toolwire's process tree "
         "(server and prepare workers) per turn. In brackets the floor: the same server's CPU per turn over turns "
         f"{FLOOR[0]}–{FLOOR[1]} of the same conversation (a short one: the request, the backend's stream and its "
         "parse, which no cache can spare). Every server answered every turn, the order rotating each turn. "
         f"Load average (1/5/15 min) before and after each shape: {'; '.join(loads)}. 'before' = "
-        f"{os.environ.get('BENCH_SHAPES_BEFORE', BEFORE)} (the cache off there is `--render-cache-bytes 0`).")
+        f"{os.environ.get('BENCH_SHAPES_BEFORE', BEFORE)} (the cache off there is `--render-cache-bytes 0`). "
+        "'reference': the issue's measure of reach — the build before's append turn with the cache on, which the "
+        f"issue measured at {REFERENCE_MS} ms on its machine; in every shape's run a server of that build grows an "
+        "append conversation beside the shape's, turn by turn, so the ratio holds however this machine's speed "
+        f"moves; goal 1 (every shape ≤ {TARGET_MS} ms there) is a ratio ≤ {fmt(TARGET_MS / REFERENCE_MS)} here.")
     section.data = results
     return section
