@@ -163,7 +163,7 @@ class SqliteConversations:
 
         def work() -> ItemPage | None:
             conn = self.db.conn
-            with self.db.transaction():
+            with self.db.reading():
                 if self._conversation(conversation_id, owner, time.time()) is None:
                     return None
                 where, args = "conversation = ?", [conversation_id]
@@ -185,7 +185,7 @@ class SqliteConversations:
         owner = self.db.owner(tenant)
 
         def work() -> tuple[StoredConversation | None, StoredItem | None]:
-            with self.db.transaction():
+            with self.db.reading():
                 current = self._conversation(conversation_id, owner, time.time())
                 if current is None:
                     return None, None
@@ -217,7 +217,7 @@ class SqliteConversations:
 
         def work() -> ItemsRead | None:
             conn = self.db.conn
-            with self.db.transaction():
+            with self.db.reading():
                 row = conn.execute("SELECT meta, items, size, next FROM conversations WHERE id = ? AND owner = ? "
                                    "AND expires > ?", (conversation_id, owner, time.time())).fetchone()
                 if row is None:

@@ -1,6 +1,9 @@
 """The embedded database: one SQLite file, used from worker threads (never the event loop) under
-one lock, in transactions (``BEGIN IMMEDIATE``: one writer at a time, across processes). The three
-stores on it (``responses``, ``conversations``, ``runs``) share this connection and its budget.
+one lock, in transactions: a write in ``BEGIN IMMEDIATE`` (``transaction``: one writer at a time,
+across processes), a read of several statements in a deferred one (``reading``: a snapshot of what
+was committed, which never waits for another process's writer — a worker or a replica on the same
+file in the middle of a write). The three stores on it (``responses``, ``conversations``, ``runs``)
+share this connection and its budget.
 
 A small ``store_meta`` table keeps the running count of records (stored responses and
 conversations) and their bytes, and the database's own secret for owner digests. Every write, in
@@ -84,7 +87,12 @@ class SqliteDatabase:
             raise StoreUnavailable(f"the response store {path} cannot be opened: {exc}") from None
 
     def transaction(self) -> Transaction:
+        """A write's transaction: it takes the file's write lock at once (waiting up to the busy timeout)."""
         return Transaction(self.conn)
+
+    def reading(self) -> Transaction:
+        """A read's transaction: the statements in it see one snapshot, and no lock is waited for."""
+        return Transaction(self.conn, "BEGIN")
 
     def owner(self, tenant: str) -> str:
         return owner_digest(self.secret, tenant)
@@ -179,13 +187,15 @@ def chunks(values: list[str]) -> Iterator[list[str]]:
 
 
 class Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an error): one writer at a time, across processes."""
+    """``begin`` … ``COMMIT`` (``ROLLBACK`` on an error); ``BEGIN IMMEDIATE`` (a write): one writer
+    at a time, across processes."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE") -> None:
         self.db = db
+        self.begin = begin
 
     def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute(self.begin)
 
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if kind is None:

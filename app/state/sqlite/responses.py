@@ -125,7 +125,7 @@ class SqliteResponses:
         def work() -> tuple[Chain, dict[str, bytes]]:
             now = time.time()
             conn = self.db.conn
-            with self.db.transaction():
+            with self.db.reading():
                 links = {key: Link(key, who, previous, size) for key, who, previous, size, _ in
                          conn.execute(_CHAIN, (response_id, now, now, limits.links, owner))}
                 chain = walk(response_id, links, owner, limits)
@@ -143,7 +143,7 @@ class SqliteResponses:
         def work() -> Chain:
             now = time.time()
             conn = self.db.conn
-            with self.db.transaction():
+            with self.db.reading():
                 rows = conn.execute(_CHAIN, (response_id, now, now, limits.links, owner)).fetchall()
                 removals = conn.execute(_REMOVALS, (owner,)).fetchone()[0]
             chain = walk(response_id, {key: Link(key, who, previous, size) for key, who, previous, size, _ in rows},
@@ -160,7 +160,7 @@ class SqliteResponses:
 
         def work() -> int | None:
             conn = self.db.conn
-            with self.db.transaction():
+            with self.db.reading():
                 there = conn.execute("SELECT 1 FROM stored_responses WHERE id = ? AND owner = ? AND expires > ?",
                                      (response_id, owner, time.time())).fetchone()
                 return int(conn.execute(_REMOVALS, (owner,)).fetchone()[0]) if there else None
@@ -175,7 +175,7 @@ class SqliteResponses:
             conn = self.db.conn
             best: dict[str, tuple[bool, str, Any]] = {}  # id -> (trusted, kind, response id or item body)
             sizes: dict[str, int] = {}
-            with self.db.transaction():
+            with self.db.reading():
                 for chunk in chunks(list(dict.fromkeys(ids))):
                     for key, body in conn.execute(
                             "SELECT ci.id, ci.body FROM conversation_items ci JOIN conversations c "

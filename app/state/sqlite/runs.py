@@ -180,7 +180,7 @@ class SqliteRuns:
 
         def work() -> RunRead | None:
             now = time.time()
-            with self.db.transaction():
+            with self.db.reading():
                 state = self._run_state(response_id, owner, now)
                 if state is None:
                     return None

@@ -297,6 +297,50 @@ def test_sqlite_commits_survive_a_killed_process_without_waiting_for_the_disk(tm
     asyncio.run(store.close())
 
 
+async def test_sqlite_reads_never_wait_for_another_process_writing(tmp_path: Path) -> None:
+    """Every read is a snapshot of what was committed (write-ahead log): it answers while another
+    process — a worker or a replica on the same file — holds the write lock, instead of waiting
+    for it (``BEGIN IMMEDIATE`` is for writes). The store's busy timeout is cut to 0.2 s here, so a
+    read that waited would fail, as ``StoreUnavailable``, instead of hanging the test."""
+    from app.state import Batch, RunLimits
+
+    path = tmp_path / "rw.sqlite3"
+    store = open_sqlite(path, 3600, 1000, 1 << 30)
+    await store.responses.put(record("first"), ALICE)
+    await store.responses.put(StoredResponse("second", "", {"id": "second", "output": []}, [], "first"), ALICE)
+    await store.conversations.create(conversation("conv_r"), [message("mr", "kept")], ALICE, ConversationLimits())
+    await store.runs.open_run(StoredResponse("run_r", "", {"id": "run_r", "status": "queued"}, []), ALICE,
+                              Batch(0, b"event: a\ndata: {}\n\n", 1), RunLimits(1 << 20))
+    store.database.conn.execute("PRAGMA busy_timeout = 200")
+    writer = sqlite3.connect(str(path), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process, in the middle of a write
+    writer.execute("UPDATE store_meta SET value = value WHERE name = 'rows'")
+    try:
+        limits = ChainLimits()
+        got = await store.responses.get("second", ALICE)
+        assert got is not None and got.previous_response_id == "first"
+        assert [r.id for r in (await store.responses.chain("second", ALICE, limits)).responses] == ["first", "second"]
+        assert (await store.responses.links("second", ALICE, limits)).ids == ["second", "first"]
+        assert await store.responses.removals("second", ALICE) == 0
+        assert set((await store.responses.items(["mr"], ALICE, limits)).items) == {"mr"}
+        assert (await store.conversations.get("conv_r", ALICE)) is not None
+        page = await store.conversations.list_items("conv_r", ALICE, None, 10, False)
+        assert page is not None and [item.id for item in page.items] == ["mr"]
+        assert (await store.conversations.get_item("conv_r", "mr", ALICE))[1] is not None
+        read = await store.conversations.read_items("conv_r", ALICE)
+        assert read is not None and [item.id for item in read.items] == ["mr"]
+        run = await store.runs.read_run("run_r", ALICE, 0)
+        assert run is not None and run.state.status == "queued"
+        with pytest.raises(StoreUnavailable):  # a write does wait for the lock, and gives up past the timeout
+            await store.responses.put(record("third"), ALICE)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    await store.responses.put(record("third"), ALICE)  # the lock released: writes go on
+    assert await store.responses.get("third", ALICE) is not None
+    await store.close()
+
+
 async def test_sqlite_failures_are_store_unavailable(tmp_path: Path) -> None:
     store = open_sqlite(tmp_path / "f.sqlite3", 3600, 100, 1 << 30)
     await store.responses.put(record("f"), ALICE)
