@@ -89,15 +89,21 @@ SEEN_BYTES = 128
 HEAD = max(ANCHORS[0], max(PLACES) + 1)
 
 
-#: a unit whose JSON is longer (an image's base64, a pasted file) is kept as its digest
-DIGESTED = 4096
+#: a unit whose JSON is longer (a large image's base64, a pasted file of hundreds of KB) is kept as
+#: its digest; a shorter one is held and compared whole: comparing its bytes costs a tenth of hashing
+#: them (a file an agent read, 16 KB of tool result, is compared again every turn), and an entry
+#: counts its units whole either way (``keep``)
+DIGESTED = 256 << 10
+#: bytes of each unit an anchor is made of, and its length: a lookup's digests cost the same
+#: whatever the units' sizes (an anchor only finds candidates; their units are compared whole)
+ANCHOR_BYTES = 4096
 _DIGESTED = b"\x00#"  # (JSON never starts so)
 
 
 def unit(value: Any, tag: bytes = b"") -> bytes | None:
     """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
     encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte BLAKE2b digest of the
-    JSON and its length: an image's base64 is held and compared as its digest, not its bytes."""
+    JSON and its length: a large image's base64 is held and compared as its digest, not its bytes."""
     try:
         data = orjson.dumps(value)
     except (orjson.JSONEncodeError, TypeError):
@@ -651,7 +657,7 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], 
     for k, data in enumerate(units[:ANCHORS[0]], 1):
         if data is None:
             break
-        digest.update(len(data).to_bytes(8, "little") + data)
+        digest.update(len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
         if k in ANCHORS:
             found.append(digest.copy().digest())
     first = found[0] if found else None
@@ -660,7 +666,7 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], 
         data = units[place] if place < len(units) else None
         if data is not None:
             alone = hashlib.blake2b(scope + place.to_bytes(2, "little"), digest_size=16)
-            alone.update(data)
+            alone.update(len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
             found.append(alone.digest())
     return found, first
 

@@ -25,7 +25,18 @@ from app.pipeline.ask import Ask
 from app.pipeline.offload import is_light
 from app.pipeline.plan import plan_request
 from app.pipeline.validate import check_ask
-from app.prefix import HEAD, OUTCOMES, SEEN_BYTES, PrefixService, keep_after, scope_of, unit
+from app.prefix import (
+    ANCHOR_BYTES,
+    DIGESTED,
+    HEAD,
+    OUTCOMES,
+    SEEN_BYTES,
+    PrefixService,
+    keep_after,
+    scope_of,
+    unit,
+    unit_bytes,
+)
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
 from app.templates.prompt import TemplateProfile, template_messages
@@ -110,6 +121,34 @@ def test_a_rewritten_last_message_keeps_all_before_it(prefix: PrefixService) -> 
     second["messages"].append({"role": "user", "content": "reminder 2"})
     assert found(second, prefix) == 14  # all but the reminder, which the new turn moved along
     assert chat_ask(parse_request(second, SETTINGS, "", prefix)).turns == fresh(second)
+
+
+def test_a_unit_is_its_bytes_up_to_the_digest_bound_and_a_digest_past_it() -> None:
+    """A file an agent read (tens of KB of tool result) is held and compared whole; only past
+    ``DIGESTED`` (a large image's base64) is a unit its digest — which still counts its length."""
+    read = {"role": "tool", "tool_call_id": "c1", "content": "x" * (DIGESTED - 100)}
+    assert unit(read, b"u") == b"u" + orjson.dumps(read)
+    assert unit_bytes(unit(read) or b"") == len(orjson.dumps(read))
+    huge = {"role": "user", "content": "y" * DIGESTED}
+    digested = unit(huge, b"u") or b""
+    assert len(digested) < 100 and unit_bytes(digested) == len(orjson.dumps(huge))
+    assert digested != unit({"role": "user", "content": "y" * (DIGESTED - 1) + "z"}, b"u")
+
+
+@pytest.mark.parametrize("where", [1, 2])
+def test_units_alike_in_their_anchored_bytes_are_still_compared_whole(prefix: PrefixService, where: int) -> None:
+    """Anchors read the first ``ANCHOR_BYTES`` of a unit (and its length): two conversations whose
+    first messages differ only past that find each other's entry as a candidate — and take nothing
+    of it where the bytes differ, so each decodes (and renders) its own messages."""
+    first = body(6)
+    first["messages"][where]["content"] = "a" * (2 * ANCHOR_BYTES)
+    served(first, prefix)
+    second = body(7)
+    second["messages"][where]["content"] = "a" * ANCHOR_BYTES + "b" + "a" * (ANCHOR_BYTES - 1)
+    request = parse_request(second, SETTINGS, "", prefix)
+    assert request._recall is not None and request._recall.segment(where) is None  # not taken: it differs
+    assert taken(request) == 13  # the others are the same at the same places
+    assert chat_ask(request).turns == fresh(second)
 
 
 @pytest.mark.parametrize(("was", "now"), [(True, 1), (1, 1.0), (0, False), ("1", 1), (None, "")])
