@@ -11,6 +11,8 @@ streaming. The shapes (``SHAPES``):
 * **chat trailing** — the same, ending in a user message the client rewrites every turn (a
   reminder, a scratch message);
 * **chat early edit** — the same, with the first user message (a repo map) edited every turn;
+* **chat reads** — the append shape with every other tool result a file the agent read (~16 KB):
+  a conversation of ~0.9 MB by turn 100, as a coding agent's grows;
 * **messages** — Claude Code's shape on ``/v1/messages``: system blocks with ``cache_control`` (and
   the billing line), ``tool_use`` blocks with object inputs, each ``tool_result`` in a user message
   with a ``<system-reminder>`` text block, ``cache_control`` on the newest message's last block;
@@ -92,6 +94,11 @@ def result(i: int) -> str:
     return "".join(_RESULT.format(k=i * 10 + j, line=j * 7 + 1, line2=j * 7 + 2) for j in range(7))
 
 
+def file_read(i: int) -> str:
+    """Turn ``i``'s tool result in the reads shape: every other one a file the agent read (~16 KB)."""
+    return result(i) * 16 if i % 2 else result(i)
+
+
 def call_id(i: int) -> str:
     return f"call_{i:04d}_{'x' * 16}"
 
@@ -110,19 +117,19 @@ def reminder(t: int) -> str:
             "Keep going.</system-reminder>")
 
 
-def chat_turn(i: int) -> list[dict[str, Any]]:
+def chat_turn(i: int, reads: bool = False) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": f"Step {i}: looking at module_{i} next.",
              "reasoning_content": f"The failing test points at module_{i}; read it before editing anything.",
              "tool_calls": [{"id": call_id(i), "type": "function",
                              "function": {"name": _NAMES[i % 12], "arguments": json.dumps(arguments(i))}}]},
-            {"role": "tool", "tool_call_id": call_id(i), "content": result(i)}]
+            {"role": "tool", "tool_call_id": call_id(i), "content": file_read(i) if reads else result(i)}]
 
 
 def chat_body(t: int, shape: str) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt()},
                                       {"role": "user", "content": repo_map(t) if shape == "early" else TASK}]
     for i in range(t):
-        messages += chat_turn(i)
+        messages += chat_turn(i, shape == "reads")
     if shape == "trailing":
         messages.append({"role": "user", "content": reminder(t)})
     return {"model": "m", "messages": messages, "tools": agent_tools(), "stream": True, "max_tokens": 256}
@@ -191,7 +198,7 @@ class Client:
     conversation: str | None = None
 
     def body(self, t: int) -> tuple[str, dict[str, Any]]:
-        if self.shape in ("append", "trailing", "early"):
+        if self.shape in ("append", "trailing", "early", "reads"):
             return "/v1/chat/completions", chat_body(t, self.shape)
         if self.shape == "unique":
             return "/v1/chat/completions", unique_body(t)
@@ -247,6 +254,7 @@ SHAPES: dict[str, str] = {
     "append": "Chat: each request = the last one + the call + its result",
     "trailing": "Chat: a trailing user message re-written every turn",
     "early": "Chat: an early message (a repo map) edited every turn",
+    "reads": "Chat: the append shape, every other result a file read (~16 KB)",
     "messages": "Messages: Claude Code's shape",
     "whole": "Responses: store false, the whole input every turn (Codex)",
     "chain": "Responses: store true + previous_response_id, only the new input (Agents SDK)",
