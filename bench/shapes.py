@@ -12,7 +12,7 @@ streaming. The shapes (``SHAPES``):
   reminder, a scratch message);
 * **chat early edit** — the same, with the first user message (a repo map) edited every turn;
 * **chat reads** — the append shape with every other tool result a file the agent read (~16 KB):
-  a conversation of ~0.9 MB by turn 100, as a coding agent's grows;
+  a conversation of ~1.2 MB by turn 100, as a coding agent's grows;
 * **messages** — Claude Code's shape on ``/v1/messages``: system blocks with ``cache_control`` (and
   the billing line), ``tool_use`` blocks with object inputs, each ``tool_result`` in a user message
   with a ``<system-reminder>`` text block, ``cache_control`` on the newest message's last block;
