@@ -21,7 +21,7 @@ from app.jsontext import JsonText, dumps_body
 from app.templates import chat_template
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import TemplateProfile, render_conversation, template_messages
-from app.templates.resume import SEPARATOR, NotProven, RenderState, Resume, plan_of
+from app.templates.resume import SEPARATOR, NotProven, RenderState, RenderTooLarge, Resume, bounded, plan_of
 from app.templates.resume import render as resumed_render
 from bench.agent import agent_tools
 from tests.data.render_cases import PINNED_NOW
@@ -293,6 +293,42 @@ def test_an_early_edit_runs_only_the_iterations_around_it(monkeypatch: pytest.Mo
               Turn("tool", "done", tool_call_id=call.id)]
     assert _render(resumed, edited, None) == _render(whole, edited, None)
     assert len(edited) > 80 and 2 < raws[0].count(SEPARATOR) <= 2 + 8
+
+
+def test_a_bounded_render_continues_and_never_renders_whole() -> None:
+    """Under ``bounded(n)`` a render that continues the one before runs its new iterations and gives
+    the whole render's prompt; one that would run more than ``n`` bytes of the loop's items — nothing
+    to continue, or the user's new message moving Qwen3's last query beyond what its guards allow —
+    raises ``RenderTooLarge`` before running any, and so does a render that would fall back to
+    rendering whole (the separator in the data)."""
+    source = TEMPLATES["data/Qwen-Qwen3-0.6B.jinja"]
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
+    turns = agent_steps(True)[-1]
+    for i in range(30):
+        call = Call(f"call{i}x000", "bash", json.dumps({"i": i}))
+        turns = [*turns, Turn("assistant", f"step {i}", (call,)), Turn("tool", "x" * 1000, tool_call_id=call.id)]
+    with bounded(4096), pytest.raises(RenderTooLarge):  # nothing to continue: the whole loop would run
+        _render(resumed, turns, None)
+    assert resumed.state is None
+    _render(resumed, turns, None)  # (unbounded: rendered whole, its state kept)
+    call = Call("call99x000", "bash", "{}")
+    grown = [*turns, Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
+    expected = _render(whole, grown, None)
+    with bounded(4096):
+        assert _render(resumed, grown, None) == expected
+    assert resumed.state is not None and len(resumed.state.texts) == len(grown)
+    edited = [*grown[:41], Turn("tool", "y" * 1000, tool_call_id=grown[41].tool_call_id), *grown[42:]]
+    kept = resumed.state
+    with bounded(512), pytest.raises(RenderTooLarge):  # the edited result's iteration alone is 1 KB
+        _render(resumed, edited, None)
+    resumed.state = kept  # (what was kept is still there: the request that failed left nothing)
+    expected = _render(whole, edited, None)
+    with bounded(4096):  # it and the iterations around it
+        assert _render(resumed, edited, None) == expected
+    with bounded(1 << 20):
+        separated = [*grown, Turn("user", f"a{SEPARATOR}b")]
+        with pytest.raises(RenderTooLarge):
+            _render(resumed, separated, None)
 
 
 def test_an_iteration_reading_from_the_end_is_not_kept() -> None:

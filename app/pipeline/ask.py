@@ -85,7 +85,7 @@ class Ask:
     def reused(self) -> int:
         """How many turns were decoded and checked for an earlier request (``prefix``): their
         handed-back calls passed ``check_ask`` then, and they do not make the request heavy
-        (``offload.is_light``)."""
+        (``offload.weight``)."""
         return self.prefix.reused if self.prefix is not None else 0
 
     def fresh_turns(self) -> Iterator[int]:

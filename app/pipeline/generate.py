@@ -31,7 +31,7 @@ from app.pipeline.ask import Ask
 from app.pipeline.budget import fit_max_tokens
 from app.pipeline.choices import Choices, open_choices
 from app.pipeline.literal import encode_prompt
-from app.pipeline.offload import Pool, is_light
+from app.pipeline.offload import CONTINUED_BYTES, Pool, weight
 from app.pipeline.plan import Plan, shared_memo
 from app.pipeline.run import Run
 from app.prefix import PrefixService, keep_after
@@ -105,14 +105,16 @@ class Generation:
 
 
 async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: str = "function.parameters") -> Plan:
-    """``ask`` checked and planned (inline or in a worker: ``is_light``)."""
+    """``ask`` checked and planned (inline or in a worker: ``weight``)."""
     note = ask.prefix
     if note is not None:
         note.for_model()
-    light = is_light(ask)
+    where = weight(ask)
+    light = where != "heavy"
     shared = shared_memo.set(services.prefix if light and services.prefix.enabled else None)
     try:
-        planned = await services.pool.prepare(light, ask, model, schema_key)
+        planned = await services.pool.prepare(light, ask, model, schema_key,
+                                              CONTINUED_BYTES if where == "continued" else None)
     finally:
         shared_memo.reset(shared)
     if note is not None:

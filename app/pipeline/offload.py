@@ -39,7 +39,7 @@ import multiprocessing
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -64,6 +64,7 @@ from app.pipeline.prepare import (
 from app.pipeline.validate import VERDICTS, known_verdicts, unchecked_bytes
 from app.served import ServedModel
 from app.settings import Settings
+from app.templates.resume import RenderTooLarge, bounded
 
 log = logging.getLogger("toolwire")
 T = TypeVar("T")
@@ -80,28 +81,39 @@ LIGHT_UNCHECKED_BYTES = 1024
 #: this) also when it is heavy for another reason: its job then carries what this process knows of
 #: their checks, and its worker does not check again a schema checked here
 HASHED_TOOL_CHARS = 128 * 1024
-#: conversation text (reused turns included) past which a request is heavy however much of it was
-#: decoded before: a render that cannot continue the last one (its captured values changed beyond
-#: what its guards allow) renders it whole, on the loop (~7 ms at this)
+#: conversation text (reused turns included) up to which a request whose render continues the
+#: last one is light outright: should the render not continue after all (its captured values
+#: changed beyond what its guards allow), it renders whole, on the loop (~7 ms at this). Past it,
+#: the request is ``continued``: prepared on the loop as a render bounded to ``CONTINUED_BYTES``
+#: of loop iterations, and in a worker (rendered whole) when its render cannot keep to that
 KNOWN_LIGHT_CHARS = 256 * 1024
+#: the bytes of loop items (their exact encodings) a ``continued`` request's render may run on the loop
+CONTINUED_BYTES = 2 * LIGHT_CHARS
+
+#: where a request is prepared (``weight``): on the loop, on the loop as a bounded continued render, in a worker
+Weight = Literal["light", "continued", "heavy"]
 
 
-def is_light(ask: Ask) -> bool:
-    """Whether ``ask`` is small enough to check and render on the loop. Tool definitions count by
-    their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB schema
-    takes ~80 ms to check). Turns decoded and checked for an earlier request of the conversation
-    (``Ask.reused``: an agent's next turn, ``app.prefix``) do not count when there is a render to
-    continue, up to ``KNOWN_LIGHT_CHARS`` of conversation in all: shipping the turns to a worker
-    would cost the loop more than rendering what is new — pickling every turn, the prompt back.
-    Schemas this process has not checked before are heavy beyond ``LIGHT_UNCHECKED_BYTES``: a new
-    client's first request with its tools is checked off the loop, and its next ones, the same
-    tools known, inline; schemas up to ``HASHED_TOOL_CHARS`` are hashed for a request heavy in
-    another way too, so that its worker knows what was checked here. A request refused (too
-    complex, a template error) lightens nothing: nothing of it is kept."""
+def weight(ask: Ask) -> Weight:
+    """Where ``ask`` is checked and rendered: ``light`` — on the loop; ``heavy`` — in a worker;
+    ``continued`` — on the loop, its render bounded to ``CONTINUED_BYTES`` of the template's loop
+    (``app.templates.resume.bounded``), and in a worker if it cannot keep to that. Tool definitions
+    count by their JSON size: checking a schema and rendering it cost in proportion to it (a 64 KB
+    schema takes ~80 ms to check). Turns decoded and checked for an earlier request of the
+    conversation (``Ask.reused``: an agent's next turn, ``app.prefix``) do not count when there is a
+    render to continue, nor do the tools' definitions once their schemas are checked (their JSON
+    is the ``tojson`` memo's): shipping the turns to a worker would cost the loop more than
+    rendering what is new — pickling every turn, the prompt back — and the worker, given no render
+    to continue, would render the whole conversation. Past ``KNOWN_LIGHT_CHARS`` of conversation
+    in all such a request is ``continued``. Schemas this process has not checked before are heavy
+    beyond ``LIGHT_UNCHECKED_BYTES``: a new client's first request with its tools is checked off
+    the loop, and its next ones, the same tools known, inline; schemas up to ``HASHED_TOOL_CHARS``
+    are hashed for a request heavy in another way too, so that its worker knows what was checked
+    here. A request refused (too complex, a template error) lightens nothing: nothing of it is kept."""
     reused = ask.prefix is not None and ask.prefix.resume.previous is not None and ask.reused > 0
     fresh = set(ask.fresh_turns()) if reused else None
     if len(ask.tools) > LIGHT_TOOLS:
-        return False
+        return "heavy"
     heavy = (len(fresh) if fresh is not None else len(ask.turns)) > LIGHT_TURNS
     chars = known_chars = 0
     for i, turn in enumerate(ask.turns):
@@ -112,17 +124,27 @@ def is_light(ask: Ask) -> bool:
             known_chars += size
         else:
             chars += size
-    heavy = heavy or (reused and known_chars + chars > KNOWN_LIGHT_CHARS)
     tool_chars = 0
     for tool in ask.tools:
         try:
             tool_chars += len(orjson.dumps(tool.shown))
         except orjson.JSONEncodeError:
-            return False  # too deep to encode: the checks will say so, off the loop
+            return "heavy"  # too deep to encode: the checks will say so, off the loop
         if tool_chars > HASHED_TOOL_CHARS:
-            return False
+            return "heavy"
     unchecked = unchecked_bytes(ask)  # (hashed also when heavy: its job carries the checks known here)
-    return not heavy and chars + tool_chars <= LIGHT_CHARS and unchecked <= LIGHT_UNCHECKED_BYTES
+    if heavy or unchecked > LIGHT_UNCHECKED_BYTES:
+        return "heavy"
+    if not reused:
+        return "light" if chars + tool_chars <= LIGHT_CHARS else "heavy"
+    if chars + (tool_chars if unchecked else 0) > LIGHT_CHARS:
+        return "heavy"
+    return "light" if known_chars + chars <= KNOWN_LIGHT_CHARS else "continued"
+
+
+def is_light(ask: Ask) -> bool:
+    """Whether ``ask`` is prepared on the loop without a bound (``weight``)."""
+    return weight(ask) == "light"
 
 
 #: what the fork server imports once, for every worker it forks
@@ -139,7 +161,7 @@ class WorkerLost(Exception):
 
 
 class Pool:
-    """See the module docstring. ``prepare`` prepares a request where ``is_light`` says; ``run``
+    """See the module docstring. ``prepare`` prepares a request where ``weight`` says; ``run``
     runs any job (a module-level function and picklable arguments) in a worker, bounded the same
     way. The workers start with the first heavy request (the served model they are given is known
     by then), or ``warm``."""
@@ -157,11 +179,19 @@ class Pool:
         self._jobs: set[asyncio.Task[Any]] = set()
         self._closed = False
 
-    async def prepare(self, light: bool, ask: Ask, model: ServedModel, schema_key: str) -> Plan:
-        """``ask`` checked and planned — inline when ``light``, else in a worker."""
-        if light:
+    async def prepare(self, light: bool, ask: Ask, model: ServedModel, schema_key: str,
+                      bound: int | None = None) -> Plan:
+        """``ask`` checked and planned — inline when ``light`` (its render ``bounded`` to ``bound``
+        bytes of loop items, when given: in a worker if it cannot keep to it), else in a worker."""
+        if light and bound is None:
             return prepare(ask, self.settings, model, schema_key)
-        # the checks this process knows of, when ``is_light`` worked the schemas out (a request with
+        if light and bound is not None:
+            try:
+                with bounded(bound):
+                    return prepare(ask, self.settings, model, schema_key)
+            except RenderTooLarge:
+                log.debug("a continued render could not keep to its bound on the loop: prepared in a worker")
+        # the checks this process knows of, when ``weight`` worked the schemas out (a request with
         # more than ``HASHED_TOOL_CHARS`` is not hashed on the loop: its worker checks what it does
         # not know itself)
         verdicts = known_verdicts(ask) if ask.schema_texts is not None else ()

@@ -33,7 +33,7 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 from jinja2.utils import Namespace
 
 from app.templates.fastrender import render
-from app.templates.resume import LoopPlan, NotProven, Resume, plan_of, render_resumable
+from app.templates.resume import LoopPlan, NotProven, RenderTooLarge, Resume, plan_of, render_bound, render_resumable
 
 
 class TemplateError(ValueError):
@@ -346,6 +346,8 @@ class ChatTemplate:
                 if prompt is not None:
                     return prompt
                 resume.state, resume.reused = None, 0
+            if resume is not None and render_bound() is not None:  # a bounded continued render never renders whole
+                raise RenderTooLarge("the render could not continue the one before")
             context["messages"] = prepare_messages(messages)
             owned.add(context["messages"])
             return render(self._template, context)

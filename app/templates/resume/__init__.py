@@ -62,6 +62,15 @@ count as changing nothing).
 """
 
 from app.templates.resume.proof import LoopPlan, NotProven, plan_of
-from app.templates.resume.render import SEPARATOR, RenderState, Resume, render_resumable
+from app.templates.resume.render import (
+    SEPARATOR,
+    RenderState,
+    RenderTooLarge,
+    Resume,
+    bounded,
+    render_bound,
+    render_resumable,
+)
 
-__all__ = ["SEPARATOR", "LoopPlan", "NotProven", "RenderState", "Resume", "plan_of", "render_resumable"]
+__all__ = ["SEPARATOR", "LoopPlan", "NotProven", "RenderState", "RenderTooLarge", "Resume", "bounded", "plan_of",
+           "render_bound", "render_resumable"]

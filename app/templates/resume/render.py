@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import secrets
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +80,33 @@ class Resume:
 #: guard outcomes worked out in one go at most (a replay beyond is not tried: rendered instead)
 MAX_REPLAY = 4096
 
+#: the bytes of loop items (their exact encodings) a render under way may run (``bounded``)
+_BOUND: ContextVar[int | None] = ContextVar("render_bound", default=None)
+
+
+class RenderTooLarge(Exception):
+    """A bounded render would run more of its loop than its bound allows: it could not continue the
+    render before it (nothing to continue, captured values changed beyond its guards, items that
+    cannot be compared) — the caller renders it elsewhere."""
+
+
+@contextmanager
+def bounded(limit: int) -> Iterator[None]:
+    """Renders in this context run at most ``limit`` bytes of loop items (the items' exact
+    encodings), or raise ``RenderTooLarge`` before running any — also where a render would fall
+    back to rendering whole. (An event loop continues a long conversation's render itself, but never
+    renders it whole.)"""
+    token = _BOUND.set(limit)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
+
+
+def render_bound() -> int | None:
+    """The bound of the renders under way (``bounded``), or ``None``."""
+    return _BOUND.get()
+
 
 def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
     """Item by item, over the places both have: whether the two sequences hold the same bytes there."""
@@ -134,7 +163,7 @@ class _Run:
         self.entered = True
         self.state["running"] = sequence
         if not isinstance(sequence, list):
-            return SEPARATOR
+            return self._within_bound(None)
         self.length = len(sequence)
         self.run = list(range(self.length))
         previous = self.resume.previous
@@ -146,13 +175,21 @@ class _Run:
                 self.equal = _equal(previous.items, self.items) if previous is not None else None
             self.storable = self.items is not None and not self.wrapped
         except _Inexact:
-            return SEPARATOR
+            return self._within_bound(None)
         self.values = captured
         if previous is not None and self.equal is not None:
             reusable = self._reusable(previous, self.equal)
             if any(reusable):
                 self._runs([i for i, taken in enumerate(reusable) if not taken] + self.run[len(reusable):], sequence)
-        return SEPARATOR  # the reused texts go back in when the output is taken apart (``finish``)
+        return self._within_bound(self.items)  # the reused texts go back in when the output is taken apart
+
+    def _within_bound(self, items: list[bytes] | None) -> str:
+        """The loop's start; ``RenderTooLarge`` where the iterations to run (``items``' bytes at
+        their places; ``None``: not known) pass the bound of a ``bounded`` render."""
+        limit = _BOUND.get()
+        if limit is not None and (items is None or sum(len(items[i]) for i in self.run) > limit):
+            raise RenderTooLarge(f"the loop would run {len(self.run)} of {self.length} iterations")
+        return SEPARATOR
 
     def _runs(self, run: list[int], sequence: list[Any]) -> None:
         """Run only the iterations at the places ``run`` (ascending); the others are taken."""

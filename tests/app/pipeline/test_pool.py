@@ -24,7 +24,7 @@ from app.backends import Backend
 from app.backends.vllm import Vllm
 from app.errors import APIError, bad_request
 from app.pipeline.ask import Ask, Tool
-from app.pipeline.offload import BIG_BODY, KNOWN_LIGHT_CHARS, Pool, Turns, _processes, is_light
+from app.pipeline.offload import BIG_BODY, CONTINUED_BYTES, KNOWN_LIGHT_CHARS, Pool, Turns, _processes, is_light, weight
 from app.pipeline.prepare import prepare
 from app.prefix import Note
 from app.served import ServedModel, choose_parsers
@@ -171,6 +171,29 @@ async def test_a_worker_keeps_nothing_and_its_render_comes_back() -> None:
     here = prepare(follow, SETTINGS, model, "function.parameters")
     assert here.reused_iterations > 70
     assert here.prompt == prepare(agent_ask(turns=41), SETTINGS, model, "function.parameters").prompt
+
+
+async def test_a_continued_render_stays_on_the_loop_and_goes_to_a_worker_when_it_cannot_continue() -> None:
+    """A ``continued`` request (a long conversation whose render continues the last one) is
+    prepared on the loop with its render bounded; when its render cannot keep to the bound — here
+    there is no render to continue — it is prepared in a worker, with the same plan."""
+    model = served(QWEN3_TEMPLATE, SETTINGS)
+    pool = Pool(1, 5, 30, SETTINGS)
+    try:
+        first = agent_ask(turns=40)
+        first.prefix = Note(None, b"", [], [], [], first.turns, None, None, None, [])
+        whole = await pool.prepare(True, first, model, "function.parameters", 1024)  # nothing to continue
+        assert pool._executor is not None  # (prepared in a worker: the pool started)
+        assert first.prefix.resume.state is None and whole.render is not None  # its state came back
+        follow = agent_ask(turns=41)
+        follow.prefix = Note(None, b"", [], [], [], follow.turns, None, whole.render, None, [])
+        pool.close()  # a worker now would fail the test: the next plan is made here
+        here = await pool.prepare(True, follow, model, "function.parameters", CONTINUED_BYTES)
+    finally:
+        pool.close()
+    assert here.reused_iterations > 70 and follow.prefix.resume.state is not None
+    assert here.prompt == prepare(agent_ask(turns=41), SETTINGS, model, "function.parameters").prompt
+    assert whole.prompt == prepare(agent_ask(turns=40), SETTINGS, model, "function.parameters").prompt
 
 
 async def test_a_refusal_in_a_worker_is_the_refusal_inline() -> None:
@@ -365,8 +388,9 @@ def reusing(ask: Ask, reused: int, rendered: bool = True) -> Ask:
 
 def test_reused_turns_do_not_count_up_to_a_bound() -> None:
     """An agent's next turn, whose earlier turns this process decoded and rendered before, is
-    weighed by what is new in it — up to ``KNOWN_LIGHT_CHARS`` of conversation in all — when
-    there is a render to continue."""
+    weighed by what is new in it when there is a render to continue — light up to
+    ``KNOWN_LIGHT_CHARS`` of conversation in all, ``continued`` (its render bounded on the loop)
+    past it."""
     ask = agent_ask(turns=100)
     assert not is_light(ask)
     assert is_light(reusing(ask, len(ask.turns) - 2))
@@ -374,7 +398,20 @@ def test_reused_turns_do_not_count_up_to_a_bound() -> None:
     assert not is_light(reusing(ask, len(ask.turns) - 2, rendered=False))  # nothing to continue: rendered whole
     big = agent_ask(turns=100)
     big.turns[5].text = "x" * KNOWN_LIGHT_CHARS
-    assert not is_light(reusing(big, len(big.turns) - 2))
+    assert weight(reusing(big, len(big.turns) - 2)) == "continued"  # on the loop, its render bounded
+    assert weight(reusing(big, len(big.turns) - 2, rendered=False)) == "heavy"
+
+
+def test_a_continued_turn_is_weighed_by_what_is_new_not_by_its_checked_tools() -> None:
+    """A file read of 20 KB as the new turn's result, with 16 KB of tools whose schemas were checked
+    before: the render continues on the loop (in a worker it would render the whole conversation)."""
+    ask = agent_ask(turns=100)
+    ask.tools.extend(Tool.function(f"more_{k}", {"type": "object", "properties": {
+        "p": {"type": "string", "description": "d" * 1000}}}) for k in range(16))
+    ask.turns[-1].text = "r" * 20_000
+    prepare(ask, SETTINGS, served(QWEN3_TEMPLATE, SETTINGS), "function.parameters")  # (its schemas checked)
+    assert weight(ask) == "heavy"  # nothing decoded before: all of it weighs
+    assert weight(reusing(ask, len(ask.turns) - 2)) == "light"
 
 
 async def test_large_bodies_begin_one_per_loop_turn() -> None:
