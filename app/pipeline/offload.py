@@ -3,7 +3,9 @@ in other processes, so the loop never waits for it — and bounded in time.
 
 A request is *light* when it is small (few turns, little text, few and small tools — what an
 earlier request of its conversation decoded and rendered not counted, ``app.prefix``): it is
-prepared inline, since shipping it elsewhere would cost more than preparing it. A heavy one is
+prepared inline, since shipping it elsewhere would cost more than preparing it. A long
+conversation's next turn whose render continues the last one is *continued*: prepared inline too,
+its render bounded (``weight``). A heavy one is
 prepared by one of a few worker processes (``--prepare-workers``, 2 by default): the standard
 library's process pool (``concurrent.futures.ProcessPoolExecutor``, ``forkserver`` start: the
 fork server imports the preparing code once, ``PRELOAD``, and every worker is a fork of it). Python
