@@ -407,3 +407,56 @@ def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_fa
     for outcome in ("found", "kept", "first_sight", "chain_found", "chain_missed"):
         assert f'toolwire_prefix_lookups_total{{outcome="{outcome}"}}' in metrics, outcome
     assert "toolwire_prefix_bytes " in metrics
+
+
+def test_a_long_agent_loop_with_file_reads_continues_on_the_loop_with_the_prompts_of_no_service(
+        backend_factory, proxy_factory) -> None:
+    """The ``openai`` client runs an agent loop whose conversation passes 256K characters (a 16 KB
+    file read per turn): each call-only answer handed back as it came (``content: null``), each
+    tool result, then the final answer. Every prompt is the one a server without the prefix
+    service gets; past the first turns the server with the service continued its renders on the
+    loop — none went to its prepare workers — while the one without sent them to a worker."""
+    import openai
+
+    twin = Twin(backend_factory, proxy_factory)
+    clients = [openai.OpenAI(base_url=p.url + "/v1", api_key="alice") for p in twin.proxies]
+    jobs = [0, 0]  # requests each server prepared in a worker
+    for k, proxy in enumerate(twin.proxies):
+        pool = proxy.runtime.services.pool
+        run = pool.run
+
+        async def counted(*args: Any, k: int = k, run: Any = run) -> Any:
+            jobs[k] += 1
+            return await run(*args)
+
+        pool.run = counted  # type: ignore[method-assign]
+    conversations: list[list[Any]] = [[{"role": "system", "content": "You are an agent."},
+                                       {"role": "user", "content": "Read the repository and fix it."}]
+                                      for _ in clients]
+    for turn in range(24):
+        if turn == 23:
+            for backend in twin.backends:
+                backend.default = Script(pieces=["<think>\nDone.\n</think>\n\n", "Fixed: the bug was in module 3."])
+        for client, messages in zip(clients, conversations, strict=True):
+            stream = client.chat.completions.create(model="m", messages=messages, tools=CAMPAIGN_TOOLS, stream=True)
+            calls: dict[int, dict[str, Any]] = {}
+            text = ""
+            for chunk in stream:
+                delta = chunk.choices[0].delta if chunk.choices else None
+                text += (delta.content or "") if delta is not None else ""
+                for call in (delta.tool_calls or []) if delta is not None else []:
+                    got = calls.setdefault(call.index, {"id": call.id, "name": "", "arguments": ""})
+                    got["name"] += call.function.name or "" if call.function else ""
+                    got["arguments"] += call.function.arguments or "" if call.function else ""
+            if turn == 23:
+                assert not calls and text == "Fixed: the bug was in module 3."
+                continue
+            assert len(calls) == 1 and json.loads(calls[0]["arguments"]) == {"cmd": "ls", "n": 3, "all": True}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": calls[0]["id"], "type": "function",
+                 "function": {"name": calls[0]["name"], "arguments": calls[0]["arguments"]}}]})
+            messages.append({"role": "tool", "tool_call_id": calls[0]["id"],
+                             "content": f"# module {turn}\n" + f"line of module {turn} «é»\n" * 700})
+    assert len(json.dumps(conversations[0])) > 300_000
+    twin.check()
+    assert jobs[0] == 0 and jobs[1] >= 20, jobs
