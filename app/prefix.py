@@ -29,6 +29,12 @@ conversation as its last request left it — and hands it to the next request of
 * **Stored conversations.** What the Responses API read of a stored conversation's items is kept by
   the conversation's id (``keep_items``) with the store's mark of where the read ended, so the next
   request reads from the store only the items added since (``recall_items``).
+* **Tool definitions.** An agent sends the same tools with every request. A face keeps its
+  decoding of them — validated, made the tools the model is offered — by the tenant, the face and
+  their exact bytes (``keep_tools``) and hands the same objects to the next request
+  (``recall_tools``): their validation is skipped, and what the pipeline works out from a tool
+  (its schema's check key, its JSON: ``Tool.once``) and the ``tojson`` answers keyed by its
+  objects are found again instead of redone. Only for a conversation the service has seen before.
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
   the backend was asked, off the way to the first token. A conversation is kept from its second
@@ -41,8 +47,8 @@ conversation as its last request left it — and hands it to the next request of
   keep is sighted all the same: an agent's first turn (a system prompt and a task) makes its
   second kept and its third reused.
 * **One byte budget.** Entries (their units, and the turns they decode to counted three times by
-  their units' bytes — as parsed, as a model, as a turn — and render states), ``tojson`` answers
-  and sightings share one least-recently-used bound, ``--prefix-cache-bytes`` for the server, its
+  their units' bytes — as parsed, as a model, as a turn — and render states), tool definitions,
+  ``tojson`` answers and sightings share one least-recently-used bound, ``--prefix-cache-bytes`` for the server, its
   uvicorn workers each holding their share; prepare workers keep nothing (what they render comes
   back to be kept here), so that is the process tree's whole budget. An entry a newer one of the
   same conversation supersedes is dropped at once; conversations of fewer than ``min_units``
@@ -381,7 +387,7 @@ class PrefixService:
         return self.max_bytes > 0
 
     def __len__(self) -> int:
-        """Entries and ``tojson`` answers kept (sightings not counted)."""
+        """Entries, kept tool definitions and ``tojson`` answers (sightings not counted)."""
         return len(self._held) - self.sightings
 
     # ------------------------------------------------------------------ conversations
@@ -559,6 +565,38 @@ class PrefixService:
             held = self.bytes
         self.on_held(held)
 
+    # ------------------------------------------------------------------ tool definitions
+
+    def recall_tools(self, scope: bytes, key: bytes | None) -> Any:
+        """What a face kept (``keep_tools``) of the tool definitions whose unit is ``key``
+        (``unit(tools)``) for an earlier request of ``scope``, or ``None``."""
+        if key is None or not self.enabled:
+            return None
+        held_key = (_TOOLS, scope, key)
+        with self._lock:
+            held = self._held.get(held_key)
+            if held is None:
+                return None
+            self._held.move_to_end(held_key)
+            return held[1]
+
+    def keep_tools(self, scope: bytes, key: bytes | None, tools: Any) -> None:
+        """Keep a face's decoding of the tool definitions whose unit is ``key``, validated, for
+        ``scope``'s next requests: agents send the same tools every turn, and the face hands the
+        same objects on — so what the pipeline works out from a tool once (``Tool.once``: its
+        schema's canonical text, its JSON) is not worked out again. Counted in the budget four
+        times the bytes the unit stands for (as sent, parsed, validated, offered). A face keeps
+        tools only for a conversation the service has seen before (not a one-off request)."""
+        if key is None or not self.enabled:
+            return
+        held_key = (_TOOLS, scope, key)
+        size = 4 * unit_bytes(key) + len(key) + UNIT_OVERHEAD
+        with self._lock:
+            if held_key not in self._held and size <= self.max_bytes:
+                self._held[held_key] = (size, tools)
+                self.bytes += size
+                self._bound()
+
     # ------------------------------------------------------------------ tojson's memo
 
     def get(self, key: bytes) -> str | None:
@@ -645,6 +683,7 @@ class PrefixService:
 
 
 _SEEN = "seen"  # (the key of an anchor's sighting in the bound: apart from entries' and ``tojson``'s)
+_TOOLS = "tools"  # (the key of a face's kept tool definitions in the bound)
 
 
 def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], bytes | None]:

@@ -41,20 +41,28 @@ def validated(model: type[M], data: Any) -> M:
 
 class _WithMessages(Protocol):
     messages: Any
+    tools: Any
 
 
 R = TypeVar("R", bound=_WithMessages)
 
 
-def validated_but_known(validate: Callable[[dict[str, Any]], R], body: dict[str, Any], known: Sequence[Any]) -> R:
-    """``body`` validated by ``validate`` (a request model's ``model_validate``) but for the messages
-    validated before (``known[i]``: message ``i``'s model, or ``None``; ``app.prefix``): the others
-    are validated, the known ones put back in their places. Raises ``ValidationError`` as
+def validated_but_known(validate: Callable[[dict[str, Any]], R], body: dict[str, Any], known: Sequence[Any],
+                        tools: list[Any] | None = None) -> R:
+    """``body`` validated by ``validate`` (a request model's ``model_validate``) but for what was
+    validated before (``app.prefix``): the messages of ``known`` (``known[i]``: message ``i``'s
+    model, or ``None``) and, when ``tools`` is given, the tool definitions (their models); the rest
+    is validated and the known models put back in their places. Raises ``ValidationError`` as
     ``validate`` does — its index counts only the messages validated, so a face reports the whole
     body's first problem instead."""
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
-    request = validate({**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]})
+    data = {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]}
+    if tools is not None:
+        del data["tools"]
+    request = validate(data)
     fresh = iter(request.messages)
     request.messages = [k if k is not None else next(fresh) for k in known]
+    if tools is not None:
+        request.tools = tools
     return request

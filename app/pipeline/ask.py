@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from app.backends.generation import Sampling
 from app.conversation import Turn
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from app.prefix import Note
 
 ToolChoice = Literal["none", "auto", "required"]
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,18 @@ class Tool:
 
     spec: ToolSpec
     shown: dict[str, Any]
+    #: what ``once`` worked out from this tool, by name
+    _once: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, what: str, make: Callable[[Tool], V]) -> V:
+        """``make(self)``, worked out the first time ``what`` is asked of this tool and kept with it
+        (a tool is read-only: its parts never change). A face hands an agent's next request the
+        same tools (``app.prefix``), so its schema's check key and its JSON are worked out once."""
+        try:
+            value: V = self._once[what]
+        except KeyError:
+            value = self._once[what] = make(self)
+        return value
 
     @classmethod
     def function(cls, name: str, parameters: Any, description: str | None = None, strict: bool = False,

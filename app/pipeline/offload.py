@@ -46,7 +46,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from app.errors import APIError, bad_request
-from app.pipeline.ask import Ask
+from app.pipeline.ask import Ask, Tool
 from app.pipeline.plan import Plan
 from app.pipeline.prepare import (
     STOP_FACTOR,
@@ -96,6 +96,14 @@ CONTINUED_BYTES = 2 * LIGHT_CHARS
 Weight = Literal["light", "continued", "heavy"]
 
 
+def _json_size(tool: Tool) -> int | None:
+    """The size of the tool's JSON as the template is given it (``None``: too deep to encode)."""
+    try:
+        return len(orjson.dumps(tool.shown))
+    except orjson.JSONEncodeError:
+        return None
+
+
 def weight(ask: Ask) -> Weight:
     """Where ``ask`` is checked and rendered: ``light`` — on the loop; ``heavy`` — in a worker;
     ``continued`` — on the loop, its render bounded to ``CONTINUED_BYTES`` of the template's loop
@@ -128,10 +136,10 @@ def weight(ask: Ask) -> Weight:
             chars += size
     tool_chars = 0
     for tool in ask.tools:
-        try:
-            tool_chars += len(orjson.dumps(tool.shown))
-        except orjson.JSONEncodeError:
+        shown_size = tool.once("json_size", _json_size)
+        if shown_size is None:
             return "heavy"  # too deep to encode: the checks will say so, off the loop
+        tool_chars += shown_size
         if tool_chars > HASHED_TOOL_CHARS:
             return "heavy"
     unchecked = unchecked_bytes(ask)  # (hashed also when heavy: its job carries the checks known here)

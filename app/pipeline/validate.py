@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from app.errors import bad_request
-from app.pipeline.ask import Ask
+from app.pipeline.ask import Ask, Tool
 from app.settings import Settings
 
 #: the tool names every face accepts: MCP's rule (ASCII letters, digits, ``_``, ``-``, ``.``; SEP-986 also
@@ -144,6 +144,10 @@ def schema_text(schema: Any) -> SchemaText:
     return encoded, SchemaVerdicts.key(encoded)
 
 
+def _tool_schema_text(tool: Tool) -> SchemaText:
+    return schema_text(tool.spec.parameters)
+
+
 def _format_given(ask: Ask) -> Any:
     """What a ``json_schema`` response format gives as its schema (anything; ``None``: none)."""
     fmt = ask.response_format or {}
@@ -163,8 +167,8 @@ def schema_texts(ask: Ask) -> list[SchemaText]:
     worker gets them with the request)."""
     if ask.schema_texts is None:
         fmt = _format_schema(ask)
-        ask.schema_texts = [schema_text(schema) for schema in
-                            [*(tool.spec.parameters for tool in ask.tools), *([fmt] if fmt is not None else [])]]
+        ask.schema_texts = [*(tool.once("schema_text", _tool_schema_text) for tool in ask.tools),
+                            *([schema_text(fmt)] if fmt is not None else [])]
     return ask.schema_texts
 
 

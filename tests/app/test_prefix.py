@@ -232,7 +232,7 @@ def test_a_refused_request_leaves_nothing(prefix: PrefixService) -> None:
     assert ask.prefix is not None
     with pytest.raises(APIError):
         check_ask(ask, SETTINGS)
-    assert len(prefix) == 0
+    assert len(prefix) == len(memo_keys(prefix))  # no entry (its tools as validated: they spare no check)
     assert found(body(7), prefix) == 0
 
 
@@ -248,9 +248,9 @@ def test_a_growing_conversation_is_kept_once(prefix: PrefixService) -> None:
     assert len(prefix) - len(memo_keys(prefix)) == 2
 
 
-def memo_keys(prefix: PrefixService) -> list[bytes]:
-    """The keys of ``tojson`` answers the service holds."""
-    return [key for key in prefix._held if isinstance(key, bytes)]
+def memo_keys(prefix: PrefixService) -> list[Any]:
+    """The keys of what the service holds beside entries: ``tojson`` answers and tool definitions."""
+    return [key for key in prefix._held if isinstance(key, bytes) or (isinstance(key, tuple) and key[0] == "tools")]
 
 
 def test_everything_kept_stays_within_the_budget() -> None:
@@ -358,7 +358,7 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
 
     monkeypatch.setattr(chat_parse, "unit", counted)
     request = parse_request(body(20), SETTINGS, "", prefix)
-    assert request._recall is None and drawn == HEAD  # of 42 messages
+    assert request._recall is None and drawn == HEAD  # of 42 messages (and its tools: none)
     ask = chat_ask(request)
     plan = plan_request(ask, FORMATS, TEMPLATE, BACKEND)
     assert ask.prefix is None and plan.render is None
@@ -366,7 +366,7 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
     assert len(prefix) == 0 and prefix.sightings == 4 and prefix.bytes == 4 * SEEN_BYTES  # 2 prefixes, 2 places
     drawn = 0
     ask = served(body(21), prefix, seen=False)  # the conversation goes on: seen before, so kept
-    assert drawn == 44 and ask.prefix is not None and ask.reused == 0 and ask.prefix.resume.state is not None
+    assert drawn == 44 + 1 and ask.prefix is not None and ask.reused == 0 and ask.prefix.resume.state is not None
     assert found(body(22), prefix) == 44
 
 
@@ -502,3 +502,126 @@ def test_a_messages_blocks_cache_control_is_not_part_of_its_unit() -> None:
     later = request({"role": "user", "content": [text("Fix it.")]}, {"role": "assistant", "content": [text("On it.")]},
                     {"role": "user", "content": [text("Go on.", True)]})
     assert parse(MessagesRequest, later, SETTINGS, "t", prefix)._recall is not None  # known again: kept
+
+
+# ------------------------------------------------------------------ tool definitions
+
+
+def test_an_agents_next_turn_takes_its_tools_as_validated_and_offered_before(prefix: PrefixService) -> None:
+    """The same tools' bytes, the same conversation seen before: the tool definitions are not
+    validated again, and the next request is offered the very ``Tool`` objects of the last —
+    whose derived parts (``Tool.once``) are worked out once. The turns and the prompt are a
+    fresh decode's."""
+    first = served(body(6), prefix)
+    request = parse_request(body(7), SETTINGS, "", prefix)
+    ask = chat_ask(request)
+    assert len(ask.tools) == 12 and all(a is b for a, b in zip(ask.tools, first.tools, strict=True))
+    cold = chat_ask(parse_request(body(7), SETTINGS))
+    assert [t.shown for t in ask.tools] == [t.shown for t in cold.tools]
+    assert [t.spec for t in ask.tools] == [t.spec for t in cold.tools]
+    check_ask(ask, SETTINGS)
+    assert plan_request(ask, FORMATS, TEMPLATE, BACKEND).prompt == plan_request(cold, FORMATS, TEMPLATE, BACKEND).prompt
+
+
+def test_tools_changed_by_a_byte_another_tenant_or_no_service_are_decoded_again(prefix: PrefixService) -> None:
+    first = served(body(6), prefix)
+    changed = body(7)
+    changed["tools"][3]["function"]["parameters"]["properties"]["path"]["maxLength"] = 1.0  # was absent
+    ask = chat_ask(parse_request(changed, SETTINGS, "", prefix))
+    assert not any(a is b for a, b in zip(ask.tools, first.tools, strict=True))
+    assert ask.tools[3].spec.parameters["properties"]["path"]["maxLength"] == 1.0
+    assert [t.shown for t in ask.tools] == [t.shown for t in chat_ask(parse_request(changed, SETTINGS)).tools]
+    served(body(6), prefix, "bob")
+    bobs = chat_ask(parse_request(body(7), SETTINGS, "bob", prefix))
+    assert not any(a is b for a, b in zip(bobs.tools, first.tools, strict=True))
+    off = PrefixService(0)
+    served(body(6), off)
+    assert len(off) == 0 and off.bytes == 0
+
+
+def test_a_bad_request_with_known_tools_gets_the_whole_requests_error(prefix: PrefixService) -> None:
+    """A request whose tools were validated before is validated without them: its problem is still
+    the one a whole validation reports."""
+    served(body(6), prefix)
+    bad = body(7)
+    bad["messages"][14]["role"] = "robot"
+    with pytest.raises(APIError) as warm:
+        parse_request(bad, SETTINGS, "", prefix)
+    with pytest.raises(APIError) as cold:
+        parse_request(copy.deepcopy(bad), SETTINGS)
+    assert str(warm.value) == str(cold.value) and "messages.14" in str(warm.value)
+    no_tools = body(7)
+    no_tools["tools"] = [{"type": "function", "function": {"name": ""}}]  # invalid: never taken from the service
+    with pytest.raises(APIError):
+        parse_request(no_tools, SETTINGS, "", prefix)
+
+
+def test_a_tools_derived_parts_are_worked_out_once(prefix: PrefixService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the pipeline works out from a tool — its schema's check key, the size of its JSON —
+    is worked out for the first request that offers it, not for the next turns'."""
+    made = 0
+    real = validate.schema_text
+
+    def counted(schema: Any) -> Any:
+        nonlocal made
+        made += 1
+        return real(schema)
+
+    monkeypatch.setattr(validate, "schema_text", counted)
+    served(body(6), prefix)
+    assert made == 12
+    for turns in (7, 8):
+        ask = served(body(turns), prefix, seen=False)
+        assert ask.prefix is not None and ask.reused > 0 and is_light(ask)
+    assert made == 12
+
+
+def test_messages_tools_are_taken_as_validated_and_offered_before() -> None:
+    """The Messages face: the same objects for the same tools' bytes — deferred tools offered only
+    once loaded, whichever request loaded them."""
+    from app.api.messages.decode import tools_offered
+    from app.api.messages.parse import parse
+    from app.api.messages.protocol import MessagesRequest
+    from bench.shapes import messages_body
+
+    prefix = PrefixService(64 << 20)
+    parse(MessagesRequest, messages_body(3), SETTINGS, "t", prefix)  # sighted
+    first = parse(MessagesRequest, messages_body(4), SETTINGS, "t", prefix)
+    second = parse(MessagesRequest, messages_body(5), SETTINGS, "t", prefix)
+    assert first.tools and second.tools is first.tools
+    assert all(a is b for a, b in zip(tools_offered(second, set()), tools_offered(first, set()), strict=True))
+    cold = parse(MessagesRequest, messages_body(5), SETTINGS)
+    assert [t.shown for t in tools_offered(second, set())] == [t.shown for t in tools_offered(cold, set())]
+    deferred = messages_body(6)
+    deferred["tools"][2]["defer_loading"] = True
+    parse(MessagesRequest, deferred, SETTINGS, "t", prefix)
+    again = parse(MessagesRequest, deferred, SETTINGS, "t", prefix)
+    name = deferred["tools"][2]["name"]
+    assert name not in {t.spec.name for t in tools_offered(again, set())}
+    assert name in {t.spec.name for t in tools_offered(again, {name})}
+
+
+def test_responses_tools_are_taken_as_offered_before_and_never_narrowed_in_place() -> None:
+    """The Responses face: a conversation's next turn (sent whole, or continuing a chain) is
+    offered the tool set made for the last; a request that narrows it (``allowed_tools``) gets a
+    set of its own, and the next request is offered every tool again."""
+    from app.api.responses.parse import parse_request as parse_responses
+    from bench.shapes import responses_tools
+
+    prefix = PrefixService(64 << 20)
+    items = [{"role": "user", "content": f"step {i}"} for i in range(4)]
+    whole = {"model": "m", "input": items, "tools": responses_tools()}
+    first = parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "t", prefix)
+    second = parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "t", prefix)
+    assert second.tools is first.tools and len(first.tools.functions) == len(responses_tools())
+    chained = {"model": "m", "input": "go on", "previous_response_id": "resp_1", "tools": responses_tools()}
+    assert parse_responses(chained, SETTINGS, "t", prefix).tools is first.tools
+    assert parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "u", prefix).tools is not first.tools
+    one = first.tools.functions[0].spec.name
+    narrowed = {**chained, "tool_choice": {"type": "allowed_tools", "mode": "auto",
+                                           "tools": [{"type": "function", "name": one}]}}
+    assert [t.spec.name for t in parse_responses(narrowed, SETTINGS, "t", prefix).tools.functions] == [one]
+    assert parse_responses(chained, SETTINGS, "t", prefix).tools.functions == first.tools.functions
+    assert len(first.tools.functions) == len(responses_tools())
+    short = {"model": "m", "input": items[:1], "tools": responses_tools()}  # a one-off: decoded as without the service
+    assert parse_responses(short, SETTINGS, "v", prefix).tools is not parse_responses(short, SETTINGS, "v", prefix).tools

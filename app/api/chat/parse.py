@@ -2,7 +2,8 @@
 
 Its lists are counted against the limits before any model decodes them; then it is validated —
 except the messages an earlier request of the tenant's conversation validated already (the prefix
-service, ``app.prefix``: the longest common prefix, byte for byte), which are taken as they were.
+service, ``app.prefix``: the longest common prefix, byte for byte) and its tool definitions when
+they are the same bytes as an earlier request's, which are taken as they were.
 What the service found rides on the request for the decoder (``app.api.chat.decode``).
 """
 
@@ -41,16 +42,23 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
         payload = recall.entry.payload
         known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
         known += [None] * (len(messages) - len(known))
+    tools_key = tools = None
+    if recall is not None and prefix is not None and raw_list(body, "tools"):  # a conversation seen before
+        tools_key = unit(body["tools"])
+        tools = prefix.recall_tools(recall.scope, tools_key)  # the tools' models as validated before
     request = None
-    if known is not None:
-        try:  # only the messages not validated before are validated
-            request = validated_but_known(ChatCompletionRequest.model_validate, body, known)
+    if known is not None or tools is not None:
+        try:  # only what was not validated before is validated
+            request = validated_but_known(ChatCompletionRequest.model_validate, body,
+                                          known if known is not None else [None] * len(messages), tools)
         except ValidationError:  # the same first error as the whole request gives (with its index), below
             recall = None
         else:
-            request._known = frozenset(i for i, k in enumerate(known) if k is not None)
+            request._known = frozenset(i for i, k in enumerate(known or ()) if k is not None)
     if request is None:
         request = validated(ChatCompletionRequest, body)
+    if recall is not None and prefix is not None and tools is None and request.tools:
+        prefix.keep_tools(recall.scope, tools_key, request.tools)
     request._recall = recall
     return request
 

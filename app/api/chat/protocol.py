@@ -23,6 +23,8 @@ class FunctionDefinition(Lenient):
 class ToolDefinition(Lenient):
     type: Literal["function"] = "function"
     function: FunctionDefinition
+    #: the tool offered to the model, made once (``app.api.chat.decode.offered_tool``)
+    _offered: Any = PrivateAttr(default=None)
 
 
 class ToolCallFunction(Lenient):

@@ -4,7 +4,8 @@ Its lists are counted against the limits before anything decodes them (``count``
 prefix service (``app.prefix``) is asked, once, what it has of the conversation — its units are
 the system prompt (billing lines and all: a unit is its exact bytes) and each message, whose
 decoding depends on it alone (its thinking blocks' signatures are the tenant's) — and only the
-messages it does not know are validated. What it found rides on the request to the decoder
+messages it does not know are validated (and the tool definitions, unless they are the same bytes as
+an earlier request's of the conversation). What it found rides on the request to the decoder
 (``app.api.messages.decode``).
 """
 
@@ -69,18 +70,24 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
             payload, runs = found.entry.payload, found.takeable()
             known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
                      for i in range(len(messages))]
+    tools_key = tools = None
+    if found is not None and prefix is not None and raw_list(body, "tools"):  # a conversation seen before
+        tools_key = unit(body["tools"])
+        tools = prefix.recall_tools(found.scope, tools_key)  # the tools' models as validated before
     try:
-        if any(k is not None for k in known):
-            request = validated_but_known(model.model_validate, body, known)
+        if tools is not None or any(k is not None for k in known):
+            request = validated_but_known(model.model_validate, body, known or [None] * len(messages), tools)
         else:
             request = model.model_validate(body)
     except ValidationError as exc:
-        if known:
+        if known or tools is not None:
             try:
                 model.model_validate(body)  # the whole request's first problem, with its index
             except ValidationError as whole:
                 raise invalid(first_problem(whole)) from None
         raise invalid(first_problem(exc)) from None
+    if found is not None and prefix is not None and tools is None and request.tools:
+        prefix.keep_tools(found.scope, tools_key, request.tools)
     request._recall = found
     return request
 

@@ -184,6 +184,8 @@ class Tool(Lenient):
     input_schema: dict[str, Any] = Field(default_factory=dict)
     type: str | None = None
     defer_loading: bool | None = None
+    #: the tool offered to the model, made once (``app.api.messages.decode.tools_offered``)
+    _offered: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _custom_only(self) -> Tool:

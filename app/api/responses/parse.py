@@ -17,13 +17,15 @@ from typing import Any
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated
 from app.api.responses.decode import normalised_input
-from app.api.responses.protocol import Parsed, ResponsesRequest, offered_tools, response_format, tool_choice
+from app.api.responses.protocol import Parsed, ResponsesRequest, ToolSet, offered_tools, response_format, tool_choice
 from app.errors import bad_request
+from app.prefix import MIN_UNITS, PrefixService, scope_of, unit
 from app.settings import Settings
 
 
-def parse_request(body: Any, settings: Settings) -> Parsed:
-    """The request read (see the module docstring); ``settings``: the limits and ``--hosted-tools``."""
+def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: PrefixService | None = None) -> Parsed:
+    """The request read (see the module docstring); ``settings``: the limits and ``--hosted-tools``;
+    ``prefix``: the service that keeps ``tenant``'s tools as offered for a conversation's next turn."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
@@ -36,14 +38,31 @@ def parse_request(body: Any, settings: Settings) -> Parsed:
                           "background")
     if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
-    offered = offered_tools(request.tools, settings.hosted_tools)
+    offered = _offered(request, body, settings, tenant, prefix)
     conversation = conversation_id(request.conversation)
     if conversation is not None and request.previous_response_id is not None:
         raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
     items = normalised_input(request.input)
-    mode, named = tool_choice(request.tool_choice, offered)
+    mode, named, offered = tool_choice(request.tool_choice, offered)
     return Parsed(request, offered, mode, named, response_format(request.text), conversation, items)
+
+
+def _offered(request: ResponsesRequest, body: dict[str, Any], settings: Settings, tenant: str,
+             prefix: PrefixService | None) -> ToolSet:
+    """The request's tools as offered (``offered_tools``) — for a conversation's next turn (a chain
+    continued, or a conversation of ``MIN_UNITS`` input items and more sent whole) the ``ToolSet``
+    an earlier request of ``tenant``'s with the very same tool definitions made (``app.prefix``),
+    whose tools the pipeline has worked out its parts of once."""
+    if (prefix is None or not prefix.enabled or not request.tools
+            or (request.previous_response_id is None and len(raw_list(body, "input")) < MIN_UNITS)):
+        return offered_tools(request.tools, settings.hosted_tools)
+    scope, key = scope_of(tenant, "responses", settings.hosted_tools), unit(body["tools"])
+    kept: ToolSet | None = prefix.recall_tools(scope, key)
+    if kept is None:
+        kept = offered_tools(request.tools, settings.hosted_tools)
+        prefix.keep_tools(scope, key, kept)
+    return kept
 
 
 def conversation_id(raw: str | dict[str, Any] | None) -> str | None:

@@ -19,7 +19,7 @@ Tools, as the model sees them (``offered_tools``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import Field
@@ -197,14 +197,16 @@ def offered_tools(raw: list[dict[str, Any]] | None, hosted: str) -> ToolSet:
 ChoiceMode = Literal["none", "auto", "required"]
 
 
-def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[ChoiceMode | None, str | None]:
-    """``(mode, named offered tool)`` for the request's ``tool_choice``."""
+def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[ChoiceMode | None, str | None, ToolSet]:
+    """``(mode, named offered tool, the tools offered)`` for the request's ``tool_choice``: ``tools``
+    itself, or a new set narrowed to the ``allowed_tools`` (``tools`` is never changed: the prefix
+    service hands it to later requests)."""
     if raw is None:
-        return None, None
+        return None, None, tools
     if isinstance(raw, str):
         if raw not in ("none", "auto", "required"):
             raise bad_request(f"tool_choice: {shown(raw)} is not one of none, auto, required", "tool_choice")
-        return raw, None  # type: ignore[return-value]
+        return raw, None, tools  # type: ignore[return-value]
     kind = raw.get("type")
     if kind in ("function", "custom"):
         name = raw.get("name")
@@ -212,7 +214,7 @@ def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[Choic
         offered = tools.offered_name(str(name), namespace if isinstance(namespace, str) else None)
         if offered not in tools.by_offered_name:
             raise bad_request(f"tool_choice names {shown(name)}, which is not in tools", "tool_choice")
-        return None, offered
+        return None, offered, tools
     if kind == "allowed_tools":
         mode = raw.get("mode", "auto")
         if mode not in ("auto", "required"):
@@ -227,8 +229,7 @@ def tool_choice(raw: str | dict[str, Any] | None, tools: ToolSet) -> tuple[Choic
             if isinstance(t, dict) and isinstance(t.get("name"), str):
                 ns = t.get("namespace")
                 allowed.add(tools.offered_name(t["name"], ns if isinstance(ns, str) else None))
-        tools.functions = [f for f in tools.functions if f.spec.name in allowed]
-        return mode, None
+        return mode, None, replace(tools, functions=[f for f in tools.functions if f.spec.name in allowed])
     raise bad_request(f"tool_choice: type {shown(kind)} is not supported here (supported: none, auto, required, "
                       "function, custom, allowed_tools)", "tool_choice")
 
