@@ -18,7 +18,7 @@ import orjson
 
 from app.conversation import Turn
 from app.templates import client_values
-from app.templates.placeholders import RESERVED, RESERVED_CLASS, char_code, piece_code, placeholder
+from app.templates.placeholders import RESERVED_CLASS, char_code, holds_reserved, piece_code, placeholder
 
 #: what ``escape`` inserts after the first character of a client's control string
 ZW = "\u200b"
@@ -67,7 +67,7 @@ class Tables:
         m = self.tokens.search(text)
         if m is not None:
             return m.group()
-        if not text.isascii() and RESERVED.search(text):
+        if holds_reserved(text):
             return ""
         return "" if self._edge(text) else None
 
@@ -122,14 +122,14 @@ class Tables:
         if prefill:
             texts.append(prefill)
         joined = "\x00".join(texts)
-        if self.tokens.search(joined) is not None or (not joined.isascii() and RESERVED.search(joined)):
+        if self.tokens.search(joined) is not None or holds_reserved(joined):
             return True
         if tools:
             try:
                 encoded = orjson.dumps(tools).decode()
             except (TypeError, orjson.JSONEncodeError):
                 return any(self.flags(t) is not None for tool in tools for t in client_values.strings(tool))
-            if self.tools_tokens.search(encoded) is not None or (not encoded.isascii() and RESERVED.search(encoded)):
+            if self.tools_tokens.search(encoded) is not None or holds_reserved(encoded):
                 return True
         return any(map(self._edge, texts))
 

@@ -58,7 +58,7 @@ from jinja2 import nodes
 from app.conversation import Turn
 from app.templates.chat_template import TemplateError
 from app.templates.control_tables import ZW, Tables
-from app.templates.placeholders import BASE, CLOSE, FIELD, FROM_DIGITS, OPEN, PLACEHOLDER, RESERVED
+from app.templates.placeholders import BASE, CLOSE, FIELD, FROM_DIGITS, OPEN, PLACEHOLDER, holds_reserved
 
 #: the public names (``ZW``, ``OPEN`` and ``CLOSE`` are defined where they are used and handed on here)
 __all__ = ["CLOSE", "MAX_LENGTH", "MIN_LENGTH", "OPEN", "ZW", "ControlText", "ControlTextRejected", "Mode", "Render",
@@ -266,7 +266,7 @@ def _restore(raw: str, tables: Tables) -> tuple[str, list[tuple[Span, bool]]] | 
     mask = (1 << FIELD) - 1
     for m in PLACEHOLDER.finditer(raw):
         before = raw[at:m.start()]
-        if RESERVED.search(before):
+        if holds_reserved(before):
             return None
         out.append(before)
         size += len(before)
@@ -288,7 +288,7 @@ def _restore(raw: str, tables: Tables) -> tuple[str, list[tuple[Span, bool]]] | 
             size += len(piece)
         at = m.end()
     rest = raw[at:]
-    if RESERVED.search(rest) or "\\udb80\\udc0" in raw:  # a stray piece, or one a template JSON-escaped
+    if holds_reserved(rest) or "\\udb80\\udc0" in raw:  # a stray piece, or one a template JSON-escaped
         return None
     out.append(rest)
     return "".join(out), spans

@@ -291,3 +291,24 @@ def test_escape_mode_skips_the_walk_only_when_escape_would_change_nothing(
         assert tables.escapes_any(turns, tools, kwargs, prefill)
     if not any(p in s for s in (text, name, argument, extra, tool, key, kwarg, prefill) for p in ("<", ZW)):
         assert not tables.escapes_any(turns, tools, kwargs, prefill)
+
+
+@pytest.mark.parametrize("text", [
+    "", "plain ascii", "café «x»", "emoji 🚀", "\U000EFFFF", "\U000F0000", "\U000F0001", "\U000F001F",
+    "\U000F0020", "\U000F003F", "\U000FFFFD", "lone \ud800 surrogate", "\udbc0\udc00", "x" * 5000 + "\U000F0011",
+    "é" * 5000 + "\U000F001E" + "🚀", "ü" * 3000, "\U0010FFFF\U000F0000",
+])
+def test_holds_reserved_finds_what_the_character_class_finds(text: str) -> None:
+    """The quick search of the placeholder block (UTF-8 bytes) answers as ``RESERVED.search``."""
+    from app.templates.placeholders import RESERVED, holds_reserved
+
+    assert holds_reserved(text) == (RESERVED.search(text) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(["a", "é", "🚀", "\U000EFFFF", "\U000F0000", "\U000F001F", "\U000F0020",
+                                          "\ud800", "\udc00", "\x00"]), max_size=40))
+def test_holds_reserved_agrees_on_any_mix(text: str) -> None:
+    from app.templates.placeholders import RESERVED, holds_reserved
+
+    assert holds_reserved(text) == (RESERVED.search(text) is not None)
