@@ -29,12 +29,14 @@ conversation as its last request left it — and hands it to the next request of
 * **Stored conversations.** What the Responses API read of a stored conversation's items is kept by
   the conversation's id (``keep_items``) with the store's mark of where the read ended, so the next
   request reads from the store only the items added since (``recall_items``).
-* **Tool definitions.** An agent sends the same tools with every request. A face keeps its
-  decoding of them — validated, made the tools the model is offered — by the tenant, the face and
-  their exact bytes (``keep_tools``) and hands the same objects to the next request
-  (``recall_tools``): their validation is skipped, and what the pipeline works out from a tool
-  (its schema's check key, its JSON: ``Tool.once``) and the ``tojson`` answers keyed by its
-  objects are found again instead of redone. Only for a conversation the service has seen before.
+* **Tool definitions.** An agent sends the same tools with every request. A face's decoding of
+  them — validated, made the tools the model is offered — is kept by the tenant, the face and
+  their exact bytes and handed, the same objects, to the next request with those bytes: their
+  validation is skipped, and what the pipeline works out from a tool (its schema's check key, the
+  size of its JSON: ``Tool.once``) is not worked out again. ``recall`` finds them with the
+  conversation (``Recall.tools``) and the note keeps what the face decoded once the request was
+  planned; the Responses API, which reads its tools before its conversation, asks
+  ``recall_tools`` / ``keep_tools`` itself. Only for a conversation the service has seen before.
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
   the backend was asked, off the way to the first token. A conversation is kept from its second
@@ -174,19 +176,20 @@ class Note:
     """What a request's decoding found and made, for the pipeline: which of its turns were decoded
     now (``fresh``: ranges; the others were decoded — and checked — for an earlier request), the
     render to continue (``resume``: its state after the render), and what to keep once the request
-    was planned (``PrefixService.keep``). ``settled``: the reused turns known to hold only plain
+    was planned (``PrefixService.keep``; ``tools``: the tool definitions' unit and the face's
+    decoding of them). ``settled``: the reused turns known to hold only plain
     client strings (not scanned for control text again); ``clean``: set once planned, how many
     first turns the render found plain (all it rendered, or none)."""
 
     __slots__ = ("anchors", "clean", "ends", "epoch", "fresh", "payload", "replaces", "resume", "scope", "service",
-                 "settled", "turns", "units")
+                 "settled", "tools", "turns", "units")
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], ends: list[int],
                  payload: list[Any], turns: list[Turn], fresh: list[tuple[int, int]] | None,
                  previous: RenderState | None, replaces: Entry | None, anchors: list[bytes],
-                 plain: frozenset[int] = frozenset()) -> None:
+                 plain: frozenset[int] = frozenset(), tools: tuple[bytes, Any] | None = None) -> None:
         self.service, self.scope, self.units, self.ends, self.payload = service, scope, units, ends, payload
-        self.turns, self.replaces, self.anchors = turns, replaces, anchors
+        self.turns, self.replaces, self.anchors, self.tools = turns, replaces, anchors, tools
         self.fresh = fresh if fresh is not None else [(0, len(turns))]
         self.resume = Resume(previous)
         self.settled = self._settled(plain) if plain else frozenset()
@@ -237,8 +240,13 @@ class Recall:
     request's ``Note`` (``note``)."""
 
     def __init__(self, service: PrefixService | None, scope: bytes, units: list[bytes | None], entry: Entry | None,
-                 anchors: list[bytes], limit: int, equal: list[bool]) -> None:
+                 anchors: list[bytes], limit: int, equal: list[bool], tools_key: bytes | None = None,
+                 tools: Any = None) -> None:
         self.service, self.scope, self.units, self.entry, self.anchors = service, scope, units, entry, anchors
+        #: the request's tool definitions: their unit, and the face's decoding of them — as kept for an
+        #: earlier request with the same bytes (``None``: none kept), or as the face sets it once it
+        #: decoded them itself, to be kept with the note
+        self.tools_key, self.tools = tools_key, tools
         self.limit = limit  # units from this one on are always decoded
         self.equal = equal  # place by place, whether ``units`` and the entry's are the same there
         self.ends: list[int] = []
@@ -341,8 +349,9 @@ class Recall:
         previous = self.entry.render if self.entry is not None else None
         if self.taken and self.service is not None:
             self.service.found += 1
+        tools = (self.tools_key, self.tools) if self.tools_key is not None and self.tools else None
         return Note(self.service, self.scope, self.units, self.ends, self.payload, turns, self.fresh, previous,
-                    self.entry, self.anchors, self.entry.plain if self.entry is not None else frozenset())
+                    self.entry, self.anchors, self.entry.plain if self.entry is not None else frozenset(), tools)
 
 
 #: a lookup's outcome, as ``PrefixService.on_lookup`` reports it (``toolwire_prefix_lookups_total``)
@@ -392,10 +401,13 @@ class PrefixService:
 
     # ------------------------------------------------------------------ conversations
 
-    def recall(self, scope: bytes, units: Iterable[bytes | None], limit: int | None = None) -> Recall | None:
+    def recall(self, scope: bytes, units: Iterable[bytes | None], limit: int | None = None,
+               tools: Any = None) -> Recall | None:
         """The kept entry of ``scope``'s that shares the most units with ``units`` at the same places
         (see the module docstring), for the face to take its decoding of them; the units from
-        ``limit`` on are always decoded. ``None`` — decode and render as without the service — when
+        ``limit`` on are always decoded. ``tools``: the request's tool definitions as sent (a list),
+        whose decoding kept for an earlier request of ``scope`` with the same bytes the ``Recall``
+        holds. ``None`` — decode and render as without the service — when
         it is off, for fewer than ``min_units`` units (the conversation is sighted all the same),
         and at a conversation's first sighting (then only the first units are drawn from
         ``units``)."""
@@ -419,6 +431,8 @@ class PrefixService:
             return None
         units = [*head, *drawn]
         limit = len(units) if limit is None else limit
+        tools_key = unit(tools) if isinstance(tools, list) and tools else None
+        kept_tools = self.recall_tools(scope, tools_key)
         best: Entry | None = None
         best_equal: list[bool] = []
         shared = 0
@@ -440,7 +454,7 @@ class PrefixService:
             for i, same in enumerate(best_equal):
                 if same:
                     units[i] = best.units[i]  # the same bytes: kept once
-        return Recall(self, scope, units, best, anchors, limit, best_equal)
+        return Recall(self, scope, units, best, anchors, limit, best_equal, tools_key, kept_tools)
 
     def _seen(self, anchors: list[bytes]) -> bool:
         """Whether one of ``anchors`` was seen before (at a conversation's first sighting); if none
@@ -464,6 +478,8 @@ class PrefixService:
         planned; the entry of the same conversation it supersedes is dropped."""
         if not self.enabled or not note.anchors or note.epoch != self.epoch:
             return
+        if note.tools is not None:
+            self.keep_tools(note.scope, *note.tools)
         n = next((i for i, u in enumerate(note.units) if u is None), len(note.units))
         n = min(n, len(note.ends))
         while n and note.ends[n - 1] < 0:
@@ -569,7 +585,8 @@ class PrefixService:
 
     def recall_tools(self, scope: bytes, key: bytes | None) -> Any:
         """What a face kept (``keep_tools``) of the tool definitions whose unit is ``key``
-        (``unit(tools)``) for an earlier request of ``scope``, or ``None``."""
+        (``unit(tools)``) for an earlier request of ``scope``, or ``None`` (a face whose
+        conversation goes through ``recall`` gets it there)."""
         if key is None or not self.enabled:
             return None
         held_key = (_TOOLS, scope, key)
@@ -585,8 +602,9 @@ class PrefixService:
         ``scope``'s next requests: agents send the same tools every turn, and the face hands the
         same objects on — so what the pipeline works out from a tool once (``Tool.once``: its
         schema's canonical text, its JSON) is not worked out again. Counted in the budget four
-        times the bytes the unit stands for (as sent, parsed, validated, offered). A face keeps
-        tools only for a conversation the service has seen before (not a one-off request)."""
+        times the bytes the unit stands for (as sent, parsed, validated, offered). Only for a
+        conversation the service has seen before (not a one-off request): a face whose conversation
+        goes through ``recall`` has them kept with its note (``keep``), once planned."""
         if key is None or not self.enabled:
             return
         held_key = (_TOOLS, scope, key)

@@ -232,7 +232,7 @@ def test_a_refused_request_leaves_nothing(prefix: PrefixService) -> None:
     assert ask.prefix is not None
     with pytest.raises(APIError):
         check_ask(ask, SETTINGS)
-    assert len(prefix) == len(memo_keys(prefix))  # no entry (its tools as validated: they spare no check)
+    assert len(prefix) == 0
     assert found(body(7), prefix) == 0
 
 
@@ -358,7 +358,7 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
 
     monkeypatch.setattr(chat_parse, "unit", counted)
     request = parse_request(body(20), SETTINGS, "", prefix)
-    assert request._recall is None and drawn == HEAD  # of 42 messages (and its tools: none)
+    assert request._recall is None and drawn == HEAD  # of 42 messages
     ask = chat_ask(request)
     plan = plan_request(ask, FORMATS, TEMPLATE, BACKEND)
     assert ask.prefix is None and plan.render is None
@@ -366,7 +366,7 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
     assert len(prefix) == 0 and prefix.sightings == 4 and prefix.bytes == 4 * SEEN_BYTES  # 2 prefixes, 2 places
     drawn = 0
     ask = served(body(21), prefix, seen=False)  # the conversation goes on: seen before, so kept
-    assert drawn == 44 + 1 and ask.prefix is not None and ask.reused == 0 and ask.prefix.resume.state is not None
+    assert drawn == 44 and ask.prefix is not None and ask.reused == 0 and ask.prefix.resume.state is not None
     assert found(body(22), prefix) == 44
 
 
@@ -516,6 +516,10 @@ def test_an_agents_next_turn_takes_its_tools_as_validated_and_offered_before(pre
     request = parse_request(body(7), SETTINGS, "", prefix)
     ask = chat_ask(request)
     assert len(ask.tools) == 12 and all(a is b for a, b in zip(ask.tools, first.tools, strict=True))
+    unplanned = body(8)
+    unplanned["tools"][0]["function"]["description"] = "changed"
+    chat_ask(parse_request(unplanned, SETTINGS, "", prefix))  # decoded, never planned: its tools are not kept
+    assert not any(key[0] == "tools" and key[2] == unit(unplanned["tools"]) for key in memo_keys(prefix))
     cold = chat_ask(parse_request(body(7), SETTINGS))
     assert [t.shown for t in ask.tools] == [t.shown for t in cold.tools]
     assert [t.spec for t in ask.tools] == [t.spec for t in cold.tools]
@@ -579,23 +583,33 @@ def test_a_tools_derived_parts_are_worked_out_once(prefix: PrefixService, monkey
 def test_messages_tools_are_taken_as_validated_and_offered_before() -> None:
     """The Messages face: the same objects for the same tools' bytes — deferred tools offered only
     once loaded, whichever request loaded them."""
-    from app.api.messages.decode import tools_offered
+    from app.api.messages.decode import messages_ask, tools_offered
     from app.api.messages.parse import parse
     from app.api.messages.protocol import MessagesRequest
+    from app.thinking_signature import ThinkingSigner
     from bench.shapes import messages_body
 
     prefix = PrefixService(64 << 20)
+
+    def parse_and_keep(request_body: dict[str, Any]) -> Any:
+        request = parse(MessagesRequest, request_body, SETTINGS, "t", prefix)
+        ask = messages_ask(request, ThinkingSigner(b"k"))
+        plan_request(ask, FORMATS, TEMPLATE, BACKEND)
+        keep_after(ask.prefix)
+        return request
+
     parse(MessagesRequest, messages_body(3), SETTINGS, "t", prefix)  # sighted
-    first = parse(MessagesRequest, messages_body(4), SETTINGS, "t", prefix)
-    second = parse(MessagesRequest, messages_body(5), SETTINGS, "t", prefix)
+    first = parse_and_keep(messages_body(4))
+    second = parse_and_keep(messages_body(5))
     assert first.tools and second.tools is first.tools
     assert all(a is b for a, b in zip(tools_offered(second, set()), tools_offered(first, set()), strict=True))
     cold = parse(MessagesRequest, messages_body(5), SETTINGS)
     assert [t.shown for t in tools_offered(second, set())] == [t.shown for t in tools_offered(cold, set())]
     deferred = messages_body(6)
     deferred["tools"][2]["defer_loading"] = True
-    parse(MessagesRequest, deferred, SETTINGS, "t", prefix)
+    kept = parse_and_keep(deferred)
     again = parse(MessagesRequest, deferred, SETTINGS, "t", prefix)
+    assert again.tools is kept.tools
     name = deferred["tools"][2]["name"]
     assert name not in {t.spec.name for t in tools_offered(again, set())}
     assert name in {t.spec.name for t in tools_offered(again, {name})}

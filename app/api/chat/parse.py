@@ -37,15 +37,12 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
     if prefix is not None and prefix.enabled and not is_legacy(body, messages):
         recall = prefix.recall(scope_of(tenant, "chat"), (unit(message) for message in messages),
-                               limit=len(messages) - 1)  # one message at least is validated
+                               limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
         payload = recall.entry.payload
         known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
         known += [None] * (len(messages) - len(known))
-    tools_key = tools = None
-    if recall is not None and prefix is not None and raw_list(body, "tools"):  # a conversation seen before
-        tools_key = unit(body["tools"])
-        tools = prefix.recall_tools(recall.scope, tools_key)  # the tools' models as validated before
+    tools = recall.tools if recall is not None else None  # the tools' models as validated before
     request = None
     if known is not None or tools is not None:
         try:  # only what was not validated before is validated
@@ -57,8 +54,8 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
             request._known = frozenset(i for i, k in enumerate(known or ()) if k is not None)
     if request is None:
         request = validated(ChatCompletionRequest, body)
-    if recall is not None and prefix is not None and tools is None and request.tools:
-        prefix.keep_tools(recall.scope, tools_key, request.tools)
+    if recall is not None and tools is None:
+        recall.tools = request.tools  # kept with the conversation once planned
     request._recall = recall
     return request
 

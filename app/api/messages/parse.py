@@ -65,15 +65,13 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
         units = chain((unit(body.get("system"), b"s"),), (message_unit(message) for message in messages))
-        found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages))  # the last one is decoded
+        found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages),  # the last one is decoded
+                              tools=body.get("tools"))
         if found is not None and found.entry is not None:
             payload, runs = found.entry.payload, found.takeable()
             known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
                      for i in range(len(messages))]
-    tools_key = tools = None
-    if found is not None and prefix is not None and raw_list(body, "tools"):  # a conversation seen before
-        tools_key = unit(body["tools"])
-        tools = prefix.recall_tools(found.scope, tools_key)  # the tools' models as validated before
+    tools = found.tools if found is not None else None  # the tools' models as validated before
     try:
         if tools is not None or any(k is not None for k in known):
             request = validated_but_known(model.model_validate, body, known or [None] * len(messages), tools)
@@ -86,8 +84,8 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
             except ValidationError as whole:
                 raise invalid(first_problem(whole)) from None
         raise invalid(first_problem(exc)) from None
-    if found is not None and prefix is not None and tools is None and request.tools:
-        prefix.keep_tools(found.scope, tools_key, request.tools)
+    if found is not None and tools is None:
+        found.tools = request.tools  # kept with the conversation once planned
     request._recall = found
     return request
 

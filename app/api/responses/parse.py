@@ -17,7 +17,7 @@ from typing import Any
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated
 from app.api.responses.decode import normalised_input
-from app.api.responses.protocol import Parsed, ResponsesRequest, ToolSet, offered_tools, response_format, tool_choice
+from app.api.responses.protocol import Parsed, ResponsesRequest, offered_tools, response_format, tool_choice
 from app.errors import bad_request
 from app.prefix import MIN_UNITS, PrefixService, scope_of, unit
 from app.settings import Settings
@@ -28,7 +28,8 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     ``prefix``: the service that keeps ``tenant``'s tools as offered for a conversation's next turn."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
-    too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
+    raw_input = raw_list(body, "input")
+    too_many(len(raw_input), settings.max_input_items, "input items", "--max-input-items", "input")
     tools = raw_list(body, "tools")
     too_many(len(tools) + raw_items(tools, "tools"), settings.max_tools, "tools (namespaced ones included)",
              "--max-tools", "tools")
@@ -38,7 +39,17 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
                           "background")
     if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
-    offered = _offered(request, body, settings, tenant, prefix)
+    if (prefix is not None and prefix.enabled and tools
+            and (request.previous_response_id is not None or len(raw_input) >= MIN_UNITS)):
+        # a conversation's next turn (a chain continued, or a conversation sent whole): its tools as
+        # an earlier request of the tenant's with the very same definitions was offered them
+        scope, key = scope_of(tenant, "responses", settings.hosted_tools), unit(tools)
+        offered = prefix.recall_tools(scope, key)
+        if offered is None:
+            offered = offered_tools(request.tools, settings.hosted_tools)
+            prefix.keep_tools(scope, key, offered)
+    else:
+        offered = offered_tools(request.tools, settings.hosted_tools)
     conversation = conversation_id(request.conversation)
     if conversation is not None and request.previous_response_id is not None:
         raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
@@ -46,23 +57,6 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     items = normalised_input(request.input)
     mode, named, offered = tool_choice(request.tool_choice, offered)
     return Parsed(request, offered, mode, named, response_format(request.text), conversation, items)
-
-
-def _offered(request: ResponsesRequest, body: dict[str, Any], settings: Settings, tenant: str,
-             prefix: PrefixService | None) -> ToolSet:
-    """The request's tools as offered (``offered_tools``) — for a conversation's next turn (a chain
-    continued, or a conversation of ``MIN_UNITS`` input items and more sent whole) the ``ToolSet``
-    an earlier request of ``tenant``'s with the very same tool definitions made (``app.prefix``),
-    whose tools the pipeline has worked out its parts of once."""
-    if (prefix is None or not prefix.enabled or not request.tools
-            or (request.previous_response_id is None and len(raw_list(body, "input")) < MIN_UNITS)):
-        return offered_tools(request.tools, settings.hosted_tools)
-    scope, key = scope_of(tenant, "responses", settings.hosted_tools), unit(body["tools"])
-    kept: ToolSet | None = prefix.recall_tools(scope, key)
-    if kept is None:
-        kept = offered_tools(request.tools, settings.hosted_tools)
-        prefix.keep_tools(scope, key, kept)
-    return kept
 
 
 def conversation_id(raw: str | dict[str, Any] | None) -> str | None:
