@@ -76,7 +76,7 @@ import orjson
 
 from app.conversation import Turn
 from app.media import Media
-from app.templates.resume import RenderState, Resume
+from app.templates.resume import RenderState, Resume, same_places
 
 #: an entry is filed under the digest of its first 4, 2 and 1 units (most specific first), and
 #: under each of the units at these places alone
@@ -442,7 +442,7 @@ class PrefixService:
                 if not bucket:
                     continue
                 for entry in reversed(bucket[-MAX_PROBES:]):
-                    equal = _equal(entry.units, units)
+                    equal = same_places(entry.units, units)
                     n = sum(equal)
                     if n > shared:
                         best, best_equal, shared = entry, equal, n
@@ -497,7 +497,7 @@ class PrefixService:
                       plain=note.plain(turns))
         old = note.replaces
         with self._lock:
-            if old is not None and id(old) in self._held and sum(_equal(old.units, units)) >= len(old.units) - 2:
+            if old is not None and id(old) in self._held and sum(same_places(old.units, units)) >= len(old.units) - 2:
                 self._drop(old)  # the same conversation, a turn on
             self._add(entry)
 
@@ -726,11 +726,6 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], 
             alone.update(len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
             found.append(alone.digest())
     return found, first
-
-
-def _equal(old: Sequence[bytes], new: Sequence[bytes | None]) -> list[bool]:
-    """Place by place, over the places both have: whether ``old`` and ``new`` hold the same unit."""
-    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
 
 
 def keep_after(note: Note | None) -> None:

@@ -61,6 +61,7 @@ check and the continued render at run time) and ``purity`` (the Jinja that the p
 count as changing nothing).
 """
 
+from app.templates.resume.exact import same_places
 from app.templates.resume.proof import LoopPlan, NotProven, plan_of
 from app.templates.resume.render import (
     SEPARATOR,
@@ -73,4 +74,4 @@ from app.templates.resume.render import (
 )
 
 __all__ = ["SEPARATOR", "LoopPlan", "NotProven", "RenderState", "RenderTooLarge", "Resume", "bounded", "plan_of",
-           "render_bound", "render_resumable"]
+           "render_bound", "render_resumable", "same_places"]

@@ -2,13 +2,15 @@
 
 ``exact_bytes`` serialises a template value and ``_item_bytes`` a loop item (``marshal`` where it
 can); both raise ``_Inexact`` where two different values could come out alike (a tuple, a
-non-finite float, a ``str`` subclass other than tool arguments). Nothing here knows of
+non-finite float, a ``str`` subclass other than tool arguments); ``same_places`` compares two
+sequences of such bytes (or of the prefix service's units) place by place. Nothing here knows of
 loops or plans."""
 
 from __future__ import annotations
 
 import marshal
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import jinja2
@@ -75,3 +77,8 @@ def _item_bytes(item: Any) -> bytes:
     except ValueError:
         return b"j" + exact_bytes(item)
 
+
+def same_places(old: Sequence[bytes], new: Sequence[bytes | None]) -> list[bool]:
+    """Place by place, over the places both have: whether ``old`` and ``new`` hold the same bytes
+    there (the very object, or equal bytes)."""
+    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have

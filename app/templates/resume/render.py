@@ -20,7 +20,7 @@ import orjson
 
 from app.jsontext import JsonText
 from app.templates.fastrender import render
-from app.templates.resume.exact import _Inexact, _item_bytes, exact_bytes
+from app.templates.resume.exact import _Inexact, _item_bytes, exact_bytes, same_places
 from app.templates.resume.guards import Outcome, same_outcome
 from app.templates.resume.proof import _AT, _ENTER, _LEAVE, _STATE, LoopPlan
 
@@ -108,11 +108,6 @@ def render_bound() -> int | None:
     return _BOUND.get()
 
 
-def _equal(old: Sequence[bytes], new: Sequence[bytes]) -> list[bool]:
-    """Item by item, over the places both have: whether the two sequences hold the same bytes there."""
-    return [a is b or a == b for a, b in zip(old, new)]  # noqa: B905 — the places both have
-
-
 class _Whole:
     """``what[i]`` for every ``i``: the iterations of a loop run over the whole sequence (each at its
     own place, each after the one before)."""
@@ -172,7 +167,7 @@ class _Run:
             if sequence is not self.messages:  # a list the template made: its own items are serialised
                 self.items = [b"j" + exact_bytes(item) for item in sequence]
                 self.source = None
-                self.equal = _equal(previous.items, self.items) if previous is not None else None
+                self.equal = same_places(previous.items, self.items) if previous is not None else None
             self.storable = self.items is not None and not self.wrapped
         except _Inexact:
             return self._within_bound(None)
@@ -337,7 +332,7 @@ def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[
         except _Inexact:
             items = None
         if items is not None and previous is not None:
-            equal = _equal(previous.items, items)
+            equal = same_places(previous.items, items)
             old = previous.prepared
             if old is not None and any(equal):  # a message prepared before is the same prepared again
                 fresh = [i for i, e in enumerate(equal) if not e] + list(range(len(equal), len(messages)))
