@@ -6,17 +6,35 @@ before any of this (``app.api.limits``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from app.errors import bad_request
+
+if TYPE_CHECKING:
+    from app.pipeline.ask import Tool
 
 
 class Lenient(BaseModel):
     """A request model that keeps fields it does not declare (clients send many a server ignores)."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class ValidatedTool(Lenient):
+    """A face's tool definition, validated: it makes the ``Tool`` it offers the model once
+    (``offered``) — the prefix service hands an agent's next request the definitions validated for
+    its last, and so the same ``Tool``, whose derived parts are worked out once (``Tool.once``)."""
+
+    _offered: Any = PrivateAttr(default=None)
+
+    def offered(self, make: Callable[[Any], Tool]) -> Tool:
+        """``make(self)``, the first time; the same ``Tool`` after."""
+        tool: Tool | None = self._offered
+        if tool is None:
+            tool = self._offered = make(self)
+        return tool
 
 
 def validation_message(exc: ValidationError) -> tuple[str, str | None]:

@@ -125,16 +125,9 @@ def shown_tool(tool: ToolDefinition) -> dict[str, Any]:
     return {"type": tool.type, "function": function, **_present(tool.model_extra)}
 
 
-def offered_tool(tool: ToolDefinition) -> Tool:
-    """The tool ``tool`` offers the model, made once per validated definition: the prefix service
-    hands an agent's next request the definitions validated for its last (``app.api.chat.parse``),
-    and so the same ``Tool``, whose derived parts are worked out once (``Tool.once``)."""
-    offered: Tool | None = tool._offered
-    if offered is None:
-        fn = tool.function
-        offered = tool._offered = Tool.function(fn.name, fn.parameters or {}, fn.description, bool(fn.strict),
-                                                shown=shown_tool(tool))
-    return offered
+def _offered(tool: ToolDefinition) -> Tool:
+    fn = tool.function
+    return Tool.function(fn.name, fn.parameters or {}, fn.description, bool(fn.strict), shown=shown_tool(tool))
 
 
 def chat_ask(request: ChatCompletionRequest) -> Ask:
@@ -176,7 +169,7 @@ def chat_ask(request: ChatCompletionRequest) -> Ask:
         turns, note = [turn for pair in decoded if pair is not None for turn in pair[0]], None
     return Ask(
         turns=turns,
-        tools=[offered_tool(t) for t in request.tools or ()],
+        tools=[t.offered(_offered) for t in request.tools or ()],
         tool_choice=choice if isinstance(choice, str) else None,
         named_tool=named,
         parallel_tool_calls=request.parallel_tool_calls is not False,

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from app.api.protocol import Lenient
+from app.api.protocol import Lenient, ValidatedTool
 
 
 class FunctionDefinition(Lenient):
@@ -20,11 +20,9 @@ class FunctionDefinition(Lenient):
     strict: bool | None = None
 
 
-class ToolDefinition(Lenient):
+class ToolDefinition(ValidatedTool):
     type: Literal["function"] = "function"
     function: FunctionDefinition
-    #: the tool offered to the model, made once (``app.api.chat.decode.offered_tool``)
-    _offered: Any = PrivateAttr(default=None)
 
 
 class ToolCallFunction(Lenient):

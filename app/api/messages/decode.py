@@ -250,17 +250,11 @@ def tools_offered(request: Conversation, loaded: set[str]) -> list[Tool]:
         if tool.name in seen:
             raise invalid(f"tools[{i}].name: two tools are named {tool.name[:64]!r}")
         seen.add(tool.name)
-    return [_offered(tool) for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
+    return [tool.offered(_offered) for tool in request.tools or () if not tool.defer_loading or tool.name in loaded]
 
 
 def _offered(tool: ToolModel) -> Tool:
-    """The tool ``tool`` offers the model, made once per validated definition (the prefix service
-    hands an agent's next request the definitions validated for its last: ``app.api.messages.parse``)."""
-    offered: Tool | None = tool._offered
-    if offered is None:
-        offered = tool._offered = Tool.function(tool.name, tool.input_schema or {"type": "object", "properties": {}},
-                                                tool.description)
-    return offered
+    return Tool.function(tool.name, tool.input_schema or {"type": "object", "properties": {}}, tool.description)
 
 
 def messages_ask(request: Conversation, signer: ThinkingSigner) -> Ask:

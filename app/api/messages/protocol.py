@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from starlette.responses import JSONResponse
 
-from app.api.protocol import Lenient
+from app.api.protocol import Lenient, ValidatedTool
 from app.errors import APIError
 
 # ------------------------------------------------------------------------------------- errors
@@ -178,14 +178,12 @@ class InputMessage(Lenient):
     content: str | list[dict[str, Any]]
 
 
-class Tool(Lenient):
+class Tool(ValidatedTool):
     name: str = Field(min_length=1, max_length=256)
     description: str | None = None
     input_schema: dict[str, Any] = Field(default_factory=dict)
     type: str | None = None
     defer_loading: bool | None = None
-    #: the tool offered to the model, made once (``app.api.messages.decode.tools_offered``)
-    _offered: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _custom_only(self) -> Tool:
