@@ -35,8 +35,10 @@ conversation as its last request left it — and hands it to the next request of
   validation is skipped, and what the pipeline works out from a tool (its schema's check key, the
   size of its JSON: ``Tool.once``) is not worked out again. ``recall`` finds them with the
   conversation (``Recall.tools``) and the note keeps what the face decoded once the request was
-  planned; the Responses API, which reads its tools before its conversation, asks
-  ``recall_tools`` / ``keep_tools`` itself. Only for a conversation the service has seen before.
+  planned — only for a conversation the service has seen before. The Responses API, which reads
+  its tools before its conversation, asks ``tools_key`` / ``recall_tools`` / ``keep_tools``
+  itself: tools are encoded from their second sighting on (their first notes a digest of their
+  names), so a miss never costs more than no service.
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
   the backend was asked, off the way to the first token. A conversation is kept from its second
@@ -583,6 +585,20 @@ class PrefixService:
 
     # ------------------------------------------------------------------ tool definitions
 
+    def tools_key(self, scope: bytes, tools: list[Any]) -> bytes | None:
+        """The unit of ``tools`` (a request's tool definitions as sent) for ``recall_tools`` and
+        ``keep_tools`` — or ``None`` at their first sighting in ``scope``: then only a digest of their
+        names is noted (``SEEN_BYTES``, in the bound) and they are not encoded, so a request whose
+        tools are never sent again costs what it costs without the service."""
+        if not self.enabled or not tools:
+            return None
+        names = "\x00".join(str(t.get("name")) if isinstance(t, dict) else "" for t in tools)
+        sighting = hashlib.blake2b(b"tools\x00" + scope + names.encode("utf-8", "surrogatepass"),
+                                   digest_size=16).digest()
+        with self._lock:
+            seen = self._seen([sighting])
+        return unit(tools) if seen else None
+
     def recall_tools(self, scope: bytes, key: bytes | None) -> Any:
         """What a face kept (``keep_tools``) of the tool definitions whose unit is ``key``
         (``unit(tools)``) for an earlier request of ``scope``, or ``None`` (a face whose
@@ -602,9 +618,9 @@ class PrefixService:
         ``scope``'s next requests: agents send the same tools every turn, and the face hands the
         same objects on — so what the pipeline works out from a tool once (``Tool.once``: its
         schema's canonical text, its JSON) is not worked out again. Counted in the budget four
-        times the bytes the unit stands for (as sent, parsed, validated, offered). Only for a
-        conversation the service has seen before (not a one-off request): a face whose conversation
-        goes through ``recall`` has them kept with its note (``keep``), once planned."""
+        times the bytes the unit stands for (as sent, parsed, validated, offered). Only for tools
+        seen before (``tools_key``), or a conversation seen before: a face whose conversation goes
+        through ``recall`` has them kept with its note (``keep``), once planned."""
         if key is None or not self.enabled:
             return
         held_key = (_TOOLS, scope, key)

@@ -625,17 +625,45 @@ def test_responses_tools_are_taken_as_offered_before_and_never_narrowed_in_place
     prefix = PrefixService(64 << 20)
     items = [{"role": "user", "content": f"step {i}"} for i in range(4)]
     whole = {"model": "m", "input": items, "tools": responses_tools()}
+    parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "t", prefix)
+    assert len(prefix) == 0 and prefix.sightings == 1  # a first sighting: a digest of their names alone
     first = parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "t", prefix)
     second = parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "t", prefix)
     assert second.tools is first.tools and len(first.tools.functions) == len(responses_tools())
     chained = {"model": "m", "input": "go on", "previous_response_id": "resp_1", "tools": responses_tools()}
     assert parse_responses(chained, SETTINGS, "t", prefix).tools is first.tools
-    assert parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "u", prefix).tools is not first.tools
+    for _ in range(3):  # another tenant never gets them
+        assert parse_responses(orjson.loads(orjson.dumps(whole)), SETTINGS, "u", prefix).tools is not first.tools
     one = first.tools.functions[0].spec.name
     narrowed = {**chained, "tool_choice": {"type": "allowed_tools", "mode": "auto",
                                            "tools": [{"type": "function", "name": one}]}}
     assert [t.spec.name for t in parse_responses(narrowed, SETTINGS, "t", prefix).tools.functions] == [one]
     assert parse_responses(chained, SETTINGS, "t", prefix).tools.functions == first.tools.functions
     assert len(first.tools.functions) == len(responses_tools())
-    short = {"model": "m", "input": items[:1], "tools": responses_tools()}  # a one-off: decoded as without the service
-    assert parse_responses(short, SETTINGS, "v", prefix).tools is not parse_responses(short, SETTINGS, "v", prefix).tools
+
+
+
+def test_tools_sent_once_are_not_encoded_for_the_prefix_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request whose tools are never sent again (a one-off) costs what it costs without the
+    service: its tools are not encoded for it (only a digest of their names is noted); sent again,
+    they are kept, and the request after takes them."""
+    import app.prefix as prefix_module
+    from app.api.responses.parse import parse_request as parse_responses
+    from bench.shapes import responses_tools
+
+    encoded = 0
+
+    def counted(value: Any, tag: bytes = b"") -> bytes | None:
+        nonlocal encoded
+        encoded += 1
+        return unit(value, tag)
+
+    monkeypatch.setattr(prefix_module, "unit", counted)
+    prefix = PrefixService(64 << 20)
+    one_off = {"model": "m", "input": [{"role": "user", "content": f"part {i}"} for i in range(6)],
+               "tools": responses_tools()}  # as long as an agent's turn: it could have been one
+    first = parse_responses(one_off, SETTINGS, "v", prefix)
+    assert encoded == 0 and len(prefix) == 0 and prefix.bytes == SEEN_BYTES
+    second = parse_responses(one_off, SETTINGS, "v", prefix)
+    assert encoded == 1 and second.tools is not first.tools and len(prefix) == 1
+    assert parse_responses(one_off, SETTINGS, "v", prefix).tools is second.tools

@@ -19,7 +19,7 @@ from app.api.protocol import validated
 from app.api.responses.decode import normalised_input
 from app.api.responses.protocol import Parsed, ResponsesRequest, offered_tools, response_format, tool_choice
 from app.errors import bad_request
-from app.prefix import MIN_UNITS, PrefixService, scope_of, unit
+from app.prefix import PrefixService, scope_of
 from app.settings import Settings
 
 
@@ -28,8 +28,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     ``prefix``: the service that keeps ``tenant``'s tools as offered for a conversation's next turn."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
-    raw_input = raw_list(body, "input")
-    too_many(len(raw_input), settings.max_input_items, "input items", "--max-input-items", "input")
+    too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
     tools = raw_list(body, "tools")
     too_many(len(tools) + raw_items(tools, "tools"), settings.max_tools, "tools (namespaced ones included)",
              "--max-tools", "tools")
@@ -39,11 +38,11 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
                           "background")
     if request.input is None and request.previous_response_id is None and request.conversation is None:
         raise bad_request("input is required", "input")
-    if (prefix is not None and prefix.enabled and tools
-            and (request.previous_response_id is not None or len(raw_input) >= MIN_UNITS)):
-        # a conversation's next turn (a chain continued, or a conversation sent whole): its tools as
-        # an earlier request of the tenant's with the very same definitions was offered them
-        scope, key = scope_of(tenant, "responses", settings.hosted_tools), unit(tools)
+    if prefix is not None and prefix.enabled and tools:
+        # tools sent before (an agent's next turn, a batch with the same tools): as an earlier request
+        # of the tenant's with the very same definitions was offered them (``app.prefix``)
+        scope = scope_of(tenant, "responses", settings.hosted_tools)
+        key = prefix.tools_key(scope, tools)  # ``None`` at their first sighting: decoded as without the service
         offered = prefix.recall_tools(scope, key)
         if offered is None:
             offered = offered_tools(request.tools, settings.hosted_tools)
