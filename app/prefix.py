@@ -76,6 +76,7 @@ from typing import Any, cast
 
 import orjson
 
+from app.bodies import Elements, Layout, read
 from app.conversation import Turn
 from app.media import Media
 from app.templates.resume import RenderState, Resume, same_places
@@ -108,18 +109,23 @@ DIGESTED = 256 << 10
 #: whatever the units' sizes (an anchor only finds candidates; their units are compared whole)
 ANCHOR_BYTES = 4096
 _DIGESTED = b"\x00#"  # (JSON never starts so)
+#: a request body's first bytes its layouts are filed under (``read_body``): a model's name, the
+#: start of a system prompt — what an agent's bodies share turn after turn
+OPENING_BYTES = 1024
 
 
-def unit(value: Any, tag: bytes = b"") -> bytes | None:
+def unit(value: Any, tag: bytes = b"", data: bytes | None = None) -> bytes | None:
     """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
     encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte BLAKE2b digest of the
-    JSON and its length: a large image's base64 is held and compared as its digest, not its bytes."""
-    try:
-        data = orjson.dumps(value)
-    except (orjson.JSONEncodeError, TypeError):
-        return None
+    JSON and its length: a large image's base64 is held and compared as its digest, not its bytes.
+    ``data``: the value's JSON, where it is known already (a body's element: ``app.bodies``)."""
+    if data is None:
+        try:
+            data = orjson.dumps(value)
+        except (orjson.JSONEncodeError, TypeError):
+            return None
     if len(data) <= DIGESTED:
-        return tag + data
+        return tag + data if tag else data
     return tag + _DIGESTED + hashlib.blake2b(data, digest_size=32).digest() + len(data).to_bytes(8, "little")
 
 
@@ -392,6 +398,7 @@ class PrefixService:
         self._model: object = None
         self.found = 0  # lookups whose request took something
         self.sightings = 0  # anchors noted at conversations' first sightings, in the bound
+        self.elements_reused = 0  # bodies' elements parsed for an earlier body (``read_body``)
 
     @property
     def enabled(self) -> bool:
@@ -583,6 +590,46 @@ class PrefixService:
             held = self.bytes
         self.on_held(held)
 
+    # ------------------------------------------------------------------ request bodies
+
+    def read_body(self, scope: bytes, raw: bytes, key: str) -> tuple[Any, Elements | None]:
+        """``raw`` (a request body) parsed, with its list at ``key`` (the conversation: ``messages``,
+        ``input``) parsed and encoded only past what an earlier body of ``scope``'s with the same
+        first ``OPENING_BYTES`` held (``app.bodies``): up to ``MAX_PROBES`` layouts per first bytes, the most
+        recent first. A body reusing nothing leaves its layout only when the digest of its first
+        elements was sighted before (as a conversation is kept from its second sighting: a batch of
+        one-off requests encodes nothing more than without the service). Off, and for a body of
+        less than twice ``OPENING_BYTES`` (not worth it): ``orjson.loads``."""
+        if not self.enabled or len(raw) < 2 * OPENING_BYTES:
+            return orjson.loads(raw), None
+        held_key = (_BODY, scope, hashlib.blake2b(raw[:OPENING_BYTES], digest_size=16).digest())
+        with self._lock:
+            held = self._held.get(held_key)
+        layouts: list[Layout] = held[1] if held is not None else []
+
+        def admit(jsons: list[bytes | None]) -> bool:
+            digest = hashlib.blake2b(b"body\x00" + scope + key.encode(), digest_size=16)
+            for data in jsons:
+                digest.update(b"\x00" if data is None else len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
+            with self._lock:
+                return self._seen([digest.digest()])
+
+        body, elements = read(raw, key, layouts, admit)
+        if elements is not None:
+            self.elements_reused += elements.reused
+        if elements is not None and elements.layout is not None:
+            kept = [elements.layout, *(layout for layout in layouts if layout is not elements.base)][:MAX_PROBES]
+            size = sum(layout.size for layout in kept) + len(held_key[2]) + UNIT_OVERHEAD
+            with self._lock:
+                old = self._held.pop(held_key, None)
+                if old is not None:
+                    self.bytes -= old[0]
+                if size <= self.max_bytes:
+                    self._held[held_key] = (size, kept)
+                    self.bytes += size
+                self._bound()
+        return body, elements
+
     # ------------------------------------------------------------------ tool definitions
 
     def tools_key(self, scope: bytes, tools: list[Any]) -> bytes | None:
@@ -717,6 +764,7 @@ class PrefixService:
 
 
 _SEEN = "seen"  # (the key of an anchor's sighting in the bound: apart from entries' and ``tojson``'s)
+_BODY = "body"  # (the key of a request body's layouts in the bound: ``read_body``)
 _TOOLS = "tools"  # (the key of a face's kept tool definitions in the bound)
 
 

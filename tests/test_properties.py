@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,11 +168,18 @@ class Twin:
         assert on.status_code == off.status_code, (path, on.text, off.text)
         return on, off
 
-    def check(self) -> None:
+    def check(self, bodies: bool = True) -> None:
+        """The prompts alike; ``bodies``: and the bodies (long enough) parsed past what an earlier
+        one held, the elements taken being what their bytes parse to."""
         on, off = ([b.get("prompt") for b in backend.bodies()] for backend in self.backends)
         assert len(on) == len(off)
         for k, (a, b) in enumerate(zip(on, off, strict=True)):
             assert a == b, f"prompt {k} differs"
+        service = self.proxies[0].runtime.services.prefix
+        assert service.elements_reused > 0 or not bodies  # parsed past what the last one held (``app.bodies``)
+        for layouts in (value for key, (_, value) in service._held.items() if isinstance(key, tuple) and key[0] == "body"):
+            for layout in layouts:  # what the next body takes is what its bytes parse to: nothing changed it
+                assert [orjson.loads(data) for data in layout.jsons] == layout.items
 
     @property
     def served(self) -> int:
@@ -402,7 +410,7 @@ def test_one_off_conversations_are_neither_kept_nor_found_on_any_face(backend_fa
         ids = [r.json()["id"] for r in twin.post(path, bodies, "alice")]  # type: ignore[arg-type]
         assert service._keyed
     assert service.found == 1  # the second continuation took the first's chain
-    twin.check()
+    twin.check(bodies=False)  # (short bodies: parsed whole)
     metrics = twin.client.get(twin.proxies[0].url + "/metrics", headers={"authorization": "Bearer alice"}).text
     for outcome in ("found", "kept", "first_sight", "chain_found", "chain_missed"):
         assert f'toolwire_prefix_lookups_total{{outcome="{outcome}"}}' in metrics, outcome

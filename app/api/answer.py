@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from app.api.sse import PING, SSEResponse
+from app.bodies import Elements
 from app.errors import APIError
 from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
@@ -61,6 +62,8 @@ class Exchange(Generic[D]):
     started: float = field(default_factory=time.monotonic)
     #: headers the answer carries whatever its shape (``X-Toolwire-Max-Tokens``)
     headers: dict[str, str] = field(default_factory=dict)
+    #: the body's growing list as the prefix service read it (``app.bodies``; ``Route.grows``)
+    elements: Elements | None = None
 
     @property
     def settings(self) -> Settings:

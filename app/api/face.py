@@ -31,6 +31,10 @@ class Route:
     handler: Handler
     generate: bool = False  # reads a JSON body and holds a concurrency slot
     body: bool = False  # reads a JSON body (no slot: the route does not generate)
+    #: the body's list a conversation grows in (``messages``, ``input``): parsed past what an earlier
+    #: body of the conversation held (``app.prefix.PrefixService.read_body``), its elements' JSON
+    #: on the exchange (``Exchange.elements``)
+    grows: str | None = None
 
 
 def _whole(services: Any) -> Any:

@@ -52,13 +52,15 @@ from app.api.face import Face, Route, face_for, openai_error
 from app.api.http_protocol import protocol
 from app.api.messages.protocol import Conversation, MessagesRequest
 from app.api.responses.protocol import ResponsesRequest
+from app.bodies import Elements
 from app.errors import APIError, BackendError, bad_request
 from app.logs import request_id
 from app.metrics import Metrics
 from app.pipeline.offload import Turns
+from app.prefix import PrefixService, scope_of
 from app.runtime import Runtime
 from app.settings import Settings
-from app.tenancy import tenant_of
+from app.tenancy import request_tenant, tenant_of
 
 log = logging.getLogger("toolwire")
 access = logging.getLogger("toolwire.access")
@@ -82,11 +84,13 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
             "timeout_keep_alive": 5, "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace)}
 
 
-async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: Turns | None = None) -> Any:
-    """The request body as JSON; 413 past ``limit`` bytes, 408 when it takes longer than
-    ``timeout`` seconds to arrive, 400 for non-UTF-8 or invalid JSON, 499 when the client leaves
-    before it has sent it all. With ``turns``, a large body is parsed (and the request goes on) on
-    its turn at the loop. Read straight from the ASGI messages (no stream object per request)."""
+async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: Turns | None = None,
+                    parse: Callable[[bytes], Any] = orjson.loads) -> Any:
+    """The request body as JSON (``parse``d: ``orjson.loads`` or what answers and fails as it); 413
+    past ``limit`` bytes, 408 when it takes longer than ``timeout`` seconds to arrive, 400 for
+    non-UTF-8 or invalid JSON, 499 when the client leaves before it has sent it all. With ``turns``,
+    a large body is parsed (and the request goes on) on its turn at the loop. Read straight from
+    the ASGI messages (no stream object per request)."""
     declared = next((value for name, value in request.scope["headers"] if name == b"content-length"), b"")
     if declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body is larger than {limit} bytes", code="body_too_large")
@@ -113,7 +117,7 @@ async def read_json(request: Request, limit: int, timeout: float = 60.0, turns: 
     if turns is not None:
         await turns.take(size)
     try:
-        return orjson.loads(raw)  # it refuses invalid UTF-8 too: the checks below only pick the message
+        return parse(raw)  # it refuses invalid UTF-8 too: the checks below only pick the message
     except orjson.JSONDecodeError as exc:
         if not raw.strip():
             raise bad_request("request body is empty; expected a JSON object") from None
@@ -269,6 +273,21 @@ class Endpoint:
         await response(scope, receive, send)
 
 
+class Read:
+    """One body's parse through the prefix service (``PrefixService.read_body``), and the elements
+    of its growing list it found (``None``: no such list)."""
+
+    __slots__ = ("elements", "key", "prefix", "scope")
+
+    def __init__(self, prefix: PrefixService, scope: bytes, key: str) -> None:
+        self.prefix, self.scope, self.key = prefix, scope, key
+        self.elements: Elements | None = None
+
+    def parse(self, raw: bytes) -> Any:
+        body, self.elements = self.prefix.read_body(self.scope, raw, self.key)
+        return body
+
+
 def endpoint_of(face: Face, route: Route, runtime: Runtime) -> Endpoint:
     """Serve ``route``: a JSON body read (``generate`` and ``body`` routes) and a concurrency slot
     leased (``generate`` routes), the exchange handed to the face, every error in the face's shape."""
@@ -280,11 +299,17 @@ def endpoint_of(face: Face, route: Route, runtime: Runtime) -> Endpoint:
         try:
             if not route.generate and not route.body:
                 return await route.handler(Exchange(request, face.needs(services), runtime.ready))
-            body = await read_json(request, settings.max_body_bytes, settings.body_timeout, services.turns)
+            read = (Read(services.prefix, scope_of(request_tenant(request.scope), face.name), route.grows)
+                    if route.grows is not None and services.prefix.enabled else None)
+            body = await read_json(request, settings.max_body_bytes, settings.body_timeout, services.turns,
+                                   read.parse if read is not None else orjson.loads)
+            elements = read.elements if read is not None else None
             if not route.generate:
-                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready))
+                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready,
+                                                          elements=elements))
             async with services.slots.lease() as lease:
-                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready, lease))
+                return await route.handler(body, Exchange(request, face.needs(services), runtime.ready, lease,
+                                                          elements=elements))
         except APIError as exc:
             if isinstance(exc, BackendError):
                 log.warning("backend error: %s", exc.message)

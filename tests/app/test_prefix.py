@@ -351,10 +351,10 @@ def test_a_first_sighting_costs_what_no_service_costs(prefix: PrefixService, mon
 
     drawn = 0
 
-    def counted(value: Any, tag: bytes = b"") -> bytes | None:
+    def counted(value: Any, tag: bytes = b"", data: bytes | None = None) -> bytes | None:
         nonlocal drawn
         drawn += 1
-        return unit(value, tag)
+        return unit(value, tag, data)
 
     monkeypatch.setattr(chat_parse, "unit", counted)
     request = parse_request(body(20), SETTINGS, "", prefix)

@@ -6,5 +6,6 @@ from app.api.face import Face, Route, openai_error
 from app.services import Services
 
 FACE = Face("chat", "/v1/chat/completions",
-            (Route("/v1/chat/completions", ("POST",), chat_completions, generate=True),), openai_error,
+            (Route("/v1/chat/completions", ("POST",), chat_completions, generate=True,
+                   grows="messages"),), openai_error,
             Services.generating)

@@ -16,15 +16,17 @@ from pydantic import ValidationError
 from app.api.chat.protocol import ChatCompletionRequest, is_legacy
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated, validated_but_known
+from app.bodies import Elements, unknown
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of, unit
 from app.settings import Settings
 
 
-def parse_request(body: Any, settings: Settings, tenant: str = "",
-                  prefix: PrefixService | None = None) -> ChatCompletionRequest:
+def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: PrefixService | None = None,
+                  elements: Elements | None = None) -> ChatCompletionRequest:
     """The request typed (see the module docstring); ``prefix``: the service to ask, once, which of
-    ``tenant``'s messages it has validated before."""
+    ``tenant``'s messages it has validated before; ``elements``: the messages' JSON where the body
+    read knew it (``app.bodies``)."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     messages = raw_list(body, "messages")
@@ -36,7 +38,8 @@ def parse_request(body: Any, settings: Settings, tenant: str = "",
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
     if prefix is not None and prefix.enabled and not is_legacy(body, messages):
-        recall = prefix.recall(scope_of(tenant, "chat"), (unit(message) for message in messages),
+        json = elements.json if elements is not None else unknown
+        recall = prefix.recall(scope_of(tenant, "chat"), (unit(m, data=json(i)) for i, m in enumerate(messages)),
                                limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
         payload = recall.entry.payload

@@ -30,7 +30,7 @@ async def chat_completions(body: Any, ex: Exchange[Generating]) -> Response:
     if plain is not None:
         ask, streaming, include_usage = plain.ask, plain.stream, plain.include_usage
     else:
-        request = parse_request(body, settings, ex.tenant, ex.services.prefix)
+        request = parse_request(body, settings, ex.tenant, ex.services.prefix, ex.elements)
         ask = chat_ask(request)
         streaming = request.stream
         include_usage = bool(request.stream_options and request.stream_options.include_usage)

@@ -7,6 +7,6 @@ from app.api.messages.routes import count_tokens, create_message
 from app.services import Services
 
 FACE = Face("messages", "/v1/messages", (
-    Route("/v1/messages", ("POST",), create_message, generate=True),
-    Route("/v1/messages/count_tokens", ("POST",), count_tokens, generate=True),
+    Route("/v1/messages", ("POST",), create_message, generate=True, grows="messages"),
+    Route("/v1/messages/count_tokens", ("POST",), count_tokens, generate=True, grows="messages"),
 ), error_response, Services.answering)

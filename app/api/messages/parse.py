@@ -19,16 +19,23 @@ from pydantic import ValidationError
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.messages.protocol import Conversation, first_problem, invalid
 from app.api.protocol import validated_but_known
+from app.bodies import Elements, unknown
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 
 C = TypeVar("C", bound=Conversation)
+#: a content block's prompt caching hint, as a message's JSON holds it (a key: quotes inside a
+#: JSON string are escaped)
+_CACHE_CONTROL = b'"cache_control":'
 
 
-def message_unit(message: Any) -> bytes | None:
+def message_unit(message: Any, data: bytes | None = None) -> bytes | None:
     """A message's unit (``app.prefix``) without its content blocks' ``cache_control``: a prompt
     caching hint nothing here reads (blocks' unknown fields are ignored), which Claude Code moves to
-    the newest block every turn — the message it left is the same message a turn later."""
+    the newest block every turn — the message it left is the same message a turn later. ``data``:
+    the message's JSON, where it is known (``app.bodies``)."""
+    if data is not None and _CACHE_CONTROL not in data:
+        return unit(message, data=data)
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, list) and any(isinstance(block, dict) and "cache_control" in block for block in content):
         message = {**message, "content": [
@@ -53,10 +60,11 @@ def count(body: dict[str, Any], settings: Settings) -> None:
 
 
 def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
-          prefix: PrefixService | None = None) -> C:
+          prefix: PrefixService | None = None, elements: Elements | None = None) -> C:
     """The request body as ``model`` (a located 400 when it is not one, or holds more than the
     limits; an error is the whole request's, whichever messages were validated), with what
-    ``prefix`` has of ``tenant``'s conversation as its ``_recall`` (see the module docstring)."""
+    ``prefix`` has of ``tenant``'s conversation as its ``_recall`` (see the module docstring);
+    ``elements``: the messages' JSON where the body read knew it (``app.bodies``)."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
     count(body, settings)
@@ -64,7 +72,9 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
-        units = chain((unit(body.get("system"), b"s"),), (message_unit(message) for message in messages))
+        json = elements.json if elements is not None else unknown
+        units = chain((unit(body.get("system"), b"s"),),
+                      (message_unit(message, json(i)) for i, message in enumerate(messages)))
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages),  # the last one is decoded
                               tools=body.get("tools"))
         if found is not None and found.entry is not None:

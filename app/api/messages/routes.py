@@ -27,7 +27,7 @@ from parsers.fold import CallHolder
 async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages``: a stream of message events, or one message."""
     signer = ex.signer
-    request = parse(MessagesRequest, body, ex.settings, ex.tenant, ex.services.prefix)
+    request = parse(MessagesRequest, body, ex.settings, ex.tenant, ex.services.prefix, ex.elements)
     ask = messages_ask(request, signer)
     model = (await ex.ready()).name
     omit = omits_thinking(request)
@@ -46,7 +46,7 @@ async def create_message(body: Any, ex: Exchange[Answering]) -> Response:
 async def count_tokens(body: Any, ex: Exchange[Answering]) -> Response:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length by the model's tokenizer (in
     process where there is one, else the backend's), as the backend will read it."""
-    request = parse(Conversation, body, ex.settings, ex.tenant, ex.services.prefix)
+    request = parse(Conversation, body, ex.settings, ex.tenant, ex.services.prefix, ex.elements)
     ask = messages_ask(request, ex.signer)
 
     async def count() -> int:

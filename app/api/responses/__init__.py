@@ -13,7 +13,7 @@ from app.api.responses.routes import (
 from app.services import Services
 
 FACE = Face("responses", "/v1/responses", (
-    Route("/v1/responses", ("POST",), create_response, generate=True),
+    Route("/v1/responses", ("POST",), create_response, generate=True, grows="input"),
     Route("/v1/responses/{id}", ("GET",), retrieve_response),
     Route("/v1/responses/{id}", ("DELETE",), delete_response),
     Route("/v1/responses/{id}/input_items", ("GET",), input_items),

@@ -18,14 +18,17 @@ from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated
 from app.api.responses.decode import normalised_input
 from app.api.responses.protocol import Parsed, ResponsesRequest, offered_tools, response_format, tool_choice
+from app.bodies import Elements
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of
 from app.settings import Settings
 
 
-def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: PrefixService | None = None) -> Parsed:
+def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: PrefixService | None = None,
+                  elements: Elements | None = None) -> Parsed:
     """The request read (see the module docstring); ``settings``: the limits and ``--hosted-tools``;
-    ``prefix``: the service that keeps ``tenant``'s tools as offered for a conversation's next turn."""
+    ``prefix``: the service that keeps ``tenant``'s tools as offered for a conversation's next turn;
+    ``elements``: the input's JSON where the body read knew it (``app.bodies``)."""
     if not isinstance(body, dict):
         raise bad_request("request body must be a JSON object")
     too_many(len(raw_list(body, "input")), settings.max_input_items, "input items", "--max-input-items", "input")
@@ -55,7 +58,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
     items = normalised_input(request.input)
     mode, named, offered = tool_choice(request.tool_choice, offered)
-    return Parsed(request, offered, mode, named, response_format(request.text), conversation, items)
+    return Parsed(request, offered, mode, named, response_format(request.text), conversation, items, elements)
 
 
 def conversation_id(raw: str | dict[str, Any] | None) -> str | None:

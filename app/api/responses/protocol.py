@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from app.api.protocol import Lenient
+from app.bodies import Elements
 from app.errors import bad_request
 from app.pipeline.ask import Tool
 from app.pipeline.validate import MAX_SCHEMA_NESTING, TOOL_NAME_RULE, nesting, tool_name_problem
@@ -270,3 +271,5 @@ class Parsed:
     response_format: dict[str, Any] | None
     conversation: str | None
     input: list[dict[str, Any]]
+    #: the input's JSON where the body read knew it (``app.bodies``)
+    elements: Elements | None = None

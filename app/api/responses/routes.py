@@ -50,7 +50,7 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     stores = ex.services.stores
     responses, conversations = (stores.responses, stores.conversations) if stores is not None else (None, None)
     tenant = ex.tenant
-    parsed = parse_request(body, ex.settings, ex.tenant, ex.services.prefix)
+    parsed = parse_request(body, ex.settings, ex.tenant, ex.services.prefix, ex.elements)
     request, tools = parsed.request, parsed.tools
     prefix = ex.services.prefix
     ctx = await context(responses, conversations, ex.settings, parsed, tenant, prefix, signer)

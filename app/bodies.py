@@ -1,0 +1,169 @@
+"""A request body's JSON parsed again only past what an earlier body of its conversation held.
+
+An agent sends its whole conversation every turn — a Chat or Messages body's ``messages``, a
+Responses body's ``input`` — so parsing the body costs in proportion to the conversation, where
+what is new is a turn's bytes. A ``Layout`` is what one body leaves for the next: the bytes before
+its list (``head``, ending in the list's ``[``), each of its first elements' compact JSON (as
+``orjson`` writes it) where the body holds exactly those bytes there, back to back with a comma
+between (``jsons``: most clients write compact JSON — httpx, ``JSON.stringify``, serde), and the
+elements as parsed (``items``).
+
+A body that starts with a layout's head and its first ``n`` elements' bytes is parsed as the body
+with those elements replaced by one string of the process's own (``_SENTINEL``: a random nonce no
+client can send): where that string is the first element of the body's list, the list's place in
+the body is proven (the parse before it is the same bytes), and the body is that parse with the
+string replaced by the layout's ``n`` elements — the same objects, which nothing downstream
+changes (a test holds them to a fresh parse). Anything else (the string elsewhere, invalid JSON)
+is parsed whole, as without a layout. So a body costs its new bytes plus a comparison of the
+bytes in common (``bytes.startswith``: ``memcmp``), and the elements' JSON — the prefix service's
+units (``app.prefix.unit``) — is encoded for new elements only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+#: the string standing for the elements a layout spares parsing (see the module docstring)
+_SENTINEL = "\x00toolwire-elements-" + secrets.token_hex(16)
+_SENTINEL_JSON = orjson.dumps(_SENTINEL)
+#: bytes an element's JSON can open with for its end to be its own (an object, an array, a string):
+#: a number's bytes can be the start of a longer number
+_SELF_ENDING = frozenset(b'{["')
+#: elements encoded before a body reusing nothing is admitted (its conversation's first ones)
+HEAD = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What a body leaves for the next (see the module docstring). ``size``: bytes it holds,
+    about (its JSON once, its parsed elements about three times)."""
+
+    head: bytes
+    jsons: list[bytes]
+    items: list[Any]
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Elements:
+    """A body's list as ``read`` found it: each element's compact JSON where it is known (``None``
+    where it is not: beyond ``jsons``' length, or where it could not be encoded), how many first
+    elements are an earlier body's (``reused``), and the layout this body leaves (``None``: none)."""
+
+    jsons: list[bytes | None]
+    reused: int
+    layout: Layout | None
+    #: the layout the reused elements came from
+    base: Layout | None
+
+    def json(self, i: int) -> bytes | None:
+        """Element ``i``'s compact JSON, where it is known."""
+        return self.jsons[i] if i < len(self.jsons) else None
+
+
+def unknown(_: int) -> bytes | None:
+    """No element's JSON is known (``Elements.json`` without elements)."""
+    return None
+
+
+def shared(raw: bytes, layout: Layout) -> tuple[int, int]:
+    """How many of ``layout``'s elements ``raw`` holds at their places, and where the last of them
+    ends in ``raw`` (0, 0: none, or not the same head)."""
+    if not raw.startswith(layout.head):
+        return 0, 0
+    pos = len(layout.head)
+    n = end = 0
+    for data in layout.jsons:
+        if n and raw[end:pos] != b",":
+            break
+        if not raw.startswith(data, pos):
+            break
+        n, end = n + 1, pos + len(data)
+        pos = end + 1
+    return n, end
+
+
+def read(raw: bytes, key: str, layouts: list[Layout],
+         admit: Callable[[list[bytes | None]], bool]) -> tuple[Any, Elements | None]:
+    """``raw`` parsed (``orjson.loads``'s answer and errors), reusing the layout of ``layouts`` that
+    shares most elements of the list at ``key``; with the list's elements (``None`` when the body
+    has no such list). Reusing none, the first ``HEAD`` elements are encoded and ``admit`` is asked
+    whether to go on (a conversation's first sighting: no); going on, every element not reused is
+    encoded and the body's layout made."""
+    best: Layout | None = None
+    reused = end = 0
+    for layout in layouts:
+        n, at = shared(raw, layout)
+        if n > reused:
+            best, reused, end = layout, n, at
+    body: Any = None
+    if best is not None:
+        try:
+            body = orjson.loads(raw[:len(best.head)] + _SENTINEL_JSON + raw[end:])
+        except orjson.JSONDecodeError:
+            body = None  # parsed whole below: its error is the body's own
+        listed = body.get(key) if isinstance(body, dict) else None
+        if isinstance(listed, list) and listed and listed[0] == _SENTINEL:
+            listed[:1] = best.items[:reused]
+        else:
+            best, reused, body = None, 0, None
+    if best is None:
+        body = orjson.loads(raw)
+    listed = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(listed, list):
+        return body, None
+    jsons: list[bytes | None] = list(best.jsons[:reused]) if best is not None else []
+    if best is None:
+        _encode(listed, jsons, HEAD)
+        if not admit(jsons):
+            return body, Elements(jsons, 0, None, None)
+    _encode(listed, jsons, len(listed))
+    return body, Elements(jsons, reused, _layout(raw, listed, jsons, best, reused, end), best)
+
+
+def _encode(items: list[Any], jsons: list[bytes | None], upto: int) -> None:
+    """Append the JSON of ``items`` from ``len(jsons)`` to ``upto`` to ``jsons`` (``None`` for one
+    that cannot be encoded)."""
+    for item in items[len(jsons):upto]:
+        try:
+            jsons.append(orjson.dumps(item))
+        except (orjson.JSONEncodeError, TypeError):
+            jsons.append(None)
+
+
+def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layout | None, reused: int,
+            end: int) -> Layout | None:
+    """The layout ``raw`` leaves: ``best``'s head and reused elements, then each element whose JSON
+    ``raw`` holds right after the last, a comma between — or, reusing nothing, from the list's
+    place found by its first element's JSON (a wrong place is caught when the layout is used)."""
+    if best is not None:
+        head, pos, known = best.head, end + 1, best.jsons[:reused]
+        more = raw[end:end + 1] == b","
+    else:
+        first = jsons[0] if jsons else None
+        if first is None or first[0] not in _SELF_ENDING:
+            return None
+        start = raw.find(first)
+        if start < 1 or raw[start - 1] != 0x5B:  # "["
+            return None
+        head, pos, known, more = raw[:start], start, [], True
+    for data in jsons[len(known):] if more else ():
+        if data is None or data[0] not in _SELF_ENDING or not raw.startswith(data, pos):
+            break
+        known.append(data)
+        pos += len(data)
+        if raw[pos:pos + 1] != b",":
+            break
+        pos += 1
+    if not known:
+        return None
+    size = len(head) + 4 * sum(len(data) for data in known) + 64 * len(known)
+    return Layout(head, known, items[:len(known)], size)
+
+
+__all__ = ["HEAD", "Elements", "Layout", "read", "shared", "unknown"]
