@@ -177,8 +177,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 if ours:
                     shutil.rmtree(metrics_folder, ignore_errors=True)
         else:
+            from app.allocator import tune
             from app.api.server import create_app
 
+            tune()  # the allocator's thresholds for a process that serves (``app.allocator``)
             uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_config=None,
                         **uvicorn_options(settings))
     finally:

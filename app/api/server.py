@@ -531,10 +531,12 @@ def create_router(settings: Settings, runtime: Runtime | None = None) -> APIRout
 
 def app_from_env() -> FastAPI:
     """uvicorn factory for worker processes: settings from ``TOOLWIRE_*``."""
+    from app.allocator import tune
     from app.logs import configure
 
     settings = Settings()
     configure(settings.log_level)
+    tune()  # the allocator's thresholds: this worker serves (``app.allocator``)
     http_protocol(settings)  # the head's bounds are the protocol class's: set them in this process too
     return create_app(settings)
 

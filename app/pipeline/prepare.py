@@ -26,6 +26,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.allocator import tune
 from app.backends.base import Backend
 from app.constraints.tools import Constraint
 from app.errors import APIError
@@ -192,6 +193,7 @@ def install(message: Install) -> None:
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # and dumps nothing
     outlive_not(message.server)
+    tune()  # the allocator's thresholds: a worker renders large prompts too (``app.allocator``)
     _installed["settings"] = message.settings
     _installed["model"] = message.model()
     gc.freeze()  # what every job shares stays out of the collector's way
