@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -47,6 +47,8 @@ class Layout:
     jsons: list[bytes]
     items: list[Any]
     size: int
+    #: per measure of its elements (``Elements.total``), the running sums over ``items``
+    totals: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,7 @@ class Elements:
     where it is not: beyond ``jsons``' length, or where it could not be encoded), how many first
     elements are an earlier body's (``reused``), and the layout this body leaves (``None``: none)."""
 
+    items: list[Any]
     jsons: list[bytes | None]
     reused: int
     layout: Layout | None
@@ -64,6 +67,27 @@ class Elements:
     def json(self, i: int) -> bytes | None:
         """Element ``i``'s compact JSON, where it is known."""
         return self.jsons[i] if i < len(self.jsons) else None
+
+    def total(self, what: str, measure: Callable[[Any], int]) -> int:
+        """The sum of ``measure`` (a function of an element alone, named ``what``) over the
+        elements: over those reused, as the body they came from summed it (a face's limits count
+        an agent's conversation every turn)."""
+        had = self.base.totals.get(what) if self.base is not None else None
+        running = had[:self.reused] if had is not None else []
+        total = running[-1] if running else 0
+        for item in self.items[len(running):]:
+            total += measure(item)
+            running.append(total)
+        if self.layout is not None:
+            self.layout.totals[what] = running[:len(self.layout.items)]
+        return total
+
+
+def total(elements: Elements | None, items: list[Any], what: str, measure: Callable[[Any], int]) -> int:
+    """The sum of ``measure`` over ``items``: ``elements.total`` when they are its elements."""
+    if elements is not None and elements.items is items:
+        return elements.total(what, measure)
+    return sum(map(measure, items))
 
 
 def unknown(_: int) -> bytes | None:
@@ -121,9 +145,9 @@ def read(raw: bytes, key: str, layouts: list[Layout],
     if best is None:
         _encode(listed, jsons, HEAD)
         if not admit(jsons):
-            return body, Elements(jsons, 0, None, None)
+            return body, Elements(listed, jsons, 0, None, None)
     _encode(listed, jsons, len(listed))
-    return body, Elements(jsons, reused, _layout(raw, listed, jsons, best, reused, end), best)
+    return body, Elements(listed, jsons, reused, _layout(raw, listed, jsons, best, reused, end), best)
 
 
 def _encode(items: list[Any], jsons: list[bytes | None], upto: int) -> None:
@@ -166,4 +190,4 @@ def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layou
     return Layout(head, known, items[:len(known)], size)
 
 
-__all__ = ["HEAD", "Elements", "Layout", "read", "shared", "unknown"]
+__all__ = ["HEAD", "Elements", "Layout", "read", "shared", "total", "unknown"]

@@ -39,6 +39,12 @@ conversation as its last request left it — and hands it to the next request of
   its tools before its conversation, asks ``tools_key`` / ``recall_tools`` / ``keep_tools``
   itself: tools are encoded from their second sighting on (their first notes a digest of their
   names), so a miss never costs more than no service.
+* **Request bodies.** Before any of that, the body itself: an agent's body holds its whole
+  conversation, parsed (``orjson.loads``) and encoded (the units) again every turn. ``read_body``
+  keeps, by tenant, face and the body's first bytes, the layout the last bodies left (``app.bodies``:
+  where each element's compact JSON stands, and the elements as parsed) and parses a body past the
+  elements it shares with one — the same objects, their JSON its units. Kept from the second
+  sighting of a body's first elements, in the budget.
 * **A miss is never dearer than no cache.** Finding an entry costs a digest of a few units and a
   comparison of bytes with a few candidates, place by place; what a request leaves is kept after
   the backend was asked, off the way to the first token. A conversation is kept from its second

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.bodies import HEAD, Elements
+from app.bodies import HEAD, Elements, total
 from app.prefix import PrefixService, scope_of
 
 SCOPE = scope_of("", "chat")
@@ -208,3 +208,58 @@ def test_any_sequence_of_bodies_parses_as_each_alone(first: list[dict[str, Any]]
         got, _ = service.read_body(SCOPE, raw, "messages")
         assert got == expected
     assert service.elements_reused > 0
+
+
+def test_a_total_measures_only_the_elements_not_reused() -> None:
+    """A face's per-element count (its limits) is summed over the new elements only: the reused
+    ones' part is the running sum the body they came from left — and always the whole sum."""
+    service = PrefixService(64 << 20)
+    measured: list[int] = []
+
+    def measure(item: Any) -> int:
+        measured.append(item["n"])
+        return item["n"] + 1
+
+    def count(raw: bytes) -> int:
+        body, elements = read(service, raw)
+        got = total(elements, body["messages"], "n", measure)
+        assert got == sum(m["n"] + 1 for m in body["messages"])
+        return got
+
+    for n in (6, 8):
+        count(compact(conversation(n)))
+    measured.clear()
+    count(compact(conversation(11)))
+    assert measured == [8, 9, 10]
+    measured.clear()
+    body = conversation(12)
+    body["messages"][5]["n"] = 50
+    count(compact(body))
+    assert measured == [50, 6, 7, 8, 9, 10, 11]
+    assert total(None, body["messages"], "n", measure) == sum(m["n"] + 1 for m in body["messages"])
+
+
+def test_limits_hold_for_reused_messages() -> None:
+    """A conversation grown past ``--max-input-items`` is refused, whatever was counted before."""
+    from app.api.messages.parse import parse
+    from app.api.messages.protocol import MessagesRequest
+    from app.errors import APIError
+    from app.settings import Settings
+
+    settings = Settings(max_input_items=30)
+    service = PrefixService(64 << 20)
+
+    def turn(n: int) -> dict[str, Any]:
+        return {"model": "m", "max_tokens": 8, "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": [
+                {"type": "text", "text": f"block {i} " + "x" * 200}, {"type": "text", "text": "and more"}]}
+            for i in range(n)]}
+
+    for n in (5, 7, 9, 13):
+        raw = compact(turn(n))
+        body, elements = service.read_body(SCOPE, raw, "messages")
+        parse(MessagesRequest, body, settings, "", service, elements)
+    assert service.elements_reused > 0
+    body, elements = service.read_body(SCOPE, compact(turn(17)), "messages")  # 34 blocks
+    with pytest.raises(APIError, match="too many content blocks"):
+        parse(MessagesRequest, body, settings, "", service, elements)

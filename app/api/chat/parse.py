@@ -16,10 +16,15 @@ from pydantic import ValidationError
 from app.api.chat.protocol import ChatCompletionRequest, is_legacy
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated, validated_but_known
-from app.bodies import Elements, unknown
+from app.bodies import Elements, total, unknown
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of, unit
 from app.settings import Settings
+
+
+def _parts_and_calls(message: Any) -> int:
+    """A message's content parts and tool calls."""
+    return raw_items([message], "content", "tool_calls")
 
 
 def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: PrefixService | None = None,
@@ -33,7 +38,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
     too_many(len(raw_list(body, "tools")) + len(raw_list(body, "functions")), settings.max_tools, "tools",
              "--max-tools", "tools")
-    too_many(raw_items(messages, "content", "tool_calls"), settings.max_input_items,
+    too_many(total(elements, messages, "parts and calls", _parts_and_calls), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.messages.protocol import Conversation, first_problem, invalid
 from app.api.protocol import validated_but_known
-from app.bodies import Elements, unknown
+from app.bodies import Elements, total, unknown
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 
@@ -44,18 +44,28 @@ def message_unit(message: Any, data: bytes | None = None) -> bytes | None:
     return unit(message)
 
 
-def count(body: dict[str, Any], settings: Settings) -> None:
+def _blocks(message: Any) -> int:
+    """A message's content blocks."""
+    return raw_items([message], "content")
+
+
+def _inner_blocks(message: Any) -> int:
+    """The blocks inside a message's blocks (a tool result's content)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    return raw_items(content, "content") if isinstance(content, list) else 0
+
+
+def count(body: dict[str, Any], settings: Settings, elements: Elements | None = None) -> None:
     """The request's lists against the limits, on the raw JSON (before any model decodes them):
     messages, tools, and content blocks — system blocks, each message's blocks and the blocks
-    inside its tool results."""
+    inside its tool results (``elements``: the messages as the body read found them, whose counts
+    it keeps for the next turn)."""
     messages = raw_list(body, "messages")
     too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
     too_many(len(raw_list(body, "tools")), settings.max_tools, "tools", "--max-tools", "tools")
-    blocks = len(raw_list(body, "system")) + raw_items(messages, "content")
+    blocks = len(raw_list(body, "system")) + total(elements, messages, "blocks", _blocks)
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
-    for message in messages:
-        if isinstance(message, dict) and isinstance(message.get("content"), list):
-            blocks += raw_items(message["content"], "content")
+    blocks += total(elements, messages, "inner blocks", _inner_blocks)
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
 
 
@@ -67,7 +77,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     ``elements``: the messages' JSON where the body read knew it (``app.bodies``)."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
-    count(body, settings)
+    count(body, settings, elements)
     messages = raw_list(body, "messages")
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
