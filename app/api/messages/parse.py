@@ -55,18 +55,20 @@ def _inner_blocks(message: Any) -> int:
     return raw_items(content, "content") if isinstance(content, list) else 0
 
 
-def count(body: dict[str, Any], settings: Settings, elements: Elements | None = None) -> None:
+def count(body: dict[str, Any], settings: Settings, elements: Elements | None = None) -> list[Any]:
     """The request's lists against the limits, on the raw JSON (before any model decodes them):
     messages, tools, and content blocks — system blocks, each message's blocks and the blocks
     inside its tool results (``elements``: the messages as the body read found them, whose counts
-    it keeps for the next turn)."""
+    it keeps for the next turn). The messages, as a list (empty: not one)."""
     messages = raw_list(body, "messages")
     too_many(len(messages), settings.max_messages, "messages", "--max-messages", "messages")
     too_many(len(raw_list(body, "tools")), settings.max_tools, "tools", "--max-tools", "tools")
-    blocks = len(raw_list(body, "system")) + total(elements, messages, "blocks", _blocks)
+    system = len(raw_list(body, "system"))
+    blocks = system + total(elements, messages, "blocks", _blocks)
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
     blocks += total(elements, messages, "inner blocks", _inner_blocks)
     too_many(blocks, settings.max_input_items, "content blocks", "--max-input-items", "messages")
+    return messages
 
 
 def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
@@ -77,8 +79,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     ``elements``: the messages' JSON where the body read knew it (``app.bodies``)."""
     if not isinstance(body, dict):
         raise invalid("request body must be a JSON object")
-    count(body, settings, elements)
-    messages = raw_list(body, "messages")
+    messages = count(body, settings, elements)
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
