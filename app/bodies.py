@@ -2,13 +2,13 @@
 
 An agent sends its whole conversation every turn — a Chat or Messages body's ``messages``, a
 Responses body's ``input`` — so parsing the body costs in proportion to the conversation, where
-what is new is a turn's bytes. A ``Layout`` is what one body leaves for the next: the bytes before
-its list (``head``, ending in the list's ``[``), each of its first elements' compact JSON (as
-``orjson`` writes it) where the body holds exactly those bytes there, back to back with a comma
-between (``jsons``: most clients write compact JSON — httpx, ``JSON.stringify``, serde), and the
-elements as parsed (``items``).
+what is new is a turn's bytes. A ``Layout`` is what one body leaves for the next: the body's bytes
+up to the end of the last of its first elements whose compact JSON (as ``orjson`` writes it) the
+body holds exactly, back to back with a comma between (most clients write compact JSON — httpx,
+``JSON.stringify``, serde), where each of them ends, their JSON, and the elements as parsed.
 
-A body that starts with a layout's head and its first ``n`` elements' bytes is parsed as the body
+A body that starts with a layout's bytes up to its ``n``-th element's end (one comparison for all
+of them; a binary search over the ends when not all are there) is parsed as the body
 with those elements replaced by one string of the process's own (``_SENTINEL``: a random nonce no
 client can send): where that string is the first element of the body's list, the list's place in
 the body is proven (the parse before it is the same bytes), and the body is that parse with the
@@ -40,10 +40,14 @@ HEAD = 4
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """What a body leaves for the next (see the module docstring). ``size``: bytes it holds,
-    about (its JSON once, its parsed elements about three times)."""
+    """What a body leaves for the next (see the module docstring): its bytes up to the end of its
+    last element known (``raw``), where its list's first element starts (``start``: ``raw[:start]``
+    is the head) and where each element known ends (``ends``). ``size``: bytes it holds, about (its
+    bytes, its elements' JSON, the elements as parsed about three times)."""
 
-    head: bytes
+    raw: bytes
+    start: int
+    ends: list[int]
     jsons: list[bytes]
     items: list[Any]
     size: int
@@ -96,20 +100,21 @@ def unknown(_: int) -> bytes | None:
 
 
 def shared(raw: bytes, layout: Layout) -> tuple[int, int]:
-    """How many of ``layout``'s elements ``raw`` holds at their places, and where the last of them
-    ends in ``raw`` (0, 0: none, or not the same head)."""
-    if not raw.startswith(layout.head):
-        return 0, 0
-    pos = len(layout.head)
-    n = end = 0
-    for data in layout.jsons:
-        if n and raw[end:pos] != b",":
-            break
-        if not raw.startswith(data, pos):
-            break
-        n, end = n + 1, pos + len(data)
-        pos = end + 1
-    return n, end
+    """How many of ``layout``'s elements ``raw`` holds at their places — the same bytes up to the
+    end of the last of them — and where that is (0, 0: none). One comparison when it holds them
+    all (an appended turn); else a binary search over the elements' ends."""
+    ends = layout.ends
+    if raw.startswith(layout.raw):
+        return len(ends), ends[-1]
+    view = memoryview(layout.raw)
+    lo, hi = 0, len(ends) - 1  # the first ``lo`` elements are known to be the same
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if raw.startswith(view[:ends[mid - 1]]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, ends[lo - 1] if lo else 0
 
 
 def read(raw: bytes, key: str, layouts: list[Layout],
@@ -128,7 +133,7 @@ def read(raw: bytes, key: str, layouts: list[Layout],
     body: Any = None
     if best is not None:
         try:
-            body = orjson.loads(raw[:len(best.head)] + _SENTINEL_JSON + raw[end:])
+            body = orjson.loads(raw[:best.start] + _SENTINEL_JSON + raw[end:])
         except orjson.JSONDecodeError:
             body = None  # parsed whole below: its error is the body's own
         listed = body.get(key) if isinstance(body, dict) else None
@@ -166,7 +171,7 @@ def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layou
     ``raw`` holds right after the last, a comma between — or, reusing nothing, from the list's
     place found by its first element's JSON (a wrong place is caught when the layout is used)."""
     if best is not None:
-        head, pos, known = best.head, end + 1, best.jsons[:reused]
+        start, pos, known, ends = best.start, end + 1, best.jsons[:reused], best.ends[:reused]
         more = raw[end:end + 1] == b","
     else:
         first = jsons[0] if jsons else None
@@ -175,19 +180,20 @@ def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layou
         start = raw.find(first)
         if start < 1 or raw[start - 1] != 0x5B:  # "["
             return None
-        head, pos, known, more = raw[:start], start, [], True
+        pos, known, ends, more = start, [], [], True
     for data in jsons[len(known):] if more else ():
         if data is None or data[0] not in _SELF_ENDING or not raw.startswith(data, pos):
             break
         known.append(data)
         pos += len(data)
+        ends.append(pos)
         if raw[pos:pos + 1] != b",":
             break
         pos += 1
     if not known:
         return None
-    size = len(head) + 4 * sum(len(data) for data in known) + 64 * len(known)
-    return Layout(head, known, items[:len(known)], size)
+    size = 5 * ends[-1] + 64 * len(known)  # (its bytes, the elements' JSON, the elements three times)
+    return Layout(raw[:ends[-1]], start, ends, known, items[:len(known)], size)
 
 
 __all__ = ["HEAD", "Elements", "Layout", "read", "shared", "total", "unknown"]
