@@ -601,8 +601,8 @@ class PrefixService:
     def read_body(self, scope: bytes, raw: bytes, key: str) -> tuple[Any, Elements | None]:
         """``raw`` (a request body) parsed, with its list at ``key`` (the conversation: ``messages``,
         ``input``) parsed and encoded only past what an earlier body of ``scope``'s with the same
-        first ``OPENING_BYTES`` held (``app.bodies``): up to ``MAX_PROBES`` layouts per first bytes, the most
-        recent first. A body reusing nothing leaves its layout only when the digest of its first
+        first ``OPENING_BYTES`` held (``app.bodies``): up to ``MAX_PROBES`` layouts per first
+        bytes, the most recent first. A body reusing nothing leaves its layout only when the digest of its first
         elements was sighted before (as a conversation is kept from its second sighting: a batch of
         one-off requests encodes nothing more than without the service). Off, and for a body of
         less than twice ``OPENING_BYTES`` (not worth it): ``orjson.loads``."""
