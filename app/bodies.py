@@ -22,9 +22,9 @@ units (``app.prefix.unit``) — is encoded for new elements only.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -36,6 +36,7 @@ _SENTINEL_JSON = orjson.dumps(_SENTINEL)
 _SELF_ENDING = frozenset(b'{["')
 #: elements encoded before a body reusing nothing is admitted (its conversation's first ones)
 HEAD = 4
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class Layout:
     """What a body leaves for the next (see the module docstring): its bytes up to the end of its
     last element known (``raw``), where its list's first element starts (``start``: ``raw[:start]``
     is the head) and where each element known ends (``ends``). ``size``: bytes it holds, about (its
-    bytes, its elements' JSON, the elements as parsed about three times)."""
+    bytes, its elements' JSON, the elements as parsed about three times, what faces derived)."""
 
     raw: bytes
     start: int
@@ -51,8 +52,8 @@ class Layout:
     jsons: list[bytes]
     items: list[Any]
     size: int
-    #: per measure of its elements (``Elements.total``), the running sums over ``items``
-    totals: dict[str, list[int]] = field(default_factory=dict)
+    #: what faces derive from each of ``items`` alone (``Elements.each``), by name
+    derived: dict[str, list[Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,31 +73,37 @@ class Elements:
         """Element ``i``'s compact JSON, where it is known."""
         return self.jsons[i] if i < len(self.jsons) else None
 
-    def total(self, what: str, measure: Callable[[Any], int]) -> int:
-        """The sum of ``measure`` (a function of an element alone, named ``what``) over the
-        elements: over those reused, as the body they came from summed it (a face's limits count
-        an agent's conversation every turn)."""
-        had = self.base.totals.get(what) if self.base is not None else None
-        running = had[:self.reused] if had is not None else []
-        total = running[-1] if running else 0
-        for item in self.items[len(running):]:
-            total += measure(item)
-            running.append(total)
+    def each(self, what: str, make: Callable[[Any, bytes | None], T]) -> list[T]:
+        """``make(element, its JSON or None)`` for every element — a function of the element alone,
+        named ``what`` — where the elements reused take what the body they came from made (a face
+        counts an agent's conversation and makes its units every turn). Kept on this body's
+        layout for the next."""
+        had = self.base.derived.get(what) if self.base is not None else None
+        made: list[T] = had[:self.reused] if had is not None else []
+        jsons = self.jsons
+        for i in range(len(made), len(self.items)):
+            made.append(make(self.items[i], jsons[i] if i < len(jsons) else None))
         if self.layout is not None:
-            self.layout.totals[what] = running[:len(self.layout.items)]
-        return total
+            self.layout.derived[what] = made[:len(self.layout.items)]
+        return made
+
+
+def each(elements: Elements | None, items: list[Any], what: str,
+         make: Callable[[Any, bytes | None], T]) -> Iterable[T]:
+    """``make(item, its JSON or None)`` for each of ``items``: ``elements.each`` when they are the
+    elements of a body that leaves a layout (or reused one); else drawn one by one as asked (a
+    conversation's first sighting draws only its first few)."""
+    if elements is None or elements.items is not items:
+        return (make(item, None) for item in items)
+    if elements.layout is not None or elements.reused:
+        return elements.each(what, make)
+    json = elements.json
+    return (make(item, json(i)) for i, item in enumerate(items))
 
 
 def total(elements: Elements | None, items: list[Any], what: str, measure: Callable[[Any], int]) -> int:
-    """The sum of ``measure`` over ``items``: ``elements.total`` when they are its elements."""
-    if elements is not None and elements.items is items:
-        return elements.total(what, measure)
-    return sum(map(measure, items))
-
-
-def unknown(_: int) -> bytes | None:
-    """No element's JSON is known (``Elements.json`` without elements)."""
-    return None
+    """The sum of ``measure`` over ``items`` (``each``: the reused elements' counts as they were)."""
+    return sum(each(elements, items, what, lambda item, _: measure(item)))
 
 
 def shared(raw: bytes, layout: Layout) -> tuple[int, int]:
@@ -192,8 +199,8 @@ def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layou
         pos += 1
     if not known:
         return None
-    size = 5 * ends[-1] + 64 * len(known)  # (its bytes, the elements' JSON, the elements three times)
+    size = 6 * ends[-1] + 64 * len(known)  # (its bytes, the elements' JSON, three times as parsed, derived)
     return Layout(raw[:ends[-1]], start, ends, known, items[:len(known)], size)
 
 
-__all__ = ["HEAD", "Elements", "Layout", "read", "shared", "total", "unknown"]
+__all__ = ["HEAD", "Elements", "Layout", "each", "read", "shared", "total"]

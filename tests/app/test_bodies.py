@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.bodies import HEAD, Elements, total
+from app.bodies import HEAD, Elements, each, total
 from app.prefix import PrefixService, scope_of
 
 SCOPE = scope_of("", "chat")
@@ -263,3 +263,29 @@ def test_limits_hold_for_reused_messages() -> None:
     body, elements = service.read_body(SCOPE, compact(turn(17)), "messages")  # 34 blocks
     with pytest.raises(APIError, match="too many content blocks"):
         parse(MessagesRequest, body, settings, "", service, elements)
+
+
+def test_what_a_face_derives_from_an_element_is_derived_once() -> None:
+    """``each``: a face's units (or counts) of the reused elements are the very values it made for
+    the body they came from; a first sighting draws them one by one, as asked."""
+    service = PrefixService(64 << 20)
+    made: list[int] = []
+
+    def unit_of(item: Any, data: bytes | None) -> bytes:
+        made.append(item["n"])
+        assert data is None or data == orjson.dumps(item)
+        return b"u" + orjson.dumps(item)
+
+    body, elements = read(service, compact(conversation(6)))  # a first sighting
+    drawn = each(elements, body["messages"], "unit", unit_of)
+    assert made == [] and next(iter(drawn)) == b"u" + compact(message(0))  # (lazy)
+    body, first = read(service, compact(conversation(8)))
+    units = list(each(first, body["messages"], "unit", unit_of))
+    made.clear()
+    body, grown = read(service, compact(conversation(10)))
+    again = list(each(grown, body["messages"], "unit", unit_of))
+    assert made == [8, 9] and all(a is b for a, b in zip(again[:8], units, strict=True))
+    assert again == [b"u" + orjson.dumps(m) for m in body["messages"]]
+    made.clear()
+    assert list(each(grown, list(body["messages"]), "unit", unit_of))[0] == b"u" + compact(message(0))
+    assert len(made) == 10  # another list than the elements: made afresh

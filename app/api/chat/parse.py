@@ -16,10 +16,15 @@ from pydantic import ValidationError
 from app.api.chat.protocol import ChatCompletionRequest, is_legacy
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated, validated_but_known
-from app.bodies import Elements, total, unknown
+from app.bodies import Elements, each, total
 from app.errors import bad_request
 from app.prefix import PrefixService, scope_of, unit
 from app.settings import Settings
+
+
+def _unit(message: Any, data: bytes | None) -> bytes | None:
+    """A message's unit (``app.prefix``; ``data``: its JSON, where known)."""
+    return unit(message, data=data)
 
 
 def _parts_and_calls(message: Any) -> int:
@@ -43,8 +48,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
     if prefix is not None and prefix.enabled and not is_legacy(body, messages):
-        json = elements.json if elements is not None else unknown
-        recall = prefix.recall(scope_of(tenant, "chat"), (unit(m, data=json(i)) for i, m in enumerate(messages)),
+        recall = prefix.recall(scope_of(tenant, "chat"), each(elements, messages, "unit", _unit),
                                limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
         payload = recall.entry.payload

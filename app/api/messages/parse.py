@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.messages.protocol import Conversation, first_problem, invalid
 from app.api.protocol import validated_but_known
-from app.bodies import Elements, total, unknown
+from app.bodies import Elements, each, total
 from app.prefix import PrefixService, Recall, scope_of, unit
 from app.settings import Settings
 
@@ -83,9 +83,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
-        json = elements.json if elements is not None else unknown
-        units = chain((unit(body.get("system"), b"s"),),
-                      (message_unit(message, json(i)) for i, message in enumerate(messages)))
+        units = chain((unit(body.get("system"), b"s"),), each(elements, messages, "unit", message_unit))
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages),  # the last one is decoded
                               tools=body.get("tools"))
         if found is not None and found.entry is not None:

@@ -16,13 +16,13 @@ What the finished response leaves there is ``keep``'s.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.api.responses.history import chain_limits, history, store_unavailable
 from app.api.responses.protocol import Parsed, ResponsesRequest
-from app.bodies import unknown
+from app.bodies import Elements, each
 from app.errors import APIError, bad_request
 from app.prefix import Entry, PrefixService, Recall, scope_of, unit
 from app.settings import Settings
@@ -190,12 +190,18 @@ def item_unit(item: dict[str, Any], trusted: bool, own: bool) -> bytes | None:
     return unit(item, b"t" if trusted else b"o" if own else b"u")
 
 
+def _sent_unit(item: Any, data: bytes | None) -> bytes | None:
+    """An input item's unit as the client sent it (``data``: its JSON, where known); none for a
+    reference (what it stands for is the store's)."""
+    return None if isinstance(item, dict) and item.get("type") == "item_reference" else unit(item, b"u", data)
+
+
 def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes | None] | None = None,
-             json: Callable[[int], bytes | None] = unknown) -> Iterator[bytes | None]:
+             elements: Elements | None = None) -> Iterator[bytes | None]:
     """The request's units (``app.prefix``), in order, encoded as they are drawn: its instructions,
     each item decoded before the input (``conversation``: the conversation's, when they are known
     already) and each input item as the client sent it (an id the server adds changes nothing
-    decoded; ``json``: item ``i``'s JSON where the body read knew it, ``app.bodies``)."""
+    decoded; ``elements``: the input as the body read found it, ``app.bodies``)."""
     yield unit(request.instructions, b"i")
     for where, items, trusted in ctx.before:
         if conversation is not None and where == f"conversation {ctx.conversation}":
@@ -205,9 +211,9 @@ def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes |
             yield item_unit(item, trusted, item.get("id") in ctx.own)
     raw = request.input
     sent: list[Any] = [raw] if isinstance(raw, str) else raw or []
-    for i, value in enumerate(sent):  # what a reference stands for is the store's
-        yield (None if isinstance(value, dict) and value.get("type") == "item_reference"
-               else unit(value, b"u", json(i)))
+    if elements is not None and len(elements.items) == len(sent):  # (the same items: ``input`` is ``list[Any]``)
+        sent = elements.items
+    yield from each(elements, sent, "unit", _sent_unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +292,7 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         _fits(ctx, held.conversation, settings)
     if prefix is not None and prefix.enabled and ctx.kept is None:
         ctx.recall = prefix.recall(ctx.scope, units_of(request, ctx, held.units if held is not None else None,
-                                                       parsed.elements.json if parsed.elements is not None else unknown))
+                                                       parsed.elements))
     found = ctx.recall
 
     def copied(item: dict[str, Any], index: int) -> bool:
