@@ -32,6 +32,7 @@ becomes of them — anything else is a 400 naming the field.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,6 +85,7 @@ def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
         return [{"id": new_id("msg_"), "type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": raw}]}]
     items = []
+    random, first = "", 0  # the ids the items lack, from one read of the system's randomness (not one each)
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
@@ -93,8 +95,11 @@ def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
         if not isinstance(kind, str):
             raise bad_request(f"input[{i}].type: expected a string naming the item type, got {shown(kind)}",
                               f"input.{i}.type")
-        if "id" not in item:
-            item = {"id": new_id(_ID_PREFIX.get(kind, "item_")), **item}
+        if "id" not in item:  # as ``new_id`` makes them: 16 random bytes in hex
+            if not random:
+                random, first = os.urandom(16 * (len(raw) - i)).hex(), i
+            at = 32 * (i - first)
+            item = {"id": _ID_PREFIX.get(kind, "item_") + random[at:at + 32], **item}
         items.append(stub(item) if kind in _SKIPPED_ITEMS else item)
     return items
 
