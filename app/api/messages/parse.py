@@ -83,7 +83,8 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
     found: Recall | None = None
     known: list[Any] = []  # message i's model as an earlier request validated it, or None
     if prefix is not None and prefix.enabled:
-        units = chain((unit(body.get("system"), b"s"),), each(elements, messages, "unit", message_unit))
+        message_units = each(elements, messages, "unit", message_unit)
+        units = chain((unit(body.get("system"), b"s"),), message_units)
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages),  # the last one is decoded
                               tools=body.get("tools"))
         if found is not None and found.entry is not None:
