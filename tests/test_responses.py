@@ -408,6 +408,18 @@ def test_anything_echoed_or_stored_nested_too_deeply_is_a_400(proxy, where: str)
     assert backend.bodies() == []
 
 
+def test_input_nested_too_deeply_is_answered_where_nothing_stores_it(proxy) -> None:
+    """With ``store: false`` and no conversation the input is never encoded (the response object does
+    not echo it): its depth is no reason to refuse — and no turn pays for encoding it."""
+    backend, server = proxy
+    body = {"model": "m", "store": False, "input": [{"role": "user", "content": "x", "x-extra": "__DEEP__"}]}
+    data = json.dumps(body).replace('"__DEEP__"', "[" * 300 + "]" * 300)
+    response = httpx.post(server.url + "/v1/responses", content=data, headers={"content-type": "application/json"},
+                          timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["store"] is False and len(backend.bodies()) == 1
+
+
 @pytest.mark.parametrize("kind", ["web_search\r\nX-Injected: 1", "web_search\u0100", "web_search" + "x" * 3_000_000,
                                   "web_search_preview_2031_01_01", "computer_use_preview\n"])
 def test_hosted_tools_are_echoed_by_known_name_only(proxy, kind: str) -> None:

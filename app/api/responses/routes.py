@@ -65,9 +65,11 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
                   request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
-    size = encoded_size(head, ctx.input)  # what the response echoes and stores can be encoded at all
+    stored = responses is not None and request.store is not False
+    # what the response echoes, and the input where something stores it, can be encoded at all
+    size = encoded_size(head, ctx.input if stored or ctx.conversation is not None else [])
     limit = ex.settings.max_stored_response_bytes
-    if responses is not None and request.store is not False and size > limit:  # it could never be stored
+    if stored and size > limit:  # it could never be stored
         raise APIError(413, f"this response would be stored with {size} bytes of input (instructions and tools "
                        f"included), more than a stored response may hold ({limit}, --max-stored-response-bytes); "
                        "send less input, or store: false", param="input", code="stored_response_too_large")
