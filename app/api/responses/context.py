@@ -304,7 +304,8 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
             return False
         return conversation is not None or signer is None or not _sealed(item, signer)
 
-    wanted = _references(ctx.input)
+    references = _references(ctx.input)
+    wanted = [*references]
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
     wanted += [item["id"] for k, item in enumerate(ctx.input) if copied(item, at + k)]
     at = 1
@@ -314,7 +315,8 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
                        if item.get("id") not in own and copied(item, at + k)]
         at += len(items_before)
     stored = await found_items(responses, wanted, tenant, settings)
-    ctx.input = resolved(ctx.input, stored, "input")
+    if references:
+        ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
 

@@ -312,18 +312,22 @@ class Decoder:
         items the same as an earlier request's at the same places, from a place where nothing was
         pending to the next, is taken from it; an item whose decoding read the store is never kept
         (the store may change: its unit is dropped)."""
-        flat = [(item, f"{where}[{k}]", trusted, k == len(items) - 1)
-                for where, items, trusted in segments for k, item in enumerate(items)]
+        total = sum(len(items) for _, items, _ in segments)
+        segment = base = 0  # the segment item i is in, and the index of its first item
         i = start - 1  # item i is unit i + 1
-        while i < len(flat):
+        while i < total:
             taken = found.take(i + 1) if found is not None and self.clean else None
             if taken is not None:
                 self.turns.extend(taken[1])
                 i = taken[0] - 1
                 continue
-            item, at, trusted, last = flat[i]
-            read_store = self.item(item, at, trusted)
-            if last:
+            while i - base >= len(segments[segment][1]):
+                base += len(segments[segment][1])
+                segment += 1
+            where, items, trusted = segments[segment]
+            k = i - base
+            read_store = self.item(items[k], f"{where}[{k}]", trusted)
+            if k == len(items) - 1:
                 self._flush()
             if found is not None:
                 if read_store:
