@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
+import anthropic
 import openai
 import pytest
 
@@ -145,6 +146,25 @@ def test_a_fetched_image_reaches_llama_server_and_its_type_is_read_from_its_byte
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": f"http://localhost:{images}/text"}}]}])
+    assert "not a PNG, JPEG" in caught.value.message
+
+
+def test_count_tokens_fetches_an_image_url_as_the_message_would(images: int, backend_factory, proxy_factory) -> None:
+    """``/v1/messages/count_tokens`` plans the prompt the message would have: a URL image is fetched
+    (and bounded) there too, not a 500 for media that reached the plan unfetched."""
+    backend = backend_factory("llamacpp", vision=True, media_marker=MARKER, chat_template=QWEN35.read_text())
+    proxy = proxy_factory(backend=backend.url, media_domains=["localhost"], media_allow_private=True)
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="unused", max_retries=0, timeout=30)
+
+    def content(path: str) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": "Same?"}, {"type": "image", "source": {
+            "type": "url", "url": f"http://localhost:{images}/{path}"}}]
+
+    counted = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": content("cat.png")}])
+    plain = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "Same?"}])
+    assert counted.input_tokens > plain.input_tokens and len(_Images.hosts) == 1
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client.messages.count_tokens(model="m", messages=[{"role": "user", "content": content("text")}])
     assert "not a PNG, JPEG" in caught.value.message
 
 

@@ -105,7 +105,9 @@ class Generation:
 
 
 async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: str = "function.parameters") -> Plan:
-    """``ask`` checked and planned (inline or in a worker: ``weight``)."""
+    """``ask`` checked and planned (inline or in a worker: ``weight``) — its remote images fetched
+    first, where the server fetches them (``app.media.fetch``): a prompt is only ever planned whole."""
+    await resolve_media(ask, services.settings)
     note = ask.prefix
     if note is not None:
         note.for_model()
@@ -126,9 +128,7 @@ async def plan(ask: Ask, model: ServedModel, services: Generating, schema_key: s
 
 async def prepared(ask: Ask, model: ServedModel, services: Generating,
                    schema_key: str = "function.parameters") -> Generation:
-    """``ask`` checked, planned and fitted: ready to launch (remote images fetched first, where the
-    server fetches them: ``app.media.fetch``)."""
-    await resolve_media(ask, services.settings)
+    """``ask`` checked, planned and fitted: ready to launch."""
     planned = await plan(ask, model, services, schema_key)
     headers = await fit_max_tokens(ask.sampling, planned, model, services.settings)
     return Generation(ask, planned, model, services, headers)
