@@ -22,6 +22,7 @@ from app.templates import chat_template
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import TemplateProfile, render_conversation, template_messages
 from app.templates.resume import SEPARATOR, NotProven, RenderState, RenderTooLarge, Resume, bounded, plan_of
+from app.templates.resume import guards as resume_guards
 from app.templates.resume import render as resumed_render
 from bench.agent import agent_tools
 from tests.data.render_cases import PINNED_NOW
@@ -293,6 +294,56 @@ def test_an_early_edit_runs_only_the_iterations_around_it(monkeypatch: pytest.Mo
               Turn("tool", "done", tool_call_id=call.id)]
     assert _render(resumed, edited, None) == _render(whole, edited, None)
     assert len(edited) > 80 and 2 < raws[0].count(SEPARATOR) <= 2 + 8
+
+
+def _cut_template(place: str, op: str) -> str:
+    """A loop whose iterations read where the last user message is only through ``place op ns.cut``
+    (as Qwen3's ``loop.index0 > ns.last_query_index``), that place found by a scan before the loop."""
+    return ("{%- set ns = namespace(flag=true, cut=0) -%}"
+            "{%- for m in messages[::-1] -%}{%- set index = (messages|length - 1) - loop.index0 -%}"
+            "{%- if ns.flag and m.role == 'user' -%}{%- set ns.flag = false -%}{%- set ns.cut = index -%}{%- endif -%}"
+            "{%- endfor -%}"
+            "{%- for m in messages -%}"
+            f"{{%- if {place} {op} ns.cut -%}}<{{{{ m.content }}}}>{{%- else -%}}{{{{ m.content }}}}{{%- endif -%}}"
+            "{%- endfor -%}")
+
+
+@pytest.mark.parametrize("place", ["loop.index0", "loop.index"])
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
+def test_a_moved_place_comparison_reruns_only_the_places_between(place: str, op: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the captured value a guard compares the iteration's place with moves (a new user
+    message), the guards are evaluated only at the places between its two values (and where
+    ``loop.last`` moved): every other iteration is taken unevaluated — and every prompt is the
+    whole render's, whichever way the comparison is written and however far the value moves."""
+    source = _cut_template(place, op)
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
+    evaluated: list[int] = []
+    outcomes = resume_guards.Guards.outcomes
+
+    def counted(self: object, values: object, captured: object, indices: object, n: int) -> object:
+        evaluated.append(len(indices))  # type: ignore[arg-type]
+        return outcomes(self, values, captured, indices, n)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(resume_guards.Guards, "outcomes", counted)
+    rng = random.Random(f"{place}{op}")
+    messages: list[dict] = [{"role": "user", "content": "u0"}]
+    for step in range(80):
+        before = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        new = [{"role": "assistant", "content": f"a{step}"}]
+        if rng.random() < 0.5:
+            new.append({"role": "user", "content": f"u{step}"})
+        if step == 30:  # a user message far back: the value moves a long way, once
+            messages[3] = {**messages[3], "role": "user"}
+        elif before > 0 and rng.random() < 0.2:  # the last user message taken back: the value moves back
+            messages[before] = {**messages[before], "role": "assistant"}
+        messages = [*messages, *new]
+        moved = abs(max(i for i, m in enumerate(messages) if m["role"] == "user") - before)
+        evaluated.clear()
+        assert resumed.render(messages) == whole.render(messages), (step, messages)
+        # both renders' guards, at the places the value passed and where the last one was
+        assert step == 30 or sum(evaluated) <= 2 * (moved + 3), (step, moved, evaluated)
+    assert resumed.reused > 80 * 20
 
 
 def test_a_bounded_render_continues_and_never_renders_whole() -> None:

@@ -43,7 +43,10 @@ places (or absent from both), and the captured values are byte-identical; where 
 differ, when each differing one is read only through *guards* — expressions of the captured
 values and of the iteration's place alone, such as Qwen3's ``loop.index0 > ns.last_query_index``
 (``Guards``) — the guards are evaluated for both renders, iteration by iteration, and an
-iteration whose guards come out the same is still taken. So an appended turn, a rewritten last
+iteration whose guards come out the same is still taken; where every guard either reads no
+changed value or compares the iteration's place with an integer of them, only the iterations
+between the two integers are evaluated (a new user message moves Qwen3's last query on: a few
+iterations, not every one). So an appended turn, a rewritten last
 message and an edited early one each re-render only the iterations around what changed.
 Everything before and after the loop runs as usual. Each iteration's text is cut out of the output
 by a per-process random separator; if the data itself holds the separator, the counts do not match

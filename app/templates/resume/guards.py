@@ -3,13 +3,16 @@
 ``_guards`` finds them in a main loop's body (at plan time) and compiles them into one template;
 ``Guards.outcomes`` evaluates them, iteration by iteration, for given captured values (an
 ``Outcome`` each); ``same_outcome`` says whether an iteration's guards came out alike in two
-renders — where they do, its text is what it was though a captured value changed."""
+renders — where they do, its text is what it was though a captured value changed.
+``Guards.places`` narrows that down, where the guards allow it, to the few iterations whose
+guards can come out differently at all (``Reach``)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from operator import is_
 from typing import Any
 
@@ -41,10 +44,12 @@ class Guards:
     (an ``Outcome`` each); ``None`` when the guards cannot be worked out at all (one raised: they
     are evaluated apart from the conditions that guard them in the template)."""
 
-    def __init__(self, template: jinja2.Template, names: frozenset[str], count: int) -> None:
+    def __init__(self, template: jinja2.Template, names: frozenset[str], count: int,
+                 reach: tuple[Reach, ...] = (), sides: jinja2.Template | None = None) -> None:
         self.template, self.names, self.count = template, names, count
+        self.reach, self.sides = reach, sides
 
-    def outcomes(self, values: Sequence[Any], captured: Sequence[str], indices: range,
+    def outcomes(self, values: Sequence[Any], captured: Sequence[str], indices: Sequence[int],
                  n: int) -> list[Outcome] | None:
         got: list[Outcome] = []
         token = _collected.set(got)
@@ -55,6 +60,64 @@ class Guards:
         finally:
             _collected.reset(token)
         return got
+
+    def places(self, old: Sequence[Any], new: Sequence[Any], captured: Sequence[str], changed: frozenset[str],
+               lengths: tuple[int, int], upto: int) -> list[int] | None:
+        """The iterations below ``upto`` whose guards may come out differently with the captured
+        values ``old`` (a loop over ``lengths[0]`` items) and ``new`` (over ``lengths[1]``), the
+        names in ``changed`` being those that differ — every other iteration's guards come out
+        alike, without being evaluated; ``None`` when the guards do not allow the narrowing
+        (evaluate them all). A guard reading no changed name is alike everywhere but where
+        ``loop.last`` moved; a comparison of the iteration's place with an integer of the captured
+        values (``loop.index0 > ns.last_query_index``) differs only between its two integers."""
+        if len(self.reach) != self.count:
+            return None
+        sides: list[tuple[Any, Any]] = []
+        if any(r.side is not None and r.reads & changed for r in self.reach):
+            before, after = self._sides(old, captured), self._sides(new, captured)
+            if before is None or after is None:
+                return None
+            sides = list(zip(before, after, strict=True))
+        found: set[int] = set()
+        for r in self.reach:
+            if r.last:
+                found.update((lengths[0] - 1, lengths[1] - 1))
+            if not r.reads & changed:
+                continue
+            if r.side is None:
+                return None
+            a, b = sides[r.side]
+            if type(a) is not int or type(b) is not int:  # (``True`` is not ``1`` to a guard's outcome)
+                return None
+            found.update(range(max(0, min(a, b) - r.shift), min(upto, max(a, b) - r.shift + 1)))
+        return sorted(i for i in found if 0 <= i < upto)
+
+    def _sides(self, values: Sequence[Any], captured: Sequence[str]) -> Outcome:
+        """The captured sides of the place comparisons, evaluated once for ``values``."""
+        if self.sides is None:
+            return ()
+        got: list[Outcome] = []
+        token = _collected.set(got)
+        try:
+            render(self.sides, dict(zip(captured, values, strict=True)))
+        except Exception:  # noqa: BLE001 — as for the guards themselves: no narrowing
+            return None
+        finally:
+            _collected.reset(token)
+        return got[0] if len(got) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What one guard's outcome can depend on: the captured names it reads (``reads``), whether it
+    reads ``loop.last`` (``last``), and — for a comparison of the iteration's place (``loop.index0``,
+    ``loop.index``: ``shift`` 0 or 1) with an expression of the captured values alone — that
+    expression's position among the ``Guards.sides`` (``side``; ``None``: not such a comparison)."""
+
+    reads: frozenset[str]
+    last: bool
+    side: int | None = None
+    shift: int = 0
 
 
 #: one iteration's guard values: each a plain scalar (``bool``, ``int``, ``str``, ``None``, a finite
@@ -102,13 +165,53 @@ def _guards(env: jinja2.Environment, main: nodes.For, captured: tuple[str, ...],
     loop = nodes.For(nodes.Name(_I, "store"), nodes.Name(_INDICES, "load"),
                      [nodes.Output([nodes.Filter(nodes.List(copies), _PUT, [], [], None, None)])],
                      [], None, False)
-    ast = nodes.Template([loop])
-    for node in [ast, *ast.find_all(nodes.Node)]:
-        node.lineno = main.lineno
-    ast.set_environment(env)
     env.filters[_PUT] = _put
-    template = env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
-    return Guards(template, frozenset(outer - macro_reads), len(copies))
+    template = _compiled(env, [loop], main.lineno)
+    reach: list[Reach] = []
+    sides: list[nodes.Node] = []
+    for guard in finder.found:
+        reads = frozenset(n.name for n in _names(guard) if n.name in outer)
+        last = any(_is_place(node, ("last",)) for node in guard.find_all(nodes.Getattr))
+        compared = _place_comparison(guard)
+        if compared is not None:
+            sides.append(_copied(compared[0]))
+        reach.append(Reach(reads, last, len(sides) - 1 if compared is not None else None,
+                           compared[1] if compared is not None else 0))
+    put: list[nodes.Node] = [nodes.Output([nodes.Filter(nodes.List(sides), _PUT, [], [], None, None)])]
+    return Guards(template, frozenset(outer - macro_reads), len(copies), tuple(reach),
+                  _compiled(env, put, main.lineno) if sides else None)
+
+
+def _compiled(env: jinja2.Environment, body: list[nodes.Node], lineno: int) -> jinja2.Template:
+    """A template of these statements (at the main loop's line, for its error messages)."""
+    ast = nodes.Template(body)
+    for node in [ast, *ast.find_all(nodes.Node)]:
+        node.lineno = lineno
+    ast.set_environment(env)
+    return env.template_class.from_code(env, env.compile(ast), env.make_globals(None), None)
+
+
+#: the comparisons whose outcome over the places changes only between the two values compared
+_ORDERS = frozenset({"eq", "ne", "gt", "gteq", "lt", "lteq"})
+#: a place attribute of the main loop and what it adds to the iteration's index
+_SHIFTS = {"index0": 0, "index": 1}
+
+
+def _is_place(node: nodes.Node, attrs: Sequence[str]) -> bool:
+    return (isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop"
+            and node.attr in attrs)
+
+
+def _place_comparison(guard: nodes.Node) -> tuple[nodes.Node, int] | None:
+    """For ``loop.index0 <op> side`` (or ``side <op> loop.index``, …) where ``side`` reads no
+    ``loop``: ``side`` and what the place adds to the index; else ``None``."""
+    if not isinstance(guard, nodes.Compare) or len(guard.ops) != 1 or guard.ops[0].op not in _ORDERS:
+        return None
+    left, right = guard.expr, guard.ops[0].expr
+    for place, side in ((left, right), (right, left)):
+        if _is_place(place, tuple(_SHIFTS)) and not any(n.name == "loop" for n in _names(side)):
+            return side, _SHIFTS[place.attr]  # type: ignore[attr-defined]
+    return None
 
 
 class _GuardFinder:

@@ -230,16 +230,29 @@ class _Run:
         if (guards is None or previous.values is None or len(previous.captured) != len(self.captured)
                 or upto > MAX_REPLAY):
             return []
-        for name, was, now in zip(self.plan.captured, previous.captured, self.captured, strict=True):
-            if was != now and name not in guards.names:
+        changed = frozenset(name for name, was, now in zip(self.plan.captured, previous.captured, self.captured,
+                                                           strict=True) if was != now)
+        if not changed <= guards.names:
+            return []
+        values = self.values or []
+        places = guards.places(previous.values, values, self.plan.captured, changed,
+                               (len(previous.items), self.length), upto)
+        if places is not None:  # only these iterations' guards can come out differently: evaluated there alone
+            was = guards.outcomes(previous.values, self.plan.captured, places, len(previous.items))
+            now = guards.outcomes(values, self.plan.captured, places, self.length)
+            if was is None or now is None:
                 return []
+            agreed = reusable[:upto]
+            for i, before, after in zip(places, was, now, strict=True):
+                agreed[i] = agreed[i] and same_outcome(before, after)
+            return agreed
         old = previous.outcomes
         if len(old) < upto:
             more = guards.outcomes(previous.values, self.plan.captured, range(len(old), upto), len(previous.items))
             if more is None:
                 return []
             old = previous.outcomes = [*old, *more]
-        new = guards.outcomes(self.values or [], self.plan.captured, range(upto), self.length)
+        new = guards.outcomes(values, self.plan.captured, range(upto), self.length)
         if new is None:
             return []
         agreed = [reusable[i] and same_outcome(old[i], new[i]) for i in range(upto)]
