@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import anthropic
+import httpx
 
 from tests.conftest import QWEN3_TEMPLATE, client_for
 from tests.scripted_backend import Script
@@ -84,4 +85,30 @@ def test_anthropic_messages_agent_loop_with_bodies_reused(backend_factory, proxy
     assert answers == ["All fixed."] * 2
     on, off = ([body["prompt"] for body in backend.bodies()] for backend, _ in pairs)
     assert len(on) == TURNS + 1 and on == off
+    assert pairs[0][1].runtime.services.prefix.elements_reused > 0
+
+
+def test_a_legacy_function_message_joining_a_reused_conversation(backend_factory, proxy_factory) -> None:
+    """A conversation whose bodies are reused turn after turn, joined by a message of the deprecated
+    function calling (a ``function`` result): it is read as such, across the whole conversation,
+    although the elements before it were known — the same prompt as a server without the service."""
+    pairs = _servers(backend_factory, proxy_factory)
+    for _, proxy in pairs:
+        messages: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix the bug."}]
+        for turn in range(5):
+            if turn == 3:  # the client falls back to the old shape for one result
+                messages += [{"role": "assistant", "content": None,
+                              "function_call": {"name": "read_file", "arguments": '{"path": "x.py"}'}},
+                             {"role": "function", "name": "read_file", "content": "contents of x.py"}]
+            service = proxy.runtime.services.prefix
+            recalls = service.recalls
+            response = httpx.post(proxy.url + "/v1/chat/completions", timeout=60, json={
+                "model": "m", "messages": messages, "tools": TOOLS})
+            assert response.status_code == 200, response.text
+            if turn >= 3:  # decoded across its messages: never from, nor into, the service
+                assert service.recalls == recalls
+            reply = response.json()["choices"][0]["message"]
+            messages += [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "ok " * 30}]
+    on, off = ([body["prompt"] for body in backend.bodies()] for backend, _ in pairs)
+    assert len(on) == 5 and on == off and "contents of x.py" in on[-1]
     assert pairs[0][1].runtime.services.prefix.elements_reused > 0

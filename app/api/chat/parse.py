@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.chat.protocol import ChatCompletionRequest, is_legacy
+from app.api.chat.protocol import ChatCompletionRequest, is_legacy, legacy_message
 from app.api.limits import raw_items, raw_list, too_many
 from app.api.protocol import validated, validated_but_known
 from app.bodies import Elements, each, total
@@ -25,6 +25,10 @@ from app.settings import Settings
 def _unit(message: Any, data: bytes | None) -> bytes | None:
     """A message's unit (``app.prefix``; ``data``: its JSON, where known)."""
     return unit(message, data=data)
+
+
+def _legacy(message: Any, _: bytes | None) -> bool:
+    return legacy_message(message)
 
 
 def _parts_and_calls(message: Any) -> int:
@@ -48,7 +52,9 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     units = each(elements, messages, "unit", _unit)  # (drawn as the service asks: nothing without it)
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
-    if prefix is not None and prefix.enabled and not is_legacy(body, messages):
+    legacy = prefix is not None and prefix.enabled and is_legacy(body, messages,
+                                                                 each(elements, messages, "legacy", _legacy))
+    if prefix is not None and prefix.enabled and not legacy:
         recall = prefix.recall(scope_of(tenant, "chat"), units,
                                limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None

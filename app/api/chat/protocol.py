@@ -6,6 +6,7 @@ checked, and every violation becomes a 400 OpenAI error that names the field.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -114,11 +115,17 @@ def _legacy_functions(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-def is_legacy(body: dict[str, Any], messages: list[Any]) -> bool:
+def is_legacy(body: dict[str, Any], messages: Iterable[Any], flags: Iterable[bool] | None = None) -> bool:
     """The request uses OpenAI's deprecated function calling (``functions``, ``function_call``, an
-    assistant's ``function_call`` or a ``function`` message among ``messages``)."""
+    assistant's ``function_call`` or a ``function`` message among ``messages``: ``legacy_message``,
+    or its value for each of them, ``flags``, where known)."""
     return "functions" in body or "function_call" in body or any(
-        isinstance(m, dict) and (m.get("role") == "function" or "function_call" in m) for m in messages)
+        flags if flags is not None else map(legacy_message, messages))
+
+
+def legacy_message(message: Any) -> bool:
+    """A message of the deprecated function calling: a ``function`` message, or one with a ``function_call``."""
+    return isinstance(message, dict) and (message.get("role") == "function" or "function_call" in message)
 
 
 class ChatCompletionRequest(Lenient):
