@@ -32,8 +32,9 @@ SEPARATOR = f"\x00tw-loop-{secrets.token_hex(12)}\x00"
 @dataclass(eq=False)
 class RenderState:
     """What one resumable render leaves for the next render of the same conversation: the text of
-    each loop iteration (``texts``) and their JSON encodings one after the other (``texts_json``,
-    text ``i`` ending at ``texts_json_ends[i]``), each loop item serialised exactly (``items``), the
+    each loop iteration (``texts``) and the prompt's JSON encoding (``texts_json``), in which the
+    texts' encodings stand one after the other from ``texts_json_start`` (text ``i`` ending
+    ``texts_json_ends[i]`` bytes after it), each loop item serialised exactly (``items``), the
     value of each captured name serialised (``captured``) and the values themselves (``values``, for
     replaying guards; ``None`` when they could not be kept), and, when the loop ran over the
     messages themselves, the caller's messages (``source``: recognised again by identity, the
@@ -52,6 +53,8 @@ class RenderState:
     size: int
     #: guard outcomes under ``values``, iteration by iteration, as far as they were worked out
     outcomes: list[Outcome] = field(default_factory=list)
+    #: where the texts' encodings start in ``texts_json`` (after the encoded text before the loop)
+    texts_json_start: int = 0
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (from a worker) without what only this process can vouch for — the caller's
@@ -290,21 +293,23 @@ class _Run:
             around = (orjson.dumps(head)[:-1], orjson.dumps(tail)[1:])
         except orjson.JSONEncodeError:  # not UTF-8 encodable (a lone surrogate): the body will say so
             return prompt
-        texts_json = b"".join(encoded)
+        encoding = b"".join([around[0], *encoded, around[1]])  # (the taken stretches are views: one copy)
         if self.storable and self.items is not None and len(self.items) == self.length:
-            size = (sum(sys.getsizeof(t) for t in texts) + len(texts_json) + 3 * sum(map(len, self.items))
+            size = (sum(map(sys.getsizeof, texts)) + len(encoding) + 3 * sum(map(len, self.items))
                     + 56 * len(self.items) + sum(map(len, self.captured)))
             prepared = self.messages if self.plan.sequence == "messages" else None
-            self.resume.state = RenderState(texts, texts_json, ends, self.items, self.captured, self.values,
-                                            self.source, prepared, size, self.outcomes)
-        return JsonText(prompt, b"".join((around[0], texts_json, around[1])))
+            self.resume.state = RenderState(texts, encoding, ends, self.items, self.captured, self.values,
+                                            self.source, prepared, size, self.outcomes, len(around[0]))
+        return JsonText(prompt, encoding)
 
-    def _encoded(self, texts: list[str]) -> tuple[list[bytes], list[int]]:
+    def _encoded(self, texts: list[str]) -> tuple[list[bytes | memoryview], list[int]]:
         """Each text's JSON encoding (without its quotes) and where each ends, one after the other:
-        the texts taken from the render before bring their encodings along, a stretch at a time."""
+        the texts taken from the render before bring their encodings along, a stretch at a time
+        (a view of the render before's, not a copy)."""
         previous = self.resume.previous
-        old, old_ends = (previous.texts_json, previous.texts_json_ends) if previous is not None else (b"", [])
-        encoded: list[bytes] = []
+        old = memoryview(previous.texts_json)[previous.texts_json_start:] if previous is not None else memoryview(b"")
+        old_ends = previous.texts_json_ends if previous is not None else []
+        encoded: list[bytes | memoryview] = []
         ends: list[int] = []
         size = at = 0  # bytes so far; the first place not yet encoded
         for i in [*self.run, len(texts)]:
