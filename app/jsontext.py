@@ -28,8 +28,23 @@ class JsonText(str):
         return JsonText, (str(self), self.json)
 
 
-def dumps_body(body: dict[str, Any]) -> bytes:
-    """``orjson.dumps(body)``, with each top-level ``JsonText`` value written as its own encoding."""
-    if JsonText in set(map(type, body.values())):
-        body = {key: orjson.Fragment(value.json) if type(value) is JsonText else value for key, value in body.items()}
-    return orjson.dumps(body)
+def body_pieces(body: dict[str, Any]) -> list[bytes]:
+    """``orjson.dumps(body)`` in pieces to be written one after the other, each top-level
+    ``JsonText`` value as its own encoding — a piece of its own, never copied (a long prompt's
+    encoding is most of an agent's request to its backend)."""
+    if JsonText not in set(map(type, body.values())):
+        return [orjson.dumps(body)]
+    pieces: list[bytes] = [b"{"]
+    plain: dict[str, Any] = {}
+    for key, value in body.items():
+        if type(value) is JsonText:
+            if plain:
+                pieces += [orjson.dumps(plain)[1:-1], b","]
+                plain = {}
+            pieces += [orjson.dumps(key), b":", value.json, b","]
+        else:
+            plain[key] = value
+    if plain:
+        pieces += [orjson.dumps(plain)[1:-1], b","]
+    pieces[-1] = b"}"
+    return pieces

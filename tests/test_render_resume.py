@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from app.conversation import Call, Turn
-from app.jsontext import JsonText, dumps_body
+from app.jsontext import JsonText, body_pieces
 from app.templates import chat_template
 from app.templates.chat_template import ChatTemplate, TemplateError
 from app.templates.prompt import TemplateProfile, render_conversation, template_messages
@@ -453,9 +453,13 @@ def test_a_prompt_with_its_encoding_is_written_as_that_encoding() -> None:
     text = 'line "one"\n«é» 日本語 \x00'
     prompt = JsonText(text, orjson.dumps(text))
     body = {"model": "m", "prompt": prompt, "max_tokens": 5}
-    assert dumps_body(body) == orjson.dumps({"model": "m", "prompt": text, "max_tokens": 5})
+    pieces = body_pieces(body)
+    assert b"".join(pieces) == orjson.dumps({"model": "m", "prompt": text, "max_tokens": 5})
+    assert any(piece is prompt.json for piece in pieces)  # written as it is, not copied into the rest
+    for shape in ({"prompt": prompt}, {"prompt": prompt, "a": [1]}, {"a": 1, "prompt": prompt}, {"a": 1, "b": "x"}):
+        assert b"".join(body_pieces(shape)) == orjson.dumps({k: str(v) if k == "prompt" else v for k, v in shape.items()})
     wrong = JsonText(text, b'"something else"')  # the encoding is taken on trust: it is what is sent
-    assert orjson.loads(dumps_body({"prompt": wrong}))["prompt"] == "something else"
+    assert orjson.loads(b"".join(body_pieces({"prompt": wrong})))["prompt"] == "something else"
     assert type(prompt[1:]) is str and type(prompt + "x") is str and type(str(prompt)) is str
     copied = pickle.loads(pickle.dumps(prompt))
     assert copied == text and copied.json == prompt.json

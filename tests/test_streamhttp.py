@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+import uvloop
 
 from app.backends.streamhttp import ConnectFailed, ReadTimedOut, StreamBroken, StreamingClient
 
@@ -333,3 +334,33 @@ def test_headers_and_request_line() -> None:
         server.close()
 
     asyncio.run(run())
+
+
+def test_a_body_in_pieces_arrives_whole_with_its_length() -> None:
+    """A body handed over in pieces (a prompt's own encoding among them, not joined) is sent as one
+    body: its ``Content-Length`` the pieces' sum, its bytes theirs in order — under uvloop too."""
+    got: list[bytes] = []
+
+    async def run() -> None:
+        async def wrapped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")))
+            got.append(await reader.readexactly(length))
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(wrapped, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+        client = StreamingClient(2, 2)
+        pieces = [b'{"model":"m",', b'"prompt":', b'"' + b"x" * 300_000 + b'"', b"}"]
+        response = await client.post(url, pieces, {"Content-Type": "application/json"})
+        assert response.status_code == 200 and await response.aread() == b"ok"
+        await response.aclose()
+        server.close()
+
+    for runner in (asyncio.run, uvloop.run):
+        got.clear()
+        runner(run())
+        assert got == [b"".join([b'{"model":"m",', b'"prompt":', b'"' + b"x" * 300_000 + b'"', b"}"])]

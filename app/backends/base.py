@@ -29,7 +29,7 @@ from app.backends.streamhttp import (
 )
 from app.constraints.tools import Constraint, ConstraintRequest
 from app.errors import APIError, BackendError
-from app.jsontext import dumps_body
+from app.jsontext import body_pieces
 
 
 def probe_timeout(client: httpx.AsyncClient) -> httpx.Timeout:
@@ -184,7 +184,7 @@ class Backend:
     async def open_stream(self, path: str, body: dict[str, Any]) -> StreamedResponse:
         """POST ``body`` and return the streaming response once its status is known to be OK."""
         try:
-            response = await self.streaming.post(self.url(path), dumps_body(body), self.headers)
+            response = await self.streaming.post(self.url(path), body_pieces(body), self.headers)
         except ConnectTimedOut as exc:
             raise BackendError(504, f"backend connect timeout: {self.base_url}", retryable=True,
                                code="backend_timeout", kind="connect_timeout") from exc

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 READ_SIZE = 1 << 16
@@ -131,18 +131,21 @@ class StreamingClient:
         else:
             conn[1].close()
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> StreamedResponse:
-        """Send the request and read the response head; the body is left to stream."""
+    async def post(self, url: str, body: bytes | Sequence[bytes], headers: Mapping[str, str]) -> StreamedResponse:
+        """Send the request — ``body``, or its pieces one after the other, handed to the transport as
+        they are (not joined: a long prompt is not copied again) — and read the response head; the
+        body is left to stream."""
         key, opening = _destination(url)
-        head = opening + f"Content-Length: {len(body)}\r\n"
+        pieces = [body] if isinstance(body, bytes) else body
+        head = opening + f"Content-Length: {sum(map(len, pieces))}\r\n"
         for name, value in headers.items():
             head += f"{name}: {value}\r\n"
-        request = (head + "\r\n").encode("latin-1") + body
+        request = [(head + "\r\n").encode("latin-1"), *pieces]
         for attempt in (0, 1):
             pooled = self._take_idle(key) if attempt == 0 else None
             reader, writer = pooled or await self._connect(*key)
             try:
-                writer.write(request)
+                writer.writelines(request)
                 async with asyncio.timeout(self.read_timeout):
                     raw_head = await reader.readuntil(b"\r\n\r\n")
             except TimeoutError as exc:
