@@ -13,7 +13,11 @@ with those elements replaced by one string of the process's own (``_SENTINEL``: 
 client can send): where that string is the first element of the body's list, the list's place in
 the body is proven (the parse before it is the same bytes), and the body is that parse with the
 string replaced by the layout's ``n`` elements — the same objects, which nothing downstream
-changes (a test holds them to a fresh parse). Anything else (the string elsewhere, invalid JSON)
+changes (a test holds them to a fresh parse). Where the elements differ at one place only — an
+element edited in place (an agent's repo map re-sent, an old tool result cleared) — the layout's
+elements after it are found again right after the new one (one search for their bytes): the body
+is parsed with each of the two runs replaced by the string, the new element between them, which
+must be exactly one element in compact JSON. Anything else (the string elsewhere, invalid JSON)
 is parsed whole, as without a layout. So a body costs its new bytes plus a comparison of the
 bytes in common (``bytes.startswith``: ``memcmp``), and the elements' JSON — the prefix service's
 units (``app.prefix.unit``) — is encoded for new elements only.
@@ -34,6 +38,8 @@ _SENTINEL_JSON = orjson.dumps(_SENTINEL)
 #: bytes an element's JSON can open with for its end to be its own (an object, an array, a string):
 #: a number's bytes can be the start of a longer number
 _SELF_ENDING = frozenset(b'{["')
+#: the first bytes of an element edited in place that ``read`` takes (one of them: ``_SELF_ENDING``)
+_OPENINGS = frozenset(bytes([b]) for b in _SELF_ENDING)
 #: elements encoded before a body reusing nothing is admitted (its conversation's first ones)
 HEAD = 4
 T = TypeVar("T")
@@ -68,6 +74,8 @@ class Elements:
     layout: Layout | None
     #: the layout the reused elements came from
     base: Layout | None
+    #: the one place among the first ``reused`` whose element is the body's own (edited in place)
+    replaced: int | None = None
 
     def json(self, i: int) -> bytes | None:
         """Element ``i``'s compact JSON, where it is known."""
@@ -81,6 +89,9 @@ class Elements:
         had = self.base.derived.get(what) if self.base is not None else None
         made: list[T] = had[:self.reused] if had is not None else []
         jsons = self.jsons
+        at = self.replaced
+        if at is not None and at < len(made):
+            made[at] = make(self.items[at], jsons[at])
         for i in range(len(made), len(self.items)):
             made.append(make(self.items[i], jsons[i] if i < len(jsons) else None))
         if self.layout is not None:
@@ -137,6 +148,14 @@ def read(raw: bytes, key: str, layouts: list[Layout],
         n, at = shared(raw, layout)
         if n > reused:
             best, reused, end = layout, n, at
+    # an element edited in place: after the run in common — or first, under the same head
+    candidates = ([best] if best is not None else
+                  [layout for layout in layouts if raw.startswith(memoryview(layout.raw)[:layout.start])])
+    for layout in candidates:
+        if reused < len(layout.ends) - 1:
+            edited = _edited(raw, key, layout, reused, end)
+            if edited is not None:
+                return edited
     body: Any = None
     if best is not None:
         try:
@@ -159,7 +178,45 @@ def read(raw: bytes, key: str, layouts: list[Layout],
         if not admit(jsons):
             return body, Elements(listed, jsons, 0, None, None)
     _encode(listed, jsons, len(listed))
-    return body, Elements(listed, jsons, reused, _layout(raw, listed, jsons, best, reused, end), best)
+    known = (best.start, best.jsons[:reused], best.ends[:reused]) if best is not None else None
+    return body, Elements(listed, jsons, reused, _layout(raw, listed, jsons, known), best)
+
+
+def _edited(raw: bytes, key: str, best: Layout, reused: int, end: int) -> tuple[Any, Elements] | None:
+    """``raw`` read as ``best``'s body with its element ``reused`` edited in place — the elements
+    before it at their places (up to ``end``), those after it found again right after a new one
+    (see the module docstring) — or ``None`` when it is not that."""
+    at = best.start if reused == 0 else end + 1  # where the edited element starts
+    if reused and raw[end:at] != b",":
+        return None
+    after = memoryview(best.raw)[best.ends[reused]:]  # "," and the elements after it, as they were
+    found = raw.find(after, at + 1)
+    if found < 0:
+        return None
+    data = raw[at:found]
+    if data[:1] not in _OPENINGS:
+        return None
+    parts = [raw[:best.start], _SENTINEL_JSON + b"," if reused else b"", data, b",", _SENTINEL_JSON,
+             raw[found + len(after):]]
+    try:
+        body = orjson.loads(b"".join(parts))
+    except orjson.JSONDecodeError:
+        return None
+    listed = body.get(key) if isinstance(body, dict) else None
+    mine = 1 if reused else 0  # where the edited element is in the parse
+    if (not isinstance(listed, list) or len(listed) < mine + 2 or listed[mine + 1] != _SENTINEL
+            or (reused and listed[0] != _SENTINEL) or orjson.dumps(listed[mine]) != data):
+        return None  # not one element in compact JSON between the two runs
+    count = len(best.ends)
+    listed[mine + 1:mine + 2] = best.items[reused + 1:count]
+    listed[:mine] = best.items[:reused]
+    known = [*best.jsons[:reused], data, *best.jsons[reused + 1:count]]
+    jsons: list[bytes | None] = list(known)
+    _encode(listed, jsons, len(listed))
+    shift = found - best.ends[reused]
+    ends = [*best.ends[:reused], at + len(data), *(e + shift for e in best.ends[reused + 1:])]
+    layout = _layout(raw, listed, jsons, (best.start, known, ends))
+    return body, Elements(listed, jsons, count, layout, best, reused)
 
 
 def _encode(items: list[Any], jsons: list[bytes | None], upto: int) -> None:
@@ -172,14 +229,16 @@ def _encode(items: list[Any], jsons: list[bytes | None], upto: int) -> None:
             jsons.append(None)
 
 
-def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None], best: Layout | None, reused: int,
-            end: int) -> Layout | None:
-    """The layout ``raw`` leaves: ``best``'s head and reused elements, then each element whose JSON
-    ``raw`` holds right after the last, a comma between — or, reusing nothing, from the list's
-    place found by its first element's JSON (a wrong place is caught when the layout is used)."""
-    if best is not None:
-        start, pos, known, ends = best.start, end + 1, best.jsons[:reused], best.ends[:reused]
-        more = raw[end:end + 1] == b","
+def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None],
+            known_in: tuple[int, list[bytes], list[int]] | None) -> Layout | None:
+    """The layout ``raw`` leaves: the list's start, the elements known to be in place and their ends
+    (``known_in``: a layout's reused ones), then each element whose JSON ``raw`` holds right after
+    the last, a comma between — or, with none known, from the list's place found by its first
+    element's JSON (a wrong place is caught when the layout is used)."""
+    if known_in is not None:
+        start, known, ends = known_in[0], list(known_in[1]), list(known_in[2])
+        pos = ends[-1] + 1
+        more = raw[pos - 1:pos] == b","
     else:
         first = jsons[0] if jsons else None
         if first is None or first[0] not in _SELF_ENDING:

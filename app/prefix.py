@@ -622,7 +622,7 @@ class PrefixService:
 
         body, elements = read(raw, key, layouts, admit)
         if elements is not None:
-            self.elements_reused += elements.reused
+            self.elements_reused += elements.reused - (elements.replaced is not None)
         if elements is not None and elements.layout is not None:
             kept = [elements.layout, *(layout for layout in layouts if layout is not elements.base)][:MAX_PROBES]
             size = sum(layout.size for layout in kept) + len(held_key[2]) + UNIT_OVERHEAD

@@ -63,17 +63,58 @@ def test_a_rewritten_last_element_reuses_those_before_it() -> None:
     assert elements is not None and elements.reused == 7
 
 
-def test_an_edited_element_reuses_those_before_it_and_leaves_a_layout() -> None:
-    """Past the body's opening (``OPENING_BYTES``: an edit there files the body elsewhere)."""
+def test_an_edited_element_reuses_those_around_it_and_leaves_a_layout() -> None:
+    """An element edited in place (past the body's opening, ``OPENING_BYTES``: an edit there files
+    the body elsewhere): the elements before it and after it are the last body's — the same
+    objects — only the edited one and the new ones are parsed and encoded."""
     service = PrefixService(64 << 20)
     for n in (6, 8):
-        read(service, compact(conversation(n)))
+        _, before = read(service, compact(conversation(n)))
+    assert before is not None and before.layout is not None
     body = conversation(9)
     body["messages"][4]["content"] = "edited"
-    _, elements = read(service, compact(body))
-    assert elements is not None and elements.reused == 4 and elements.layout is not None
+    parsed, elements = read(service, compact(body))
+    assert elements is not None and elements.reused == 8 and elements.replaced == 4
+    assert [a is b for a, b in zip(parsed["messages"], before.layout.items, strict=False)] == [True] * 4 + [False] + [True] * 3
+    assert elements.jsons == [orjson.dumps(m) for m in body["messages"]]
+    assert elements.layout is not None and len(elements.layout.jsons) == 9
     _, after = read(service, compact({**body, "messages": [*body["messages"], message(9)]}))
-    assert after is not None and after.reused == 9
+    assert after is not None and after.reused == 9 and after.replaced is None
+    head = {"model": "m", "instructions": "Be brief. " * 120}  # the first element past the opening
+    for n in (6, 8):
+        read(service, compact({**head, **conversation(n)}))
+    body = {**head, **conversation(8)}
+    body["messages"][0]["content"] = "the first, edited"  # no run before it
+    _, first = read(service, compact(body))
+    assert first is not None and first.replaced == 0 and first.reused == 8
+
+
+@pytest.mark.parametrize("change", ["nested copy", "spaced", "two edits", "dropped", "inserted"])
+def test_what_is_not_one_element_edited_in_place_parses_as_before(change: str) -> None:
+    """The elements after an edit found inside the edited one (it holds their bytes), an edited
+    element not in compact JSON, two edits, an element dropped or inserted: not taken as one
+    element edited — the body parses as it is, reusing the elements before the change."""
+    service = PrefixService(64 << 20)
+    for n in (7, 9):
+        read(service, compact(conversation(n)))
+    messages = conversation(9)["messages"]
+    if change == "nested copy":
+        messages[3] = {**messages[3], "copies": [message(99), *messages[4:]]}
+    elif change == "two edits":
+        messages[3] = {**messages[3], "content": "one"}
+        messages[6] = {**messages[6], "content": "two"}
+    elif change == "dropped":
+        del messages[3]
+    elif change == "inserted":
+        messages.insert(3, message(50))
+    raw = compact({"model": "m", "messages": messages})
+    if change == "spaced":
+        messages[3] = {**messages[3], "content": "edited"}
+        raw = compact({"model": "m", "messages": messages})
+        element = compact(messages[3])
+        raw = raw.replace(element, json.dumps(messages[3], ensure_ascii=False).encode())
+    _, elements = read(service, raw)
+    assert elements is not None and elements.replaced is None and elements.reused == 3
 
 
 def test_a_first_sighting_encodes_only_its_first_elements_and_keeps_nothing() -> None:
@@ -235,7 +276,7 @@ def test_a_total_measures_only_the_elements_not_reused() -> None:
     body = conversation(12)
     body["messages"][5]["n"] = 50
     count(compact(body))
-    assert measured == [50, 6, 7, 8, 9, 10, 11]
+    assert measured == [50, 11]  # the edited element in place, and the new one
     assert total(None, body["messages"], "n", measure) == sum(m["n"] + 1 for m in body["messages"])
 
 
@@ -286,6 +327,13 @@ def test_what_a_face_derives_from_an_element_is_derived_once() -> None:
     again = list(each(grown, body["messages"], "unit", unit_of))
     assert made == [8, 9] and all(a is b for a, b in zip(again[:8], units, strict=True))
     assert again == [b"u" + orjson.dumps(m) for m in body["messages"]]
+    made.clear()
+    edited = conversation(10)
+    edited["messages"][5]["n"] = 55
+    parsed, replaced = read(service, compact(edited))
+    assert list(each(replaced, parsed["messages"], "unit", unit_of)) == [b"u" + orjson.dumps(m)
+                                                                         for m in parsed["messages"]]
+    assert made == [55]
     made.clear()
     fresh = list(each(grown, list(body["messages"]), "unit", unit_of))
     assert fresh == again and len(made) == 10  # another list than the elements: made afresh
