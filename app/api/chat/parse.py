@@ -50,11 +50,10 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     too_many(total(elements, messages, "parts and calls", _parts_and_calls), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
     units = each(elements, messages, "unit", _unit)  # (drawn as the service asks: nothing without it)
+    legacy = each(elements, messages, "legacy", _legacy)
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
-    legacy = prefix is not None and prefix.enabled and is_legacy(body, messages,
-                                                                 each(elements, messages, "legacy", _legacy))
-    if prefix is not None and prefix.enabled and not legacy:
+    if prefix is not None and prefix.enabled and not is_legacy(body, messages, legacy):
         recall = prefix.recall(scope_of(tenant, "chat"), units,
                                limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
