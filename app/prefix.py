@@ -602,9 +602,11 @@ class PrefixService:
         """``raw`` (a request body) parsed, with its list at ``key`` (the conversation: ``messages``,
         ``input``) parsed and encoded only past what an earlier body of ``scope``'s with the same
         first ``OPENING_BYTES`` held (``app.bodies``): up to ``MAX_PROBES`` layouts per first
-        bytes, the most recent first. A body reusing nothing leaves its layout only when the digest of its first
-        elements was sighted before (as a conversation is kept from its second sighting: a batch of
-        one-off requests encodes nothing more than without the service). Off, and for a body of
+        bytes, the most recent first. A body reusing nothing leaves its layout only when its first
+        elements were sighted before, as a conversation's are (``recall``: their digests — the
+        first one alone does not tell — so an element edited at every turn does not keep the
+        conversation from being kept; a batch of one-off requests encodes nothing more than
+        without the service). Off, and for a body of
         less than twice ``OPENING_BYTES`` (not worth it): ``orjson.loads``."""
         if not self.enabled or len(raw) < 2 * OPENING_BYTES:
             return orjson.loads(raw), None
@@ -613,12 +615,10 @@ class PrefixService:
             held = self._held.get(held_key)
         layouts: list[Layout] = held[1] if held is not None else []
 
-        def admit(jsons: list[bytes | None]) -> bool:
-            digest = hashlib.blake2b(b"body\x00" + scope + key.encode(), digest_size=16)
-            for data in jsons:
-                digest.update(b"\x00" if data is None else len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
+        def admit(jsons: list[bytes | None]) -> bool:  # sighted as a conversation is: by its first elements
+            anchors, first = _anchors(b"body\x00" + scope + key.encode(), jsons)
             with self._lock:
-                return self._seen([digest.digest()])
+                return self._seen([anchor for anchor in anchors if anchor != first])
 
         body, elements = read(raw, key, layouts, admit)
         if elements is not None:

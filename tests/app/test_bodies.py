@@ -126,6 +126,28 @@ def test_a_first_sighting_encodes_only_its_first_elements_and_keeps_nothing() ->
     assert len(service) == 0
 
 
+def test_a_conversation_whose_early_element_changes_every_turn_is_kept() -> None:
+    """Sighted as the prefix service sights conversations (by its first elements, each telling):
+    an element edited at every turn (a repo map re-sent) does not keep the body from leaving its
+    layout — and then only what changed is parsed; one-off bodies sharing only their first
+    element (a system prompt) leave nothing."""
+    service = PrefixService(64 << 20)
+    system = {"role": "system", "content": "You are an agent. " * 80}  # past the body's opening
+    for i in range(5):
+        others = conversation(8 + i)["messages"][1:]
+        others = [system, *({**m, "content": f"one-off {i} " + "x" * 300} for m in others)]
+        _, elements = read(service, compact({"model": "m", "messages": others}))
+        assert elements is not None and elements.layout is None
+    kept = []
+    for turn in range(4):
+        body = conversation(8 + turn)
+        body["messages"][:2] = [system, {**body["messages"][1], "content": f"repo map, turn {turn}"}]
+        _, elements = read(service, compact(body))
+        assert elements is not None
+        kept.append((elements.layout is not None, elements.reused, elements.replaced))
+    assert kept == [(False, 0, None), (True, 0, None), (True, 9, 1), (True, 10, 1)]
+
+
 def test_another_tenant_reuses_nothing() -> None:
     service = PrefixService(64 << 20)
     for n in (6, 8):
