@@ -8,6 +8,7 @@ request is closed upstream as soon as the iterator is closed (client disconnect)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -132,6 +133,22 @@ class Backend:
             raise NotImplementedError(f"backend kind {self.kind!r} cannot tokenize without a BOS")
         return token_ids(tokenizer, await self._post_json(tokenizer.path, tokenizer_body(tokenizer, text, self.model,
                                                                                            fields)))
+
+    async def mixed_prompt(self, text: str, regions: Sequence[tuple[int, int]]) -> list[str | int]:
+        """``text`` as llama-server's mixed prompt: the stretches between ``regions`` as strings (it
+        tokenizes them with their control strings parsed), each region as the ids of its plain-text
+        tokenization (``tokenize``). It starts with a string (llama-server adds its BOS token only then)."""
+        ids = await asyncio.gather(*(self.tokenize(text[a:b]) for a, b in regions))
+        out: list[str | int] = []
+        at = 0
+        for (a, b), tokens in zip(regions, ids, strict=True):
+            if a > at or not out:
+                out.append(text[at:a])
+            out.extend(tokens)
+            at = b
+        if at < len(text):
+            out.append(text[at:])
+        return out
 
     async def probe(self) -> BackendFacts:
         """Ask the backend what the dialect's ``probes`` name (an answer that fails or is not JSON

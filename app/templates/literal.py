@@ -155,6 +155,30 @@ class ControlText:
         for m in pattern.finditer(text, start, len(text) if end is None else end):
             yield m.span()
 
+    def regions(self, text: str, spans: Sequence[Span]) -> list[Span]:
+        """The stretches of ``text`` to tokenize as plain text so that its client ``spans`` stay
+        text: each span widened to the control strings around it that are not in a span (the
+        template's own: the tokenizer splits there anyway), or to the text's ends; overlapping
+        ones merged."""
+        ordered = sorted(spans)
+        own = [(s, e) for s, e in self.occurrences(text)
+               if not any(a < e and s < b for a, b in ordered)]  # spans are few: a request has a handful
+        out: list[Span] = []
+        k = 0
+        for a, b in ordered:
+            while k < len(own) and own[k][1] <= a:
+                k += 1
+            start = own[k - 1][1] if k else 0
+            j = k
+            while j < len(own) and own[j][0] < b:
+                j += 1
+            end = own[j][0] if j < len(own) else len(text)
+            if out and start <= out[-1][1]:
+                out[-1] = (out[-1][0], max(end, out[-1][1]))
+            else:
+                out.append((start, end))
+        return out
+
     # ------------------------------------------------------------------------ the render
 
     def render(self, render: Render, turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
