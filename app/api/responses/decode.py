@@ -34,12 +34,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from app.api.responses.context import Context
 from app.api.responses.encode import new_id
 from app.api.responses.protocol import CUSTOM_INPUT, Parsed, ToolSet, shown
 from app.backends.generation import Sampling
+from app.bodies import Elements, each
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, file_url, media_url, no_file_ids
@@ -76,17 +79,30 @@ def stub(item: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
+def as_sent(item: Any, _: bytes | None = None) -> bool:
+    """Whether an input item is already what ``normalised_input`` makes of it: an object with an
+    ``id`` and a string ``type`` the decoder reads."""
+    if not isinstance(item, dict) or "id" not in item:
+        return False
+    kind = item.get("type")
+    return isinstance(kind, str) and kind not in _SKIPPED_ITEMS
+
+
+def normalised_input(raw: str | list[Any] | None, elements: Elements | None = None) -> list[dict[str, Any]]:
     """The request's input as items (a string is one user message), each with an id and a string
-    ``type``; items the decoder skips are reduced to their ``stub`` (as they are stored)."""
+    ``type``; items the decoder skips are reduced to their ``stub`` (as they are stored).
+    ``elements``: the input as the body read found it (``app.bodies``: whether an item is as sent
+    is known for the items of an earlier body)."""
     if raw is None:
         return []
     if isinstance(raw, str):
         return [{"id": new_id("msg_"), "type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": raw}]}]
-    items = []
+    items = list(raw)
+    sent = elements.items if elements is not None and len(elements.items) == len(raw) else raw  # (the same items)
     random, first = "", 0  # the ids the items lack, from one read of the system's randomness (not one each)
-    for i, item in enumerate(raw):
+    for i in compress(range(len(raw)), map(not_, each(elements, sent, "as sent", as_sent))):
+        item = raw[i]
         if not isinstance(item, dict):
             raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
         if "type" not in item and "role" in item:
@@ -100,7 +116,7 @@ def normalised_input(raw: str | list[Any] | None) -> list[dict[str, Any]]:
                 random, first = os.urandom(16 * (len(raw) - i)).hex(), i
             at = 32 * (i - first)
             item = {"id": _ID_PREFIX.get(kind, "item_") + random[at:at + 32], **item}
-        items.append(stub(item) if kind in _SKIPPED_ITEMS else item)
+        items[i] = stub(item) if kind in _SKIPPED_ITEMS else item
     return items
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from app.api.responses.decode import as_sent as _as_sent
 from app.api.responses.decode import normalised_input
 
 
@@ -21,3 +23,34 @@ def test_items_without_an_id_get_distinct_random_ids_of_their_kind() -> None:
     assert first[0]["id"].startswith("msg_") and first[3]["id"].startswith("msg_")
     assert first[1] == {"id": first[1]["id"], "type": "function_call_output", "call_id": "c1", "output": "ok"}
     assert raw[0] == {"type": "message", "role": "user", "content": "hi"}  # the client's items are left alone
+
+
+def test_an_agents_next_input_checks_only_its_new_items(monkeypatch) -> None:
+    """Whether an item is already in its stored form (an id, a type the decoder reads) is worked out
+    once per item: an agent's next body (``app.bodies``) asks it of its new items alone — and the
+    input comes out as it does without the body's elements, each item lacking an id given a new one."""
+    import json
+
+    from app.api.responses import decode
+    from app.prefix import PrefixService, scope_of
+
+    service, scope = PrefixService(64 << 20), scope_of("", "responses")
+    asked: list[Any] = []
+    monkeypatch.setattr(decode, "as_sent", lambda item, data=None: asked.append(item) or _as_sent(item, data))
+    items: list[dict[str, Any]] = [{"type": "message", "role": "developer", "content": "Sandbox. " * 200}]
+    for turn in range(4):
+        items += [{"id": f"fc_{turn}", "type": "function_call", "call_id": f"c{turn}", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"c{turn}", "output": "ok " * 50},
+                  {"id": f"ws_{turn}", "type": "web_search_call", "status": "completed", "action": {"q": "x"}}]
+        raw = json.dumps({"model": "m", "input": items}, separators=(",", ":")).encode()
+        body, elements = service.read_body(scope, raw, "input")
+        asked.clear()
+        got = normalised_input(list(body["input"]), elements)
+        if turn == 3:
+            assert asked == items[-3:]  # the new ones only
+        alone = normalised_input(body["input"])
+        assert [{k: v for k, v in a.items() if k != "id"} for a in got] == \
+               [{k: v for k, v in b.items() if k != "id"} for b in alone]
+        assert [a["id"] for a in got if a["id"].startswith(("fc_", "ws_")) and len(a["id"]) < 8] == \
+               [b["id"] for b in alone if b["id"].startswith(("fc_", "ws_")) and len(b["id"]) < 8]
+        assert got[-1] == {"id": f"ws_{turn}", "type": "web_search_call", "status": "completed"}  # its stub
