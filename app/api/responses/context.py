@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from itertools import compress
 from typing import Any
 
 from app.api.responses.history import chain_limits, history, store_unavailable
@@ -307,7 +308,11 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     references = _references(ctx.input)
     wanted = [*references]
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
-    wanted += [item["id"] for k, item in enumerate(ctx.input) if copied(item, at + k)]
+    elements = parsed.elements
+    sent = elements.items if elements is not None and len(elements.items) == len(ctx.input) else ctx.input
+    for k in compress(range(len(ctx.input)), each(elements, sent, "reasoning", _reasoning)):
+        if copied(ctx.input[k], at + k):
+            wanted.append(ctx.input[k]["id"])
     at = 1
     for _, items_before, trusted in ctx.before:
         if not trusted:
@@ -319,6 +324,11 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
+
+
+def _reasoning(item: Any, _: bytes | None) -> bool:
+    """Whether an input item is a reasoning item (its stored copy may be read: ``context``)."""
+    return isinstance(item, dict) and item.get("type") == "reasoning"
 
 
 def _sealed(item: dict[str, Any], signer: ThinkingSigner) -> bool:
