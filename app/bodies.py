@@ -112,6 +112,16 @@ def each(elements: Elements | None, items: list[Any], what: str,
     return (make(item, json(i)) for i, item in enumerate(items))
 
 
+def as_elements(elements: Elements | None, items: list[Any]) -> list[Any]:
+    """``elements.items`` where ``items`` holds the same elements in a list of its own (a request
+    model's ``list[Any]`` field: the body's items, the list copied), so that ``each`` reuses what
+    was derived from them; else ``items``."""
+    if elements is None or len(elements.items) != len(items):
+        return items
+    known = elements.items
+    return known if not items or (items[0] is known[0] and items[-1] is known[-1]) else items
+
+
 def total(elements: Elements | None, items: list[Any], what: str, measure: Callable[[Any], int]) -> int:
     """The sum of ``measure`` over ``items`` (``each``: the reused elements' counts as they were)."""
     return sum(each(elements, items, what, lambda item, _: measure(item)))
@@ -262,4 +272,4 @@ def _layout(raw: bytes, items: list[Any], jsons: list[bytes | None],
     return Layout(raw[:ends[-1]], start, ends, known, items[:len(known)], size)
 
 
-__all__ = ["HEAD", "Elements", "Layout", "each", "read", "shared", "total"]
+__all__ = ["HEAD", "Elements", "Layout", "as_elements", "each", "read", "shared", "total"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.bodies import HEAD, Elements, each, total
+from app.bodies import HEAD, Elements, as_elements, each, total
 from app.prefix import PrefixService, scope_of
 
 SCOPE = scope_of("", "chat")
@@ -359,3 +359,16 @@ def test_what_a_face_derives_from_an_element_is_derived_once() -> None:
     made.clear()
     fresh = list(each(grown, list(body["messages"]), "unit", unit_of))
     assert fresh == again and len(made) == 10  # another list than the elements: made afresh
+
+
+def test_a_copied_list_of_the_same_elements_is_known_as_them() -> None:
+    """``as_elements``: a request model's copy of the body's list (the same items) stands for the
+    elements, so what was derived from them is reused; another list of other items does not."""
+    service = PrefixService(64 << 20)
+    for n in (6, 8):
+        body, elements = read(service, compact(conversation(n)))
+    assert elements is not None
+    copied = list(body["messages"])
+    assert as_elements(elements, copied) is elements.items
+    assert as_elements(elements, [dict(m) for m in copied]) is not elements.items
+    assert as_elements(elements, copied[:-1]) is not elements.items and as_elements(None, copied) is copied

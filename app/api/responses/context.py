@@ -23,7 +23,7 @@ from typing import Any
 
 from app.api.responses.history import chain_limits, history, store_unavailable
 from app.api.responses.protocol import Parsed, ResponsesRequest
-from app.bodies import Elements, each
+from app.bodies import Elements, as_elements, each
 from app.errors import APIError, bad_request
 from app.prefix import Entry, PrefixService, Recall, scope_of, unit
 from app.settings import Settings
@@ -212,9 +212,7 @@ def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes |
             yield item_unit(item, trusted, item.get("id") in ctx.own)
     raw = request.input
     sent: list[Any] = [raw] if isinstance(raw, str) else raw or []
-    if elements is not None and len(elements.items) == len(sent):  # (the same items: ``input`` is ``list[Any]``)
-        sent = elements.items
-    yield from each(elements, sent, "unit", _sent_unit)
+    yield from each(elements, as_elements(elements, sent), "unit", _sent_unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,8 +306,8 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     references = _references(ctx.input)
     wanted = [*references]
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
-    elements = parsed.elements
-    sent = elements.items if elements is not None and len(elements.items) == len(ctx.input) else ctx.input
+    elements, raw = parsed.elements, request.input
+    sent = as_elements(elements, raw) if isinstance(raw, list) and len(raw) == len(ctx.input) else ctx.input
     for k in compress(range(len(ctx.input)), each(elements, sent, "reasoning", _reasoning)):
         if copied(ctx.input[k], at + k):
             wanted.append(ctx.input[k]["id"])

@@ -42,7 +42,7 @@ from app.api.responses.context import Context
 from app.api.responses.encode import new_id
 from app.api.responses.protocol import CUSTOM_INPUT, Parsed, ToolSet, shown
 from app.backends.generation import Sampling
-from app.bodies import Elements, each
+from app.bodies import Elements, as_elements, each
 from app.conversation import Call, Turn
 from app.errors import bad_request
 from app.media import Part, file_data, file_url, media_url, no_file_ids
@@ -99,9 +99,8 @@ def normalised_input(raw: str | list[Any] | None, elements: Elements | None = No
         return [{"id": new_id("msg_"), "type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": raw}]}]
     items = list(raw)
-    sent = elements.items if elements is not None and len(elements.items) == len(raw) else raw  # (the same items)
     random, first = "", 0  # the ids the items lack, from one read of the system's randomness (not one each)
-    for i in compress(range(len(raw)), map(not_, each(elements, sent, "as sent", as_sent))):
+    for i in compress(range(len(raw)), map(not_, each(elements, as_elements(elements, raw), "as sent", as_sent))):
         item = raw[i]
         if not isinstance(item, dict):
             raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
