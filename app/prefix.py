@@ -430,8 +430,7 @@ class PrefixService:
             return None
         drawn = iter(units)
         head = list(islice(drawn, max(HEAD, self.min_units)))
-        anchors, first = _anchors(scope, head)
-        telling = [anchor for anchor in anchors if anchor != first]
+        anchors, telling = _anchors(scope, head)
         with self._lock:
             self.recalls += 1
             if len(head) < self.min_units:  # not kept, but seen: an agent's first turn sights its conversation
@@ -616,9 +615,9 @@ class PrefixService:
         layouts: list[Layout] = held[1] if held is not None else []
 
         def admit(jsons: list[bytes | None]) -> bool:  # sighted as a conversation is: by its first elements
-            anchors, first = _anchors(b"body\x00" + scope + key.encode(), jsons)
+            _, telling = _anchors(b"body\x00" + scope + key.encode(), jsons)
             with self._lock:
-                return self._seen([anchor for anchor in anchors if anchor != first])
+                return self._seen(telling)
 
         body, elements = read(raw, key, layouts, admit)
         if elements is not None:
@@ -774,11 +773,11 @@ _BODY = "body"  # (the key of a request body's layouts in the bound: ``read_body
 _TOOLS = "tools"  # (the key of a face's kept tool definitions in the bound)
 
 
-def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], bytes | None]:
+def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], list[bytes]]:
     """The digests an entry with these units is filed under, most specific first: its first 4, 2
     and 1 units, then the units at ``PLACES`` alone (found again when the first changed: a system
-    prompt that carries the time) — and the one of the first unit alone, which many conversations
-    share (a system prompt): a sighting is told by the others (``PrefixService.recall``)."""
+    prompt that carries the time) — and those that tell a conversation's sighting: all but the one
+    of the first unit alone, which many conversations share (a system prompt)."""
     found: list[bytes] = []
     digest = hashlib.blake2b(scope, digest_size=16)
     for k, data in enumerate(units[:ANCHORS[0]], 1):
@@ -795,7 +794,7 @@ def _anchors(scope: bytes, units: Sequence[bytes | None]) -> tuple[list[bytes], 
             alone = hashlib.blake2b(scope + place.to_bytes(2, "little"), digest_size=16)
             alone.update(len(data).to_bytes(8, "little") + data[:ANCHOR_BYTES])
             found.append(alone.digest())
-    return found, first
+    return found, [anchor for anchor in found if anchor != first]
 
 
 def keep_after(note: Note | None) -> None:
