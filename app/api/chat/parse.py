@@ -27,10 +27,6 @@ def _unit(message: Any, data: bytes | None) -> bytes | None:
     return unit(message, data=data)
 
 
-def _legacy(message: Any, _: bytes | None) -> bool:
-    return legacy_message(message)
-
-
 def _parts_and_calls(message: Any) -> int:
     """A message's content parts and tool calls."""
     return raw_items([message], "content", "tool_calls")
@@ -50,7 +46,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     too_many(total(elements, messages, "parts and calls", _parts_and_calls), settings.max_input_items,
              "content parts and tool calls in messages", "--max-input-items", "messages")
     units = each(elements, messages, "unit", _unit)  # (drawn as the service asks: nothing without it)
-    legacy = each(elements, messages, "legacy", _legacy)
+    legacy = each(elements, messages, "legacy", legacy_message)
     recall = known = None
     # the deprecated ``functions`` shape is decoded across messages: never from, nor into, the service
     if prefix is not None and prefix.enabled and not is_legacy(body, messages, legacy):

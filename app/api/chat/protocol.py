@@ -123,8 +123,9 @@ def is_legacy(body: dict[str, Any], messages: Iterable[Any], flags: Iterable[boo
         flags if flags is not None else map(legacy_message, messages))
 
 
-def legacy_message(message: Any) -> bool:
-    """A message of the deprecated function calling: a ``function`` message, or one with a ``function_call``."""
+def legacy_message(message: Any, _: bytes | None = None) -> bool:
+    """A message of the deprecated function calling: a ``function`` message, or one with a
+    ``function_call`` (its JSON, where known, is not needed: ``app.bodies.each``)."""
     return isinstance(message, dict) and (message.get("role") == "function" or "function_call" in message)
 
 
