@@ -32,14 +32,13 @@ becomes of them — anything else is a 400 naming the field.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import compress
 from operator import not_
 from typing import Any
 
 from app.api.responses.context import Context
-from app.api.responses.encode import new_id
+from app.api.responses.encode import id_maker, new_id
 from app.api.responses.protocol import CUSTOM_INPUT, Parsed, ToolSet, shown
 from app.backends.generation import Sampling
 from app.bodies import Elements, as_elements, each
@@ -99,7 +98,7 @@ def normalised_input(raw: str | list[Any] | None, elements: Elements | None = No
         return [{"id": new_id("msg_"), "type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": raw}]}]
     items = list(raw)
-    random, first = "", 0  # the ids the items lack, from one read of the system's randomness (not one each)
+    mint: Callable[[str], str] | None = None  # the ids the items lack
     for i in compress(range(len(raw)), map(not_, each(elements, as_elements(elements, raw), "as sent", as_sent))):
         item = raw[i]
         if not isinstance(item, dict):
@@ -110,11 +109,9 @@ def normalised_input(raw: str | list[Any] | None, elements: Elements | None = No
         if not isinstance(kind, str):
             raise bad_request(f"input[{i}].type: expected a string naming the item type, got {shown(kind)}",
                               f"input.{i}.type")
-        if "id" not in item:  # as ``new_id`` makes them: 16 random bytes in hex
-            if not random:
-                random, first = os.urandom(16 * (len(raw) - i)).hex(), i
-            at = 32 * (i - first)
-            item = {"id": _ID_PREFIX.get(kind, "item_") + random[at:at + 32], **item}
+        if "id" not in item:
+            mint = mint or id_maker(len(raw) - i)
+            item = {"id": mint(_ID_PREFIX.get(kind, "item_")), **item}
         items[i] = stub(item) if kind in _SKIPPED_ITEMS else item
     return items
 
