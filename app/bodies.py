@@ -168,12 +168,8 @@ def read(raw: bytes, key: str, layouts: list[Layout],
                 return edited
     body: Any = None
     if best is not None:
-        try:
-            body = orjson.loads(raw[:best.start] + _SENTINEL_JSON + raw[end:])
-        except orjson.JSONDecodeError:
-            body = None  # parsed whole below: its error is the body's own
-        listed = body.get(key) if isinstance(body, dict) else None
-        if isinstance(listed, list) and listed and listed[0] == _SENTINEL:
+        body, listed = _parsed(raw[:best.start] + _SENTINEL_JSON + raw[end:], key)  # (an error: parsed whole below)
+        if listed and listed[0] == _SENTINEL:
             listed[:1] = best.items[:reused]
         else:
             best, reused, body = None, 0, None
@@ -208,13 +204,9 @@ def _edited(raw: bytes, key: str, best: Layout, reused: int, end: int) -> tuple[
         return None
     parts = [raw[:best.start], _SENTINEL_JSON + b"," if reused else b"", data, b",", _SENTINEL_JSON,
              raw[found + len(after):]]
-    try:
-        body = orjson.loads(b"".join(parts))
-    except orjson.JSONDecodeError:
-        return None
-    listed = body.get(key) if isinstance(body, dict) else None
+    body, listed = _parsed(b"".join(parts), key)
     mine = 1 if reused else 0  # where the edited element is in the parse
-    if (not isinstance(listed, list) or len(listed) < mine + 2 or listed[mine + 1] != _SENTINEL
+    if (listed is None or len(listed) < mine + 2 or listed[mine + 1] != _SENTINEL
             or (reused and listed[0] != _SENTINEL) or orjson.dumps(listed[mine]) != data):
         return None  # not one element in compact JSON between the two runs
     count = len(best.ends)
@@ -227,6 +219,17 @@ def _edited(raw: bytes, key: str, best: Layout, reused: int, end: int) -> tuple[
     ends = [*best.ends[:reused], at + len(data), *(e + shift for e in best.ends[reused + 1:])]
     layout = _layout(raw, listed, jsons, (best.start, known, ends))
     return body, Elements(listed, jsons, count, layout, best, reused)
+
+
+def _parsed(data: bytes, key: str) -> tuple[Any, list[Any] | None]:
+    """``data`` parsed with its list at ``key`` (``None``: none there), or ``(None, None)`` when it
+    is not JSON."""
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None, None
+    listed = body.get(key) if isinstance(body, dict) else None
+    return body, listed if isinstance(listed, list) else None
 
 
 def _encode(items: list[Any], jsons: list[bytes | None], upto: int) -> None:
