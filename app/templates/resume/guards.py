@@ -22,7 +22,7 @@ from jinja2.visitor import NodeTransformer
 
 from app.templates.fastrender import render
 from app.templates.resume.exact import _Inexact, exact_bytes
-from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, _names
+from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, _names, loop_attr
 
 #: the main loop's ``loop`` attributes a guard may read: where the iteration is, nothing of its items
 _PLACE = frozenset({"index0", "index", "first", "last"})
@@ -171,7 +171,7 @@ def _guards(env: jinja2.Environment, main: nodes.For, captured: tuple[str, ...],
     sides: list[nodes.Node] = []
     for guard in finder.found:
         reads = frozenset(n.name for n in _names(guard) if n.name in outer)
-        last = any(_is_place(node, ("last",)) for node in guard.find_all(nodes.Getattr))
+        last = any(loop_attr(node) == "last" for node in guard.find_all(nodes.Getattr))
         compared = _place_comparison(guard)
         if compared is not None:
             sides.append(_copied(compared[0]))
@@ -193,13 +193,6 @@ def _compiled(env: jinja2.Environment, body: list[nodes.Node], lineno: int) -> j
 
 #: the comparisons whose outcome over the places changes only between the two values compared
 _ORDERS = frozenset({"eq", "ne", "gt", "gteq", "lt", "lteq"})
-#: a place attribute of the main loop and what it adds to the iteration's index
-_SHIFTS = {"index0": 0, "index": 1}
-
-
-def _is_place(node: nodes.Node, attrs: Sequence[str]) -> bool:
-    return (isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop"
-            and node.attr in attrs)
 
 
 def _place_comparison(guard: nodes.Node) -> tuple[nodes.Node, int] | None:
@@ -209,8 +202,9 @@ def _place_comparison(guard: nodes.Node) -> tuple[nodes.Node, int] | None:
         return None
     left, right = guard.expr, guard.ops[0].expr
     for place, side in ((left, right), (right, left)):
-        if _is_place(place, tuple(_SHIFTS)) and not any(n.name == "loop" for n in _names(side)):
-            return side, _SHIFTS[place.attr]  # type: ignore[attr-defined]
+        attr = loop_attr(place)
+        if attr in PLACE_SHIFTS and not any(n.name == "loop" for n in _names(side)):
+            return side, PLACE_SHIFTS[attr]
     return None
 
 
@@ -232,8 +226,9 @@ class _GuardFinder:
             return True
         if isinstance(node, nodes.Name):
             return node.name in self.outer
-        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
-            return not nested and node.attr in _PLACE
+        attr = loop_attr(node)
+        if attr is not None:
+            return not nested and attr in _PLACE
         if isinstance(node, nodes.Call):  # a method that changes nothing, of a pure value
             if (not isinstance(node.node, nodes.Getattr) or node.node.attr in _MUTATORS
                     or node.dyn_args is not None or node.dyn_kwargs is not None):
@@ -300,7 +295,7 @@ class _AtPlace(NodeTransformer):
     (``__tw_i``) and the loop's length (``__tw_n``)."""
 
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
-        if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+        if loop_attr(node) is None:
             return self.generic_visit(node)
         i = nodes.Name(_I, "load")
         if node.attr == "index0":

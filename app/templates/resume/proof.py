@@ -15,7 +15,7 @@ from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
 from app.templates.resume.guards import Guards, _guards
-from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, _names
+from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, _names, loop_attr
 
 _ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
@@ -228,11 +228,11 @@ class _Body:
                 raise NotProven(f"the loop body reads {node.name}")
             self.reads.add(node.name)
             return
-        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop" \
-                and not inner_loop:
-            if in_macro or node.attr not in _LOOP_ATTRS:
-                raise NotProven(f"the loop body reads loop.{node.attr}")
-            behind, ahead = _LOOP_ATTRS[node.attr]
+        attr = loop_attr(node)
+        if attr is not None and not inner_loop:
+            if in_macro or attr not in _LOOP_ATTRS:
+                raise NotProven(f"the loop body reads loop.{attr}")
+            behind, ahead = _LOOP_ATTRS[attr]
             self.ahead, self.behind = max(self.ahead, ahead), max(self.behind, behind)
             return
         if isinstance(node, nodes.Getitem) and isinstance(node.node, nodes.Name) and node.node.name == self.sequence:
@@ -303,9 +303,8 @@ def _relative_index(arg: nodes.Node, inner_loop: bool) -> int | None:
         return None
 
     def base(node: nodes.Node) -> int | None:
-        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
-            return {"index0": 0, "index": 1}.get(node.attr)
-        return None
+        attr = loop_attr(node)
+        return PLACE_SHIFTS.get(attr) if attr is not None else None
 
     direct = base(arg)
     if direct is not None:
@@ -388,7 +387,7 @@ class _Sparse(NodeTransformer):
         return nodes.Call(nodes.Name(_AT, "load"), [node.node, self.visit(node.arg)], [], None, None)
 
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
-        if not (isinstance(node.node, nodes.Name) and node.node.name == "loop"):
+        if loop_attr(node) is None:
             return self.generic_visit(node)
         place = _of_run("index")
         sequence = nodes.Name(self.sequence, "load")

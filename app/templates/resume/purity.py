@@ -1,7 +1,8 @@
 """The Jinja that changes nothing, as the proof (``proof``) and the guard finder (``guards``) both
 judge it: the method names that change the list, dict, set or deque they are called on
 (``_MUTATORS``), the filters that are not pure (``_IMPURE_FILTERS``), and the names an
-expression or assignment target reads (``_names``)."""
+expression or assignment target reads (``_names``) — and how both read the loop's place
+(``loop_attr``, ``PLACE_SHIFTS``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ _MUTATORS: frozenset[str] = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", "update", "setdefault", "popitem",
     "add", "discard", "difference_update", "intersection_update", "symmetric_difference_update", "appendleft",
     "extendleft", "popleft", "rotate"})
+
+
+#: the main loop's attributes that say an iteration's place, and what each adds to its index
+PLACE_SHIFTS = {"index0": 0, "index": 1}
+
+
+def loop_attr(node: nodes.Node) -> str | None:
+    """``attr`` where ``node`` is ``loop.attr`` (the innermost loop's, where it stands), else ``None``."""
+    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+        return str(node.attr)
+    return None
 
 
 def _names(node: nodes.Node) -> list[nodes.Name]:
