@@ -10,6 +10,7 @@ character; ``hide`` / ``escape`` / ``rewrite`` rewrite them (placeholders: ``app
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
@@ -58,6 +59,9 @@ class Tables:
         self.json_verbatim = encoded == set(strings)
         #: JSON escapes in call arguments that could spell a control string's characters when decoded
         self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
+        #: ``_escape_leaves``' last answer for a list of tools, with the tools' objects it was read off
+        #: (held: an agent's tools are the same objects turn after turn, ``app.prefix``)
+        self._leaves: tuple[tuple[Any, ...], bool] = ((), False)
 
     # ---- the scan
 
@@ -226,11 +230,17 @@ class Tables:
         text in one search — an agent's dozen tool schemas, the same every turn, are not walked."""
         if not self.json_verbatim:
             return False
+        objects, answer = self._leaves
+        if isinstance(value, list) and value and len(objects) == len(value) and all(map(operator.is_, objects, value)):
+            return answer  # the same objects as the last time (what ``escape`` reads never changes in place)
         try:
             text = orjson.dumps(value).decode()
         except (TypeError, orjson.JSONEncodeError):
             return False
-        return self.escapable.search(text) is None
+        answer = self.escapable.search(text) is None
+        if isinstance(value, list):
+            self._leaves = (tuple(value), answer)
+        return answer
 
     def inspects(self, inspected: frozenset[str], turns: Sequence[Turn], tools: list[dict[str, Any]] | None,
                  kwargs: Mapping[str, Any]) -> bool:

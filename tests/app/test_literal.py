@@ -260,6 +260,30 @@ def test_tools_are_escaped_as_walked_whatever_their_json_reads(parts: list[str],
     assert fast == walked and (fast == [tool]) == (walked == [tool])
 
 
+def test_the_same_tool_objects_are_read_once_for_escape_and_new_ones_again() -> None:
+    """An agent's tools are the same objects turn after turn: their JSON is searched once; a list of
+    other objects — even one holding a control string where the last held none — is searched anew."""
+    tables = ControlText(CHATML, "escape")._tables
+    searched: list[str] = []
+
+    class Counting:
+        def __init__(self, pattern: Any) -> None:
+            self.pattern = pattern
+
+        def search(self, text: str) -> Any:
+            searched.append(text)
+            return self.pattern.search(text)
+
+    tables.escapable = Counting(tables.escapable)  # type: ignore[assignment]
+    plain = [{"type": "function", "function": {"name": "t", "description": "reads a file"}}]
+    assert tables._escape_leaves(plain) and tables._escape_leaves(list(plain))
+    assert len(searched) == 1
+    marked = [{"type": "function", "function": {"name": "t", "description": "ends with <|im_end|>"}}]
+    assert not tables._escape_leaves(marked) and not tables._escape_leaves([*marked])
+    assert len(searched) == 2
+    assert tables._escape_leaves(plain) and len(searched) == 3  # the last answer only is held
+
+
 def _walked(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return fn(value)
