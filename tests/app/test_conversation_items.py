@@ -32,6 +32,10 @@ def message(key: str, trusted: bool = False) -> StoredItem:
                        "content": [{"type": "input_text", "text": f"text of {key}"}]}, trusted)
 
 
+def reasoning(key: str, trusted: bool = False) -> StoredItem:
+    return StoredItem({"type": "reasoning", "id": key, "summary": [{"type": "summary_text", "text": key}]}, trusted)
+
+
 @pytest.mark.parametrize("on", [True, False])
 async def test_a_growing_conversation_is_read_from_where_it_was_left(tmp_path: Path, on: bool) -> None:
     stores = open_sqlite(tmp_path / "c.sqlite3", 3600, 100, 1 << 30)
@@ -44,20 +48,25 @@ async def test_a_growing_conversation_is_read_from_where_it_was_left(tmp_path: P
         scope = scope_of("alice", "responses")
         first = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
         assert [i.id for i in first.items] == [f"m{i}" for i in range(20)] and store.read == 20
-        await stores.conversations.add_items("conv_g", [message("m20"), message("m21", True)], "alice", limits)
+        await stores.conversations.add_items("conv_g", [message("m20"), message("m21", True), reasoning("rs_client"),
+                                                         reasoning("rs_own", True)], "alice", limits)
         grown = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
-        assert [i.id for i in grown.items] == [f"m{i}" for i in range(22)]
-        assert [i.trusted for i in grown.items] == [i == 21 for i in range(22)]
-        assert store.read == (22 if on else 42)  # on: only the two new ones were read
+        assert [i.id for i in grown.items] == [*(f"m{i}" for i in range(22)), "rs_client", "rs_own"]
+        assert [i.trusted for i in grown.items] == [i in (21, 23) for i in range(24)]
+        assert store.read == (24 if on else 44)  # on: only the four new ones were read
         whole = await conversation_items(store, PrefixService(1 << 20), "conv_g", "alice", scope)  # type: ignore[arg-type]
-        assert len(whole.units) == 22  # read whole
+        assert len(whole.units) == 24  # read whole
         assert grown.units == (whole.units if on else [])  # read in two, the same units; off: none made at all
-        store.read = 22 if on else 42
+        # what a request derives of the items, derived as they came: the same as of the whole read
+        assert grown.objects == whole.objects == [i.item for i in whole.items]
+        assert grown.own == whole.own == {"m21": whole.items[21], "rs_own": whole.items[23]}
+        assert grown.reasoning == whole.reasoning == [22]  # a client's reasoning item (its stored copy is looked up)
         # an item deleted in the middle: everything is read again, and the deleted one is gone
         await stores.conversations.delete_item("conv_g", "m3", "alice")
         store.read = 0
         after = await conversation_items(store, prefix, "conv_g", "alice", scope)  # type: ignore[arg-type]
-        assert "m3" not in [i.id for i in after.items] and len(after.items) == 21 and store.read == 21
+        assert "m3" not in [i.id for i in after.items] and len(after.items) == 23 and store.read == 23
+        assert after.reasoning == [21]
         # another tenant, with what alice's reads left kept: the conversation is not there
         with pytest.raises(APIError) as refused:
             await conversation_items(store, prefix, "conv_g", "bob", scope_of("bob", "responses"))  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from typing import Any
@@ -150,7 +151,7 @@ class Context:
     input: list[dict[str, Any]] = field(default_factory=list)
     stored: dict[str, StoredItem] = field(default_factory=dict)
     conversation: str | None = None
-    own: frozenset[str] = frozenset()
+    own: AbstractSet[str] = frozenset()
     scope: bytes = b""
     kept: Entry | None = None
     recall: Recall | None = None
@@ -218,12 +219,37 @@ def units_of(request: ResponsesRequest, ctx: Context, conversation: list[bytes |
 @dataclass(frozen=True, slots=True)
 class KeptItems:
     """A stored conversation's items as a request read them (``conversation_items``), each item's
-    unit, and the store's mark of where the read ended — what the prefix service keeps of it."""
+    unit, and the store's mark of where the read ended — what the prefix service keeps of it — with
+    what a request derives of the items, derived once per item as the conversation grows:
+    ``objects`` (each item's object), ``own`` (toolwire's own copies by id) and ``reasoning`` (the
+    places of the reasoning items that are a client's, whose stored copies may be read)."""
 
     conversation: StoredConversation
     items: list[StoredItem]
     units: list[bytes | None]
     mark: ItemsMark
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    own: dict[str, StoredItem] = field(default_factory=dict)
+    reasoning: list[int] = field(default_factory=list)
+
+    def then(self, conversation: StoredConversation, items: list[StoredItem], units: list[bytes | None],
+             mark: ItemsMark) -> KeptItems:
+        """These items with ``items`` (and their ``units``) read after them; the earlier ones' derived
+        values are taken as they are."""
+        return _held(conversation, items, units, mark, self)
+
+
+def _held(conversation: StoredConversation, items: list[StoredItem], units: list[bytes | None], mark: ItemsMark,
+          before: KeptItems | None = None) -> KeptItems:
+    base = len(before.items) if before is not None else 0
+    objects = [item.item for item in items]
+    own = {item.id: item for item in items if item.trusted}
+    reasoning = [base + k for k, item in enumerate(items)
+                 if not item.trusted and item.item.get("type") == "reasoning" and isinstance(item.item.get("id"), str)]
+    if before is None:
+        return KeptItems(conversation, items, units, mark, objects, own, reasoning)
+    return KeptItems(conversation, [*before.items, *items], [*before.units, *units], mark, [*before.objects, *objects],
+                     {**before.own, **own}, [*before.reasoning, *reasoning])
 
 
 async def conversation_items(conversations: ConversationStore | None, prefix: PrefixService | None, conversation: str,
@@ -248,9 +274,9 @@ async def conversation_items(conversations: ConversationStore | None, prefix: Pr
     units = ([item_unit(item.item, False, item.trusted and item.item.get("id") == item.id) for item in read.items]
              if on else [])
     if kept is not None and not read.whole:
-        held = KeptItems(read.conversation, [*kept.items, *read.items], [*kept.units, *units], read.mark)
+        held = kept.then(read.conversation, read.items, units, read.mark)
     else:
-        held = KeptItems(read.conversation, read.items, units, read.mark)
+        held = _held(read.conversation, read.items, units, read.mark)
     if prefix is not None and on:
         # the items as parsed (about twice their encoding) and their units (about once)
         prefix.keep_items(tenant, conversation, scope, held, 3 * read.conversation.size + 64 * len(held.items))
@@ -283,9 +309,9 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     held: KeptItems | None = None
     if conversation is not None:
         held = await conversation_items(conversations, prefix, conversation, tenant, ctx.scope)
-        own = {item.id: item for item in held.items if item.trusted}
-        ctx.own = frozenset(own)
-        ctx.before.append((f"conversation {conversation}", [item.item for item in held.items], False))
+        own = held.own
+        ctx.own = own.keys()
+        ctx.before.append((f"conversation {conversation}", held.objects, False))
     ctx.input = parsed.input
     if held is not None:
         _fits(ctx, held.conversation, settings)
@@ -313,9 +339,10 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
             wanted.append(ctx.input[k]["id"])
     at = 1
     for _, items_before, trusted in ctx.before:
-        if not trusted:
-            wanted += [item["id"] for k, item in enumerate(items_before)
-                       if item.get("id") not in own and copied(item, at + k)]
+        if not trusted:  # (of a conversation's items, only its clients' reasoning items can be wanted)
+            places = held.reasoning if held is not None and items_before is held.objects else range(len(items_before))
+            wanted += [items_before[k]["id"] for k in places
+                       if items_before[k].get("id") not in own and copied(items_before[k], at + k)]
         at += len(items_before)
     stored = await found_items(responses, wanted, tenant, settings)
     if references:

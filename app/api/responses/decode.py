@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import not_
 from typing import Any
@@ -183,7 +184,7 @@ class Decoder:
     """Input items → the shared conversation (see the module docstring)."""
 
     def __init__(self, tools: ToolSet, signer: ThinkingSigner, stored: Mapping[str, StoredItem] | None = None,
-                 own: frozenset[str] = frozenset()) -> None:
+                 own: AbstractSet[str] = frozenset()) -> None:
         self.tools = tools
         self.signer = signer
         self.stored = stored or {}  # the tenant's stored items by id (app.api.responses.context)
