@@ -34,8 +34,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from itertools import compress
-from operator import not_
+from itertools import compress, repeat
+from operator import contains, not_
 from typing import Any
 
 from app.api.responses.context import Context
@@ -70,50 +70,53 @@ _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output":
 
 def stub(item: dict[str, Any]) -> dict[str, Any]:
     """What is kept of an item the decoder skips (a hosted tool's call: toolwire ran none, and the
-    model never sees them): its ``id``, ``type`` and ``status`` — never its payload, so a client
-    cannot make the store (and every continuation that reads it back) carry what no prompt uses."""
-    kept = {"id": item["id"], "type": item["type"]}
+    model never sees them): its ``id`` (when it has one), ``type`` and ``status`` — never its
+    payload, so a client cannot make the store (and every continuation that reads it back) carry
+    what no prompt uses."""
+    kept = {"id": item["id"], "type": item["type"]} if "id" in item else {"type": item["type"]}
     status = item.get("status")
     if isinstance(status, str) and len(status) <= 32:
         kept["status"] = status
     return kept
 
 
-def as_sent(item: Any, _: bytes | None = None) -> bool:
-    """Whether an input item is already what ``normalised_input`` makes of it: an object with an
-    ``id`` and a string ``type`` the decoder reads."""
-    if not isinstance(item, dict) or "id" not in item:
-        return False
+def normal_item(item: Any, _: bytes | None = None) -> dict[str, Any] | tuple[str, str]:
+    """An input item as ``normalised_input`` makes it, an id aside — a function of the item alone
+    (``app.bodies``: worked out once per item of an agent's conversation) — or, for an item that
+    cannot be one, the 400's message and its param, both to follow ``input[i]``."""
+    if not isinstance(item, dict):
+        return ": an item must be an object", ""
+    if "type" not in item and "role" in item:
+        item = {"type": "message", **item}
     kind = item.get("type")
-    return isinstance(kind, str) and kind not in _SKIPPED_ITEMS
+    if not isinstance(kind, str):
+        return f".type: expected a string naming the item type, got {shown(kind)}", ".type"
+    return stub(item) if kind in _SKIPPED_ITEMS else item
 
 
-def normalised_input(raw: str | list[Any] | None, elements: Elements | None = None) -> list[dict[str, Any]]:
-    """The request's input as items (a string is one user message), each with an id and a string
-    ``type``; items the decoder skips are reduced to their ``stub`` (as they are stored).
-    ``elements``: the input as the body read found it (``app.bodies``: whether an item is as sent
-    is known for the items of an earlier body)."""
+def normalised_input(raw: str | list[Any] | None, elements: Elements | None = None,
+                     ids: bool = True) -> list[dict[str, Any]]:
+    """The request's input as items (a string is one user message), each with a string ``type`` and
+    — where ``ids`` (something stores the input: the response, a conversation) — an ``id`` (a new
+    one where it had none); items the decoder skips are reduced to their ``stub`` (as they are
+    stored). ``elements``: the input as the body read found it (``app.bodies``: an item of an
+    earlier body is as that body's read made it)."""
     if raw is None:
         return []
     if isinstance(raw, str):
         return [{"id": new_id("msg_"), "type": "message", "role": "user",
                  "content": [{"type": "input_text", "text": raw}]}]
-    items = list(raw)
+    items: list[Any] = list(each(elements, as_elements(elements, raw), "normal", normal_item))
     mint: Callable[[str], str] | None = None  # the ids the items lack
-    for i in compress(range(len(raw)), map(not_, each(elements, as_elements(elements, raw), "as sent", as_sent))):
-        item = raw[i]
-        if not isinstance(item, dict):
-            raise bad_request(f"input[{i}]: an item must be an object", f"input.{i}")
-        if "type" not in item and "role" in item:
-            item = {"type": "message", **item}
-        kind = item.get("type")
-        if not isinstance(kind, str):
-            raise bad_request(f"input[{i}].type: expected a string naming the item type, got {shown(kind)}",
-                              f"input.{i}.type")
-        if "id" not in item:
-            mint = mint or id_maker(len(raw) - i)
-            item = {"id": mint(_ID_PREFIX.get(kind, "item_")), **item}
-        items[i] = stub(item) if kind in _SKIPPED_ITEMS else item
+    # (in C: an item lacking an id — a problem is a tuple, holding no "id" — or, without ids, a problem)
+    unsettled = map(not_, map(contains, items, repeat("id"))) if ids else map(isinstance, items, repeat(tuple))
+    for i in compress(range(len(items)), unsettled):
+        item = items[i]
+        if isinstance(item, tuple):
+            message, param = item
+            raise bad_request(f"input[{i}]{message}", f"input.{i}{param}")
+        mint = mint or id_maker(len(items) - i)
+        items[i] = {"id": mint(_ID_PREFIX.get(item["type"], "item_")), **item}
     return items
 
 

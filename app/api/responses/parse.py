@@ -56,7 +56,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
     if conversation is not None and request.previous_response_id is not None:
         raise bad_request("Mutually exclusive parameters: Ensure you are only providing one of: "
                           "'previous_response_id' or 'conversation'.", "conversation", code="mutually_exclusive_parameters")
-    items = normalised_input(request.input, elements)
+    items = normalised_input(request.input, elements, ids=request.store is not False or conversation is not None)
     mode, named, offered = tool_choice(request.tool_choice, offered)
     return Parsed(request, offered, mode, named, response_format(request.text), conversation, items, elements)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.api.responses.decode import as_sent as _as_sent
+from app.api.responses.decode import normal_item as _normal_item
 from app.api.responses.decode import normalised_input
 
 
@@ -26,7 +26,7 @@ def test_items_without_an_id_get_distinct_random_ids_of_their_kind() -> None:
 
 
 def test_an_agents_next_input_checks_only_its_new_items(monkeypatch) -> None:
-    """Whether an item is already in its stored form (an id, a type the decoder reads) is worked out
+    """An item's normal form (a type the decoder reads, a stub for a hosted tool's call) is worked out
     once per item: an agent's next body (``app.bodies``) asks it of its new items alone — and the
     input comes out as it does without the body's elements, each item lacking an id given a new one."""
     import json
@@ -36,7 +36,7 @@ def test_an_agents_next_input_checks_only_its_new_items(monkeypatch) -> None:
 
     service, scope = PrefixService(64 << 20), scope_of("", "responses")
     asked: list[Any] = []
-    monkeypatch.setattr(decode, "as_sent", lambda item, data=None: asked.append(item) or _as_sent(item, data))
+    monkeypatch.setattr(decode, "normal_item", lambda item, data=None: asked.append(item) or _normal_item(item, data))
     items: list[dict[str, Any]] = [{"type": "message", "role": "developer", "content": "Sandbox. " * 200}]
     for turn in range(4):
         items += [{"id": f"fc_{turn}", "type": "function_call", "call_id": f"c{turn}", "name": "f", "arguments": "{}"},
@@ -54,3 +54,25 @@ def test_an_agents_next_input_checks_only_its_new_items(monkeypatch) -> None:
         assert [a["id"] for a in got if a["id"].startswith(("fc_", "ws_")) and len(a["id"]) < 8] == \
                [b["id"] for b in alone if b["id"].startswith(("fc_", "ws_")) and len(b["id"]) < 8]
         assert got[-1] == {"id": f"ws_{turn}", "type": "web_search_call", "status": "completed"}  # its stub
+
+
+def test_without_a_store_items_keep_the_ids_they_came_with_and_problems_are_still_named() -> None:
+    """With nothing storing the input (``store: false``, no conversation) no id is made for it: none
+    would ever be seen. A malformed item is the same 400 either way."""
+    import pytest
+
+    from app.errors import APIError
+
+    raw = [{"role": "user", "content": "hi"}, {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "f",
+                                               "arguments": "{}"},
+           {"type": "web_search_call", "status": "completed", "action": {"q": "x"}}]
+    assert normalised_input(raw, ids=False) == [{"type": "message", "role": "user", "content": "hi"}, raw[1],
+                                                {"type": "web_search_call", "status": "completed"}]
+    minted = normalised_input(raw)
+    assert [sorted(item) for item in minted] == [["content", "id", "role", "type"], sorted(raw[1]),
+                                                 ["id", "status", "type"]]
+    for ids in (True, False):
+        for bad, param in (([*raw, 7], "input.3"), ([*raw, {"type": 3}], "input.3.type")):
+            with pytest.raises(APIError) as refused:
+                normalised_input(bad, ids=ids)
+            assert refused.value.status == 400 and refused.value.param == param
