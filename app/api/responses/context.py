@@ -76,10 +76,6 @@ def conversation_item(item: dict[str, Any]) -> dict[str, Any]:
     return item if "status" in item else {**item, "status": "completed"}
 
 
-def _references(items: list[dict[str, Any]]) -> list[str]:
-    return [item["id"] for item in items if item.get("type") == "item_reference" and isinstance(item.get("id"), str)]
-
-
 async def found_items(responses: ResponseStore | None, ids: list[str], tenant: str,
                       settings: Settings) -> dict[str, StoredItem]:
     """The tenant's stored items with these ids (toolwire's own copy where there is one)."""
@@ -320,22 +316,24 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
                                                        parsed.elements))
     found = ctx.recall
 
+    taken = found.takeable() if found is not None else []  # unit by unit: decoded before (``Recall.segment``)
+
     def copied(item: dict[str, Any], index: int) -> bool:
         """Whether the stored copy of reasoning item ``item`` (unit ``index``) may be read: not for an
         item decoded before (taken), nor for one whose seal says its text (outside a conversation)."""
         if item.get("type") != "reasoning" or not isinstance(item.get("id"), str):
             return False
-        if found is not None and found.segment(index) is not None:
+        if index < len(taken) and taken[index] is not None:
             return False
         return conversation is not None or signer is None or not _sealed(item, signer)
 
-    references = _references(ctx.input)
+    elements, raw, n = parsed.elements, request.input, len(ctx.input)
+    sent = as_elements(elements, raw) if isinstance(raw, list) and len(raw) == n else ctx.input
+    references = [ctx.input[k]["id"] for k in compress(range(n), each(elements, sent, "reference", _reference))]
     wanted = [*references]
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
-    elements, raw = parsed.elements, request.input
-    sent = as_elements(elements, raw) if isinstance(raw, list) and len(raw) == len(ctx.input) else ctx.input
-    for k in compress(range(len(ctx.input)), each(elements, sent, "reasoning", _reasoning)):
-        if copied(ctx.input[k], at + k):
+    for k in compress(range(n), each(elements, sent, "reasoning", _reasoning)):
+        if (at + k >= len(taken) or taken[at + k] is None) and copied(ctx.input[k], at + k):
             wanted.append(ctx.input[k]["id"])
     at = 1
     for _, items_before, trusted in ctx.before:
@@ -349,6 +347,11 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
         ctx.input = resolved(ctx.input, stored, "input")
     ctx.stored = {**stored, **own}  # the conversation's own items are toolwire's copies
     return ctx
+
+
+def _reference(item: Any, _: bytes | None) -> bool:
+    """Whether an input item is an ``item_reference`` by id (replaced by the item: ``context``)."""
+    return isinstance(item, dict) and item.get("type") == "item_reference" and isinstance(item.get("id"), str)
 
 
 def _reasoning(item: Any, _: bytes | None) -> bool:
