@@ -77,7 +77,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, islice
 from typing import Any, cast
 
 import orjson
@@ -121,9 +121,9 @@ OPENING_BYTES = 1024
 
 
 def unit(value: Any, tag: bytes = b"", data: bytes | None = None) -> bytes | None:
-    """A unit's exact bytes: ``tag`` and the value's JSON (``orjson``; ``None`` when it cannot be
-    encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte BLAKE2b digest of the
-    JSON and its length: a large image's base64 is held and compared as its digest, not its bytes.
+    """A unit's exact bytes: ``tag`` (at most 16 bytes) and the value's JSON (``orjson``; ``None``
+    when it cannot be encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte
+    BLAKE2b digest of the JSON and its length: a large image's base64 is held and compared as its digest, not its bytes.
     ``data``: the value's JSON, where it is known already (a body's element: ``app.bodies``)."""
     if data is None:
         try:
@@ -140,6 +140,17 @@ def unit_bytes(data: bytes) -> int:
     if len(data) < 42 or data[-42:-40] != _DIGESTED:
         return len(data)
     return int.from_bytes(data[-8:], "little")
+
+
+#: the longest a digested unit is (its tag, the mark, the digest and the length)
+_DIGESTED_MOST = 16 + len(_DIGESTED) + 32 + 8
+
+
+def units_bytes(units: Sequence[bytes]) -> int:
+    """``unit_bytes`` summed over ``units`` — in C but for the few short enough to be digested."""
+    lengths = list(map(len, units))
+    short = compress(units, map(_DIGESTED_MOST.__ge__, lengths))
+    return sum(lengths) + sum(unit_bytes(u) - len(u) for u in short)
 
 
 def scope_of(*parts: str | bytes) -> bytes:
@@ -218,19 +229,20 @@ class Note:
             self.resume, self.settled, self.replaces = Resume(None), frozenset(), None
 
     def _settled(self, plain: frozenset[int]) -> frozenset[int]:
-        """The reused turns whose object is in ``plain`` (by index)."""
+        """The reused turns whose object is in ``plain`` (by index; each pass over the turns in C)."""
         turns, at = self.turns, 0
         out: list[int] = []
         for begin, stop in [*self.fresh, (len(turns), len(turns))]:
-            out.extend(i for i in range(at, begin) if id(turns[i]) in plain)
+            out.extend(compress(range(at, begin), map(plain.__contains__, map(id, turns[at:begin]))))
             at = stop
         return frozenset(out)
 
     def plain(self, turns: Sequence[Turn]) -> frozenset[int]:
         """The ``id`` of each of ``turns`` (some of this note's) known plain once planned — for the
         entry that holds ``turns``: an ``id`` is good only while its object lives."""
-        known = {id(t) for t in self.turns[:self.clean]} | {id(self.turns[i]) for i in self.settled}
-        return frozenset(k for k in map(id, turns) if k in known)
+        known = set(map(id, self.turns[:self.clean]))
+        known.update(map(id, map(self.turns.__getitem__, self.settled)))
+        return frozenset(filter(known.__contains__, map(id, turns)))
 
     @property
     def reused(self) -> int:
@@ -504,7 +516,7 @@ class PrefixService:
         turns = note.turns[:note.ends[n - 1]]
         render = note.resume.state  # compared item by item when used: good whatever the units kept
         # a unit's bytes hold its turn's strings and more: its turn, as parsed, as a model, as a turn
-        size = 4 * sum(map(unit_bytes, units)) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
+        size = 4 * units_bytes(units) + UNIT_OVERHEAD * n + (render.size if render is not None else 0)
         # the anchors ``recall`` worked out: they read the first units alone, the same bytes here
         # (``n`` is at least ``min_units``, none of them ``None``)
         entry = Entry(note.scope, units, note.ends[:n], note.payload[:n], turns, render, size, note.anchors,

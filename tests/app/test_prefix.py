@@ -36,6 +36,7 @@ from app.prefix import (
     scope_of,
     unit,
     unit_bytes,
+    units_bytes,
 )
 from app.settings import Settings
 from app.templates.chat_template import ChatTemplate
@@ -133,6 +134,11 @@ def test_a_unit_is_its_bytes_up_to_the_digest_bound_and_a_digest_past_it() -> No
     digested = unit(huge, b"u") or b""
     assert len(digested) < 100 and unit_bytes(digested) == len(orjson.dumps(huge))
     assert digested != unit({"role": "user", "content": "y" * (DIGESTED - 1) + "z"}, b"u")
+    # summed (what an entry counts in the bound): digested units of every tag length, short units and long
+    units = [unit(huge, tag) or b"" for tag in (b"", b"u", b"t" * 16)]
+    units += [unit(v, b"u") or b"" for v in ("", "ok", "z" * 40, "z" * 60, read)]
+    assert units_bytes(units) == sum(map(unit_bytes, units)) == 3 * len(orjson.dumps(huge)) + sum(map(len, units[3:]))
+    assert units_bytes([]) == 0
 
 
 @pytest.mark.parametrize("where", [1, 2])
