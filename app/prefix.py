@@ -77,7 +77,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice
+from itertools import compress, islice, repeat
+from operator import is_
 from typing import Any, cast
 
 import orjson
@@ -310,6 +311,18 @@ class Recall:
         if self._runs is None:
             self._runs = self._segments()
         return self._runs
+
+    def known(self, first: int, n: int, pick: Callable[[Any], Any] | None = None) -> list[Any]:
+        """For the ``n`` units from ``first`` on: what the face kept of each (its payload, through
+        ``pick``) where a run ``take`` could take starts there (``segment``), else ``None`` — in C
+        but for the units where none starts."""
+        runs = self.takeable()[first:first + n]
+        payload = self.entry.payload[first:first + len(runs)] if self.entry is not None else []
+        known: list[Any] = list(map(pick, payload)) if pick is not None else list(payload)
+        for i in compress(range(len(runs)), map(is_, runs, repeat(None))):
+            known[i] = None
+        known += [None] * (n - len(known))
+        return known
 
     def take(self, i: int) -> tuple[int, list[Turn], list[Any]] | None:
         """The entry's turns for every run of units from ``i`` on that ``segment`` allows, one after

@@ -6,6 +6,8 @@ before any of this (``app.api.limits``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress, repeat
+from operator import is_
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
@@ -75,12 +77,17 @@ def validated_but_known(validate: Callable[[dict[str, Any]], R], body: dict[str,
     body's first problem instead."""
     messages = body.get("messages")
     messages = messages if isinstance(messages, list) else []
-    data = {**body, "messages": [m for m, k in zip(messages, known, strict=True) if k is None]}
+    if len(messages) != len(known):
+        raise ValueError(f"{len(known)} messages known of {len(messages)}")
+    unknown = list(compress(range(len(known)), map(is_, known, repeat(None))))  # (in C, as below)
+    data = {**body, "messages": list(map(messages.__getitem__, unknown))}
     if tools is not None:
         del data["tools"]
     request = validate(data)
-    fresh = iter(request.messages)
-    request.messages = [k if k is not None else next(fresh) for k in known]
+    merged = list(known)
+    for i, fresh in zip(unknown, request.messages, strict=True):
+        merged[i] = fresh
+    request.messages = merged
     if tools is not None:
         request.tools = tools
     return request

@@ -9,6 +9,8 @@ What the service found rides on the request for the decoder (``app.api.chat.deco
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 from pydantic import ValidationError
@@ -53,9 +55,7 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
         recall = prefix.recall(scope_of(tenant, "chat"), units,
                                limit=len(messages) - 1, tools=body.get("tools"))  # one message at least is validated
     if recall is not None and recall.entry is not None:  # each message's model as validated before, or None
-        payload = recall.entry.payload
-        known = [payload[i] if end is not None else None for i, end in enumerate(recall.takeable())]
-        known += [None] * (len(messages) - len(known))
+        known = recall.known(0, len(messages))
     tools = recall.tools if recall is not None else None  # the tools' models as validated before
     request = None
     if known is not None or tools is not None:
@@ -65,7 +65,8 @@ def parse_request(body: Any, settings: Settings, tenant: str = "", prefix: Prefi
         except ValidationError:  # the same first error as the whole request gives (with its index), below
             recall = None
         else:
-            request._known = frozenset(i for i, k in enumerate(known or ()) if k is not None)
+            known = known or []
+            request._known = frozenset(compress(range(len(known)), map(is_not, known, repeat(None))))
     if request is None:
         request = validated(ChatCompletionRequest, body)
     if recall is not None and tools is None:

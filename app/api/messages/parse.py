@@ -12,6 +12,7 @@ an earlier request's of the conversation). What it found rides on the request to
 from __future__ import annotations
 
 from itertools import chain
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -88,9 +89,7 @@ def parse(model: type[C], body: Any, settings: Settings, tenant: str = "",
         found = prefix.recall(scope_of(tenant, "messages"), units, limit=len(messages),  # the last one is decoded
                               tools=body.get("tools"))
         if found is not None and found.entry is not None:
-            payload, runs = found.entry.payload, found.takeable()
-            known = [payload[i + 1][0] if i + 1 < len(runs) and runs[i + 1] is not None else None
-                     for i in range(len(messages))]
+            known = found.known(1, len(messages), itemgetter(0))  # (unit 0 is the system prompt)
     tools = found.tools if found is not None else None  # the tools' models as validated before
     try:
         if tools is not None or any(k is not None for k in known):
