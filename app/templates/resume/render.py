@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from itertools import accumulate, compress, repeat
+from operator import eq, is_not, not_
 from typing import Any
 
 import orjson
@@ -210,12 +212,12 @@ class _Run:
         same = [*equal, *([old == n] * (plan.ahead + 1))]
         if not all(same[:plan.fixed]) or len(same) < plan.fixed:
             return []
-        # iteration i reads the places from i - behind to i + ahead: a window of sames
-        differ = [0]
-        for s in same:
-            differ.append(differ[-1] + (not s))
+        # iteration i reads the places from i - behind to i + ahead: a window of sames (in C: the
+        # count of differing places so far, compared at the window's two ends)
+        differ = [0, *accumulate(map(not_, same))]
         behind, ahead = plan.behind, plan.ahead
-        reusable = [differ[i + ahead + 1] == differ[max(0, i - behind)] for i in range(both)]
+        starts = [*repeat(0, min(behind, both)), *differ[:max(0, both - behind)]]
+        reusable = list(map(eq, differ[ahead + 1:ahead + 1 + both], starts))
         if previous.captured == self.captured:  # the same values: the same outcomes (not where ``last`` moved)
             self.outcomes = previous.outcomes[:max(0, both - 1)]
             return reusable
@@ -344,22 +346,25 @@ def render_resumable(plan: LoopPlan, resume: Resume, messages: Sequence[Mapping[
     prepared: list[Any] | None = None
     if plan.sequence == "messages":
         same = previous.source if previous is not None and previous.source is not None and frozen else ()
-        try:
-            items = [previous.items[i] if i < len(same) and same[i] is message else _item_bytes(message)  # type: ignore[union-attr]
-                     for i, message in enumerate(messages)]
+        try:  # a message handed over again (the same object) has the bytes it had: found in C
+            n = min(len(same), len(messages))
+            items = list(previous.items[:n]) if previous is not None else []
+            for i in compress(range(n), map(is_not, same, messages)):
+                items[i] = _item_bytes(messages[i])
+            items[n:] = map(_item_bytes, messages[n:])
         except _Inexact:
             items = None
         if items is not None and previous is not None:
             equal = same_places(previous.items, items)
             old = previous.prepared
             if old is not None and any(equal):  # a message prepared before is the same prepared again
-                fresh = [i for i, e in enumerate(equal) if not e] + list(range(len(equal), len(messages)))
-                made = iter(prepare([messages[i] for i in fresh]))
-                known = set(fresh)
-                prepared = [next(made) if i in known else old[i] for i in range(len(messages))]
-            for i, e in enumerate(equal):
-                if e:
-                    items[i] = previous.items[i]  # the same bytes: kept once
+                fresh = [*compress(range(len(equal)), map(not_, equal)), *range(len(equal), len(messages))]
+                prepared = list(old[:len(messages)])
+                prepared[len(old):] = repeat(None, len(messages) - len(old))
+                for i, made in zip(fresh, prepare(list(map(messages.__getitem__, fresh))), strict=True):
+                    prepared[i] = made
+            for i in compress(range(len(equal)), equal):
+                items[i] = previous.items[i]  # the same bytes: kept once
     if prepared is None:
         prepared = prepare(messages)
     owned(prepared)  # the sandbox keeps the template from changing them (they may be reused)
