@@ -570,7 +570,7 @@ class PrefixService:
         if not self.enabled:
             return
         known = replaces is not None and len(replaces.turns) <= len(turns) and all(
-            a is b for a, b in zip(replaces.turns, turns, strict=False))  # (its turns begin with its chain's)
+            map(is_, replaces.turns, turns))  # (its turns begin with its chain's; in C)
         counted, rest = 0, turns
         if known and replaces is not None:
             counted = replaces.size - (replaces.render.size if replaces.render is not None else 0)
