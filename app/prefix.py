@@ -189,8 +189,8 @@ class Entry:
     size: int
     anchors: list[bytes] = field(default_factory=list)
     #: a finished response whose chain this is: ``(tenant, response id)`` — or a stored conversation's
-    #: items: ``(tenant, "conversation", its id)`` — and what the face keeps of either
-    #: (``app.api.responses``)
+    #: items: ``(tenant, "conversation", its id)``, or what they decode to: ``(tenant, "conversation
+    #: turns", its id)`` — and what the face keeps of each (``app.api.responses``)
     response: tuple[str, ...] | None = None
     chain: Any = None
     #: the ``id`` of each of ``turns`` known to hold only plain client strings (a clean render had it:
@@ -567,6 +567,22 @@ class PrefixService:
         ``id`` of those known plain in ``plain``), the render of its request, and the face's facts
         about the chain (``chain``, ``chain_bytes`` more to count); the entry of the response it
         continued is dropped."""
+        self._keep_decoded((tenant, response_id), scope, turns, render, chain, chain_bytes, replaces, plain)
+
+    def recall_conversation(self, tenant: str, conversation_id: str, scope: bytes) -> Entry | None:
+        """The entry ``keep_conversation`` kept for ``tenant``'s stored conversation, if any."""
+        return self._recall_keyed((tenant, "conversation turns", conversation_id), scope)
+
+    def keep_conversation(self, tenant: str, conversation_id: str, scope: bytes, turns: list[Turn],
+                          render: RenderState | None, facts: Any, facts_bytes: int, replaces: Entry | None,
+                          plain: frozenset[int] = frozenset()) -> None:
+        """Keep what a stored conversation's items decode to once a response added its own to them
+        (as ``keep_response`` keeps a chain): ``facts``, the face's, say which items those are."""
+        self._keep_decoded((tenant, "conversation turns", conversation_id), scope, turns, render, facts, facts_bytes,
+                           replaces, plain)
+
+    def _keep_decoded(self, key: tuple[str, ...], scope: bytes, turns: list[Turn], render: RenderState | None,
+                      chain: Any, chain_bytes: int, replaces: Entry | None, plain: frozenset[int]) -> None:
         if not self.enabled:
             return
         known = replaces is not None and len(replaces.turns) <= len(turns) and all(
@@ -577,8 +593,7 @@ class PrefixService:
             rest = turns[len(replaces.turns):]
         size = (counted + 3 * sum(map(turn_bytes, rest)) + UNIT_OVERHEAD * len(rest) + chain_bytes
                 + (render.size if render is not None else 0))
-        entry = Entry(scope, [], [], [], turns, render, size, response=(tenant, response_id), chain=chain,
-                      plain=plain)
+        entry = Entry(scope, [], [], [], turns, render, size, response=key, chain=chain, plain=plain)
         with self._lock:
             if replaces is not None and id(replaces) in self._held:
                 self._drop(replaces)
@@ -609,8 +624,9 @@ class PrefixService:
 
     def forget_items(self, tenant: str, conversation_id: str) -> None:
         """``tenant``'s stored conversation ``conversation_id`` is gone (deleted): so are the items
-        kept of it (``keep_items``)."""
+        kept of it (``keep_items``) and what they decode to (``keep_conversation``)."""
         self._forget((tenant, "conversation", conversation_id))
+        self._forget((tenant, "conversation turns", conversation_id))
 
     def _forget(self, key: tuple[str, ...]) -> None:
         with self._lock:

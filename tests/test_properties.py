@@ -468,3 +468,63 @@ def test_a_long_agent_loop_with_file_reads_continues_on_the_loop_with_the_prompt
     assert len(json.dumps(conversations[0])) > 300_000
     twin.check()
     assert jobs[0] == 0 and jobs[1] >= 20, jobs
+
+
+def test_a_conversations_decoding_kept_gives_the_prompts_of_no_service(backend_factory, proxy_factory) -> None:
+    """A stored conversation carried by an agent's tool loop, its decoding kept from turn to turn
+    (``keep_conversation``): inputs that join the conversation's items where a run of assistant
+    items is open (an assistant message sent as input, an input ending with one), items the
+    conversation already holds (not added again), items added and deleted through the
+    Conversations API between turns — the prompts are those of a server without the service, and
+    the kept decoding was used."""
+    import random
+
+    rng = random.Random(5)
+    twin = Twin(backend_factory, proxy_factory)
+    service = twin.proxies[0].runtime.services.prefix
+    used: list[bool] = []
+    recall = service.recall_conversation
+
+    def counted(*args: Any) -> Any:
+        found = recall(*args)
+        used.append(found is not None)
+        return found
+
+    service.recall_conversation = counted  # type: ignore[method-assign]
+    head = {"model": "m", "tools": [{"type": "function", **t["function"]} for t in CAMPAIGN_TOOLS],
+            "max_output_tokens": 64, "instructions": "Work."}
+    bob = {"authorization": "Bearer bob"}
+    made = [twin.client.post(p.url + "/v1/conversations", headers=bob, json={"items": [
+        {"type": "message", "role": "user", "content": "Fix the build."}]}).json()["id"] for p in twin.proxies]
+    outputs: list[list[dict[str, Any]]] = [[], []]
+    first = [twin.client.get(p.url + f"/v1/conversations/{c}/items?order=asc&limit=1", headers=bob).json()["data"][0]
+             for p, c in zip(twin.proxies, made, strict=True)]
+    for step in range(24):
+        kind = rng.choice(["results", "results", "results", "user", "assistant first", "assistant last", "again"])
+        bodies = []
+        for side in (0, 1):
+            calls = [i for i in outputs[side] if i.get("type") == "function_call"]
+            results = [{"type": "function_call_output", "call_id": c["call_id"], "output": _result(random.Random(step), step)}
+                       for c in calls] or [{"type": "message", "role": "user", "content": f"go on {step}"}]
+            note = {"type": "message", "role": "assistant", "content": f"noted {step}"}
+            given = {"results": results, "user": [{"type": "message", "role": "user", "content": f"and {step}"}],
+                     "assistant first": [note, *results], "assistant last": [*results, note],
+                     "again": [first[side], *results]}[kind]  # (an item it holds: not added again)
+            bodies.append({**head, "conversation": made[side], "input": given, "stream": step % 3 == 0})
+        if rng.random() < 0.3:  # an answer in words alone: a run of assistant items the next input may join
+            for backend in twin.backends:
+                backend.script(Script(pieces=[f"Done with {step}."]))
+        on, off = twin.post("/v1/responses", tuple(bodies), "bob")  # type: ignore[arg-type]
+        assert on.status_code == 200, on.text
+        outputs = [_output(on), _output(off)]
+        if step in (5, 9, 12, 15, 18, 21):
+            for proxy, c in zip(twin.proxies, made, strict=True):
+                if step != 15:
+                    assert twin.client.post(proxy.url + f"/v1/conversations/{c}/items", headers=bob, json={"items": [
+                        {"type": "message", "role": "user", "content": "a note"}]}).status_code == 200
+                else:
+                    listed = twin.client.get(proxy.url + f"/v1/conversations/{c}/items?order=asc", headers=bob).json()
+                    assert twin.client.delete(proxy.url + f"/v1/conversations/{c}/items/{listed['data'][1]['id']}",
+                                              headers=bob).status_code == 200
+    twin.check(bodies=False)
+    assert sum(used) >= 8 and not all(used), used  # kept and used — and not where it was not the conversation

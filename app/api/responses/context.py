@@ -134,6 +134,23 @@ class ChainFacts:
                           self.expires)
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationFacts:
+    """What a stored conversation's decoding kept by the prefix service (``keep_conversation``) is
+    the decoding of: the items the conversation held when its response's request read them
+    (``held``), then the ones that response added (``added``, their ids, in order) — and nothing
+    else: a read that finds the same is its conversation."""
+
+    held: int
+    added: tuple[str, ...]
+
+    def hold(self, items: KeptItems) -> bool:
+        """Whether ``items`` (a read of the conversation) are those: the first ``held`` kept from the
+        read the response's request made, the rest the ones it added."""
+        return (items.base == self.held and len(items.items) == self.held + len(self.added)
+                and tuple(item.id for item in items.items[self.held:]) == self.added)
+
+
 @dataclass
 class Context:
     """What one response builds on (see the module docstring). ``before``: item lists decoded ahead
@@ -152,6 +169,7 @@ class Context:
     kept: Entry | None = None
     recall: Recall | None = None
     facts: ChainFacts = field(default_factory=ChainFacts)
+    held: list[dict[str, Any]] = field(default_factory=list)  # the conversation's items when read
 
 
 async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
@@ -227,6 +245,8 @@ class KeptItems:
     objects: list[dict[str, Any]] = field(default_factory=list)
     own: dict[str, StoredItem] = field(default_factory=dict)
     reasoning: list[int] = field(default_factory=list)
+    #: how many of the items were kept from an earlier read (the rest read since it); 0: read whole
+    base: int = 0
 
     def then(self, conversation: StoredConversation, items: list[StoredItem], units: list[bytes | None],
              mark: ItemsMark) -> KeptItems:
@@ -245,7 +265,7 @@ def _held(conversation: StoredConversation, items: list[StoredItem], units: list
     if before is None:
         return KeptItems(conversation, items, units, mark, objects, own, reasoning)
     return KeptItems(conversation, [*before.items, *items], [*before.units, *units], mark, [*before.objects, *objects],
-                     {**before.own, **own}, [*before.reasoning, *reasoning])
+                     {**before.own, **own}, [*before.reasoning, *reasoning], base)
 
 
 async def conversation_items(conversations: ConversationStore | None, prefix: PrefixService | None, conversation: str,
@@ -306,8 +326,12 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     if conversation is not None:
         held = await conversation_items(conversations, prefix, conversation, tenant, ctx.scope)
         own = held.own
-        ctx.own = own.keys()
-        ctx.before.append((f"conversation {conversation}", held.objects, False))
+        ctx.own, ctx.held = own.keys(), held.objects
+        decoded = prefix.recall_conversation(tenant, conversation, ctx.scope) if prefix is not None else None
+        if decoded is not None and isinstance(decoded.chain, ConversationFacts) and decoded.chain.hold(held):
+            ctx.kept = decoded  # its items as its last response left them: decoded then
+        else:
+            ctx.before.append((f"conversation {conversation}", held.objects, False))
     ctx.input = parsed.input
     if held is not None:
         _fits(ctx, held.conversation, settings)
