@@ -46,11 +46,22 @@ class StoredResponse:
     response: dict[str, Any]
     input: list[dict[str, Any]] = field(default_factory=list)
     previous_response_id: str | None = None
+    #: the record's encoding, once made (``encoded``; a copy made with other fields starts without)
+    body: bytes | None = field(default=None, init=False, compare=False, repr=False)
 
     def encode(self) -> bytes:
         """The record's body as stored (owner and links are kept beside it, not in it)."""
+        if self.body is not None:
+            return self.body
         return orjson.dumps({"response": self.response, "input": self.input,
                              "previous_response_id": self.previous_response_id})
+
+    def encoded(self) -> StoredResponse:
+        """The record, its encoding made once for every later ``encode`` (its size is counted before
+        it is stored, and stored as counted): its fields are not to change after."""
+        if self.body is None:
+            object.__setattr__(self, "body", self.encode())
+        return self
 
     @classmethod
     def decode(cls, response_id: str, owner: str, body: bytes) -> StoredResponse:

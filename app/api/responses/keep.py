@@ -146,7 +146,7 @@ class Keeper:
         if self.responses is None or self.conversations is None:
             return None
         if self.keep:
-            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
+            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous).encoded()
             limit = self.settings.max_stored_response_bytes
             size = len(record.encode())
             if size > limit:

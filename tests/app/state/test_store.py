@@ -76,6 +76,24 @@ async def test_a_record_belongs_to_its_tenant(store: Stores) -> None:
     assert not await store.responses.delete("r1", ALICE)
 
 
+async def test_a_record_encoded_once_is_stored_as_encoded(store: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record's encoding made to count its size (``encoded``) is the one stored: not made again;
+    a copy with other fields makes its own."""
+    import dataclasses
+
+    made = record("r1", text="once").encoded()
+    encodings: list[Any] = []
+    real = orjson.dumps
+    monkeypatch.setattr(orjson, "dumps", lambda value, *a, **k: encodings.append(value) or real(value, *a, **k))
+    await store.responses.put(made, ALICE)
+    assert not [v for v in encodings if isinstance(v, dict) and "previous_response_id" in v]  # not encoded again
+    monkeypatch.undo()
+    got = await store.responses.get("r1", ALICE)
+    assert got is not None and got.response == made.response and made.body == made.encode()
+    other = dataclasses.replace(made, response={"id": "r1", "output": []})
+    assert other.body is None and b'"output":[]' in other.encode()
+
+
 async def test_chain_reads_a_conversation_oldest_first(store: Stores) -> None:
     previous = None
     for i in range(5):
