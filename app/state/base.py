@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import hmac
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -37,6 +38,7 @@ class StoreTimeout(StoreUnavailable):
     """The store did not answer in time (a hung Redis, a partition): what its breaker counts."""
 
 
+@lru_cache(maxsize=1024)  # (a store asks it of the same few tenants at every call: one HMAC each)
 def owner_digest(secret: bytes, tenant: str) -> str:
     """The owner a store records for ``tenant``: a digest keyed with the store's own secret, so the
     stored value says nothing about the key even to someone who reads the store."""
