@@ -124,8 +124,8 @@ OPENING_BYTES = 1024
 def unit(value: Any, tag: bytes = b"", data: bytes | None = None) -> bytes | None:
     """A unit's exact bytes: ``tag`` (at most 16 bytes) and the value's JSON (``orjson``; ``None``
     when it cannot be encoded — never reused) — or, past ``DIGESTED`` bytes, ``tag``, a 32-byte
-    BLAKE2b digest of the JSON and its length: a large image's base64 is held and compared as its digest, not its bytes.
-    ``data``: the value's JSON, where it is known already (a body's element: ``app.bodies``)."""
+    BLAKE2b digest of the JSON and its length: a large image's base64 is held and compared as its
+    digest, not its bytes. ``data``: the value's JSON, where it is known already (a body's element: ``app.bodies``)."""
     if data is None:
         try:
             data = orjson.dumps(value)

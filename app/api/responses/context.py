@@ -169,7 +169,7 @@ class Context:
     kept: Entry | None = None
     recall: Recall | None = None
     facts: ChainFacts = field(default_factory=ChainFacts)
-    held: list[dict[str, Any]] = field(default_factory=list)  # the conversation's items when read
+    held_items: list[dict[str, Any]] = field(default_factory=list)  # the conversation's items when read
 
 
 async def kept_chain(responses: ResponseStore | None, settings: Settings, prefix: PrefixService, previous: str,
@@ -326,7 +326,7 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     if conversation is not None:
         held = await conversation_items(conversations, prefix, conversation, tenant, ctx.scope)
         own = held.own
-        ctx.own, ctx.held = own.keys(), held.objects
+        ctx.own, ctx.held_items = own.keys(), held.objects
         decoded = prefix.recall_conversation(tenant, conversation, ctx.scope) if prefix is not None else None
         if decoded is not None and isinstance(decoded.chain, ConversationFacts) and decoded.chain.hold(held):
             ctx.kept = decoded  # its items as its last response left them: decoded then

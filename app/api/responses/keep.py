@@ -74,13 +74,13 @@ class Chained:
         output = final.get("output") or []
         if ctx.conversation is None or len(added) != len(ctx.input) + len(output):
             return
-        if not (_joined(ctx.held, ctx.input) and _joined(ctx.input, output)):
+        if not (_joined(ctx.held_items, ctx.input) and _joined(ctx.input, output)):
             return  # (a run of assistant items across a place where decoding in parts closed it)
         decoded = self._decoded(output)
         if decoded is not None:
             turns, render, plain = decoded
             self.prefix.keep_conversation(self.tenant, ctx.conversation, ctx.scope, turns, render,
-                                          ConversationFacts(len(ctx.held), tuple(added)), 64 * len(added), ctx.kept,
+                                          ConversationFacts(len(ctx.held_items), tuple(added)), 64 * len(added), ctx.kept,
                                           plain)
 
     def _decoded(self, output: list[dict[str, Any]]) -> tuple[list[Turn], RenderState | None, frozenset[int]] | None:
