@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from itertools import compress
+from itertools import compress, repeat
+from operator import eq
 from typing import Any
 
 from app.api.responses.history import chain_limits, history, store_unavailable
@@ -353,11 +354,12 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
 
     elements, raw, n = parsed.elements, request.input, len(ctx.input)
     sent = as_elements(elements, raw) if isinstance(raw, list) and len(raw) == n else ctx.input
-    references = [ctx.input[k]["id"] for k in compress(range(n), each(elements, sent, "reference", _reference))]
+    kinds = list(each(elements, sent, "kind", _kind))  # (worked out once per item of an agent's input)
+    references = [ctx.input[k]["id"] for k in compress(range(n), map(eq, kinds, repeat(_REFERENCE)))]
     wanted = [*references]
     at = 1 + sum(len(items_before) for _, items_before, _ in ctx.before)
-    for k in compress(range(n), each(elements, sent, "reasoning", _reasoning)):
-        if (at + k >= len(taken) or taken[at + k] is None) and copied(ctx.input[k], at + k):
+    for k in compress(range(n), map(eq, kinds, repeat("reasoning"))):
+        if copied(ctx.input[k], at + k):
             wanted.append(ctx.input[k]["id"])
     at = 1
     for _, items_before, trusted in ctx.before:
@@ -373,14 +375,19 @@ async def context(responses: ResponseStore | None, conversations: ConversationSt
     return ctx
 
 
-def _reference(item: Any, _: bytes | None) -> bool:
-    """Whether an input item is an ``item_reference`` by id (replaced by the item: ``context``)."""
-    return isinstance(item, dict) and item.get("type") == "item_reference" and isinstance(item.get("id"), str)
+#: an input item's kind (``_kind``) when it is an ``item_reference`` by id (replaced by the item)
+_REFERENCE = "item_reference"
 
 
-def _reasoning(item: Any, _: bytes | None) -> bool:
-    """Whether an input item is a reasoning item (its stored copy may be read: ``context``)."""
-    return isinstance(item, dict) and item.get("type") == "reasoning"
+def _kind(item: Any, _: bytes | None) -> str | None:
+    """What ``context`` looks for in an input item: a reasoning item (its stored copy may be read),
+    an ``item_reference`` by id (``_REFERENCE``), or neither (``None``)."""
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("type")
+    if kind == "reasoning":
+        return "reasoning"
+    return _REFERENCE if kind == _REFERENCE and isinstance(item.get("id"), str) else None
 
 
 def _sealed(item: dict[str, Any], signer: ThinkingSigner) -> bool:

@@ -76,3 +76,44 @@ def test_without_a_store_items_keep_the_ids_they_came_with_and_problems_are_stil
             with pytest.raises(APIError) as refused:
                 normalised_input(bad, ids=ids)
             assert refused.value.status == 400 and refused.value.param == param
+
+
+async def test_what_the_context_looks_for_in_an_input_is_read_off_its_new_items_alone(monkeypatch) -> None:
+    """Which input items are reasoning (their stored copies may be read) and which are
+    ``item_reference``s (replaced by the items they name) is worked out once per item: an agent's
+    next input asks it of its new items alone — and a reference among them is still resolved (here,
+    to nothing: a 400 naming it)."""
+    import json
+
+    import pytest
+
+    from app.api.responses import context as context_module
+    from app.api.responses.parse import parse_request
+    from app.errors import APIError
+    from app.prefix import PrefixService, scope_of
+    from app.settings import Settings
+
+    service, scope, settings = PrefixService(64 << 20), scope_of("", "responses"), Settings()
+    asked: list[Any] = []
+    kind = context_module._kind
+    monkeypatch.setattr(context_module, "_kind", lambda item, data=None: asked.append(item) or kind(item, data))
+    items: list[dict[str, Any]] = [{"type": "message", "role": "developer", "content": "Sandbox. " * 200}]
+    for turn in range(5):
+        items += [{"type": "reasoning", "id": f"rs_{turn}", "summary": [{"type": "summary_text", "text": "t"}]},
+                  {"id": f"fc_{turn}", "type": "function_call", "call_id": f"c{turn}", "name": "f", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"c{turn}", "output": "ok " * 50}]
+        if turn == 4:
+            items.append({"type": "item_reference", "id": "msg_nowhere"})
+        raw = json.dumps({"model": "m", "store": False, "input": items}, separators=(",", ":")).encode()
+        body, elements = service.read_body(scope, raw, "input")
+        asked.clear()
+        parsed = parse_request(body, settings, "", service, elements)
+        if turn < 4:
+            await context_module.context(None, None, settings, parsed, "", service)
+            if turn == 3:
+                assert asked == items[-3:]  # the new ones only
+        else:
+            with pytest.raises(APIError) as refused:
+                await context_module.context(None, None, settings, parsed, "", service)
+            assert refused.value.status == 400 and "msg_nowhere" in refused.value.message
+            assert asked == items[-4:]
