@@ -85,9 +85,9 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
                   if ctx.conversation else None)
         return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
                                       request.stream, keeper, headers)
-    if request.stream:
-        return await respond(ex, ask, stream=True, headers=headers,
-                             encoder=lambda _: ResponseEvents(head, items_for(True), save))
+
+    def events() -> ResponseEvents:  # a stream's writer, made while the backend works on the first token
+        return ResponseEvents(head, items_for(True), save)
 
     async def build(results: list[tuple[list[Event], Finished]], total: Finished, _: Choices) -> Response:
         built = items_for(False)
@@ -98,7 +98,7 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
             headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), save.warning)))
         return JSONResponse(final, headers=headers)
 
-    return await respond(ex, ask, stream=False, build=build)
+    return await respond(ex, ask, stream=bool(request.stream), early=events, build=build, headers=headers)
 
 
 async def retrieve_response(ex: Exchange[Responding]) -> Response:
