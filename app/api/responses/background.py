@@ -42,13 +42,14 @@ from typing import Any, TypeVar
 from starlette.responses import JSONResponse, Response
 
 from app.api.answer import Exchange
-from app.api.responses.encode import ResponseItems, error_event, failed_events, finished_response
+from app.api.responses.encode import ResponseEvents, ResponseItems, error_event, failed_events, finished_response
 from app.api.responses.history import store_unavailable, stores_of
 from app.api.sse import SSEResponse
-from app.errors import APIError, BackendError, bad_request
+from app.errors import APIError, bad_request
 from app.pipeline import generate as pipeline
 from app.pipeline.ask import Ask
-from app.pipeline.choices import Choices
+from app.pipeline.run import Finished
+from app.pipeline.stream import AnswerStream
 from app.services import Responding
 from app.settings import Settings
 from app.state import Batch, RunLimits, RunState, RunStore, StoredResponse, StoreUnavailable
@@ -143,6 +144,33 @@ async def begin(ask: Ask, ex: Exchange[Responding], head: dict[str, Any], items:
     return SSEResponse(listener, lead=lead, on_interrupt=interrupted, headers=headers)
 
 
+class Told(ResponseEvents):
+    """A background response's ``Encoder`` (``app.pipeline.stream``): its events as a streamed
+    response's, after ``response.queued`` (so it opens with ``response.in_progress`` alone); how the
+    stream ended — its ``total``, or the backend's ``failure`` — is kept for the task to end the run
+    with, which stores the last events before anyone sees them."""
+
+    total: Finished | None = None
+    failure: APIError | None = None
+
+    def head(self) -> bytes:
+        self.items.event("response.in_progress", {"response": self.shell})
+        return self.items.take()
+
+    async def end(self, total: Finished) -> bytes:
+        self.total = total
+        return b""
+
+    def error(self, exc: APIError) -> bytes:
+        log.warning("background response %s: the backend failed: %s", self.shell["id"], exc.message)
+        self.failure = exc
+        return b""
+
+
+def _nothing() -> None:
+    """A background response holds no concurrency slot to give back."""
+
+
 class Generation:
     """One background response being generated: the detached task (``run``) and what it keeps."""
 
@@ -152,6 +180,7 @@ class Generation:
         self.runs = runs
         self.tenant = ex.tenant
         self.settings = ex.settings
+        self.metrics = ex.services.metrics
         self.limits = run_limits(ex.settings)
         self.planned = planned
         self.record = record
@@ -184,13 +213,16 @@ class Generation:
 
         return events()
 
-    def _take(self) -> tuple[bytes, int]:
-        data, count = self.items.take(), self.items.seq - self.taken
+    def _take(self, data: bytes | None = None) -> tuple[bytes, int]:
+        """The events made since the last take (``data``, when the stream already took them)."""
+        if data is None:
+            data = self.items.take()
+        count = self.items.seq - self.taken
         self.taken = self.items.seq
         return data, count
 
-    def _add(self) -> None:
-        data, count = self._take()
+    def _add(self, data: bytes) -> None:
+        data, count = self._take(data)
         if count:
             self.pending.append((data, count))
             for queue in self.listeners:
@@ -337,7 +369,7 @@ class Generation:
         current = asyncio.current_task()
         assert current is not None
         ticker = asyncio.ensure_future(self._tick(current))  # heartbeats from now on: prefill may be long
-        choices: Choices | None = None
+        stream: AnswerStream | None = None
         items = self.items
         try:
             try:
@@ -348,22 +380,17 @@ class Generation:
                 await self._end_failed(exc.code or "server_error", exc.message)
                 return
             self.status = "in_progress"
-            items.event("response.in_progress", {"response": self.shell})
-            self._add()
-            try:
-                for _, events in choices.lead():
-                    items.feed(events)
-                    self._add()
-                async for _, events, _ in choices:
-                    items.feed(events)
-                    self._add()
-            except BackendError as exc:
-                log.warning("background response %s: the backend failed: %s", self.id, exc.message)
+            told = Told(self.shell, items)
+            stream = AnswerStream(choices, told, self.metrics, _nothing)  # the stream every face's answer is
+            self._add(stream.lead())
+            async for data in stream:
+                self._add(data)
+            if told.failure is not None:
                 await self._stop(ticker)
-                await self._end_failed(exc.code or "server_error", exc.message)
+                await self._end_failed(told.failure.code or "server_error", told.failure.message)
                 return
             await self._stop(ticker)
-            final = finished_response(self.shell, items, choices.total())
+            final = finished_response(self.shell, items, told.total or choices.total())
             limit = self.settings.max_stored_response_bytes
             if len(with_status(self.record, final).encode()) > limit:  # a bound for stored bytes, whoever writes
                 log.warning("background response %s: larger than --max-stored-response-bytes (%d); stored failed",
@@ -383,8 +410,8 @@ class Generation:
             self._close(state, stored, data)
         finally:
             await self._stop(ticker)
-            if choices is not None:
-                await choices.aclose()  # closes the backend request, however generation ended
+            if stream is not None:
+                await stream.aclose()  # closes the backend request, however generation ended
 
     async def _stop(self, ticker: asyncio.Future[None]) -> None:
         """Stop the ticker once its write under way (if any) is done."""
