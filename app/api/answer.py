@@ -1,7 +1,8 @@
 """What every face does with a decoded request, in one call (``respond``): hand its ``Ask`` to the
 pipeline (``app.pipeline.generate``: checked, planned, fitted, started) and answer as a stream of
 the face's events or as one object once every choice is complete — the client's disconnect
-watched throughout. The legacy completions face passes the backend's own stream through the same
+watched throughout — or, for a response generated detached from its request (the Responses API's
+``background``), checked, planned and fitted here and handed over (``later``). The legacy completions face passes the backend's own stream through the same
 way (``relay``).
 
 An ``Exchange`` is one request as a face sees it: the HTTP request, the part of the process's
@@ -30,7 +31,7 @@ from app.errors import APIError
 from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
 from app.pipeline.choices import Choices
-from app.pipeline.generate import Generating, generate
+from app.pipeline.generate import Generating, Generation, generate, prepared
 from app.pipeline.run import Finished
 from app.pipeline.stream import AnswerStream, Encoder
 from app.served import ServedModel
@@ -88,13 +89,18 @@ Build = Callable[[list[tuple[list[Event], Finished]], Finished, Choices], Awaita
 
 async def respond(ex: Exchange[Any], ask: Ask, *, stream: bool, encoder: Callable[[Choices], Encoder] | None = None,
                   early: Callable[[], Encoder] | None = None, build: Build | None = None,
+                  later: Callable[[Generation], Awaitable[Response]] | None = None,
                   schema_key: str = "function.parameters", ping: bytes = PING,
                   headers: dict[str, str] | None = None) -> Response:
     """The face's answer to ``ask``: generated (``app.pipeline.generate``) and streamed through the
     face's ``encoder`` (made from the started ``Choices``, or ``early``: while the backend works on
-    the first token), or built whole by ``build``. Any failure before the first byte — limits,
-    template, backend, the client leaving meanwhile — raises an ``APIError``."""
+    the first token), or built whole by ``build`` — or, with ``later``, checked, planned and fitted
+    and handed to ``later`` to be generated detached from the request (its answer: ``later``'s).
+    Any failure before the first byte — limits, template, backend, the client leaving meanwhile —
+    raises an ``APIError``."""
     services: Generating = ex.services
+    if later is not None:
+        return await later(await prepared(ask, await ex.ready(), services, schema_key))
     writer = Ahead(early) if stream and early is not None else None
     try:
         choices = await until_gone(ex, _generate(ask, ex, services, schema_key))

@@ -37,6 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from starlette.responses import JSONResponse, Response
@@ -47,7 +48,6 @@ from app.api.responses.history import store_unavailable, stores_of
 from app.api.sse import SSEResponse
 from app.errors import APIError, bad_request
 from app.pipeline import generate as pipeline
-from app.pipeline.ask import Ask
 from app.pipeline.run import Finished
 from app.pipeline.stream import AnswerStream
 from app.services import Responding
@@ -110,19 +110,28 @@ def runs_of(services: Responding) -> RunStore:
 # ------------------------------------------------------------------------------------- creating
 
 
-async def begin(ask: Ask, ex: Exchange[Responding], head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
-                previous: str | None, stream: bool, conversation: Ending | None = None,
-                headers: dict[str, str] | None = None) -> Response:
-    """``POST /v1/responses`` with ``background: true``: store it ``queued``, start its task, answer
-    (with ``headers``). ``conversation``, when given, is called with the response once it is
-    complete or incomplete, before the run is stored so (to add its items to its conversation: a
-    client that sees it completed finds them there; a cancel landing in between leaves them)."""
-    settings = ex.settings
-    if settings.max_background == 0:
+def later(ex: Exchange[Responding], head: dict[str, Any], items: ResponseItems, inputs: list[dict[str, Any]],
+          previous: str | None, stream: bool, conversation: Ending | None = None,
+          headers: dict[str, str] | None = None) -> Callable[[pipeline.Generation], Awaitable[Response]]:
+    """``POST /v1/responses`` with ``background: true``: what ``app.api.answer.respond`` hands the
+    request to once it is checked, planned and fitted (``begin``) — a 400 at once when this server
+    takes no background responses (``--max-background 0``), a 503 ``store_unavailable`` when it
+    has no store to run them in."""
+    if ex.settings.max_background == 0:
         raise bad_request("background responses are turned off on this server (--max-background 0): send the "
                           "request without background and keep the connection open", "background")
-    runs = runs_of(ex.services)
-    planned = await pipeline.prepared(ask, await ex.ready(), ex.services)  # checked, planned, fitted: 4xx now
+    return partial(begin, ex=ex, runs=runs_of(ex.services), head=head, items=items, inputs=inputs, previous=previous,
+                   stream=stream, conversation=conversation, headers=headers)
+
+
+async def begin(planned: pipeline.Generation, *, ex: Exchange[Responding], runs: RunStore, head: dict[str, Any],
+                items: ResponseItems, inputs: list[dict[str, Any]], previous: str | None, stream: bool,
+                conversation: Ending | None = None, headers: dict[str, str] | None = None) -> Response:
+    """Store the response ``queued`` in ``runs``, start its task, answer (with ``headers``).
+    ``conversation``, when given, is called with the response once it is complete or incomplete,
+    before the run is stored so (to add its items to its conversation: a client that sees it
+    completed finds them there; a cancel landing in between leaves them)."""
+    settings = ex.settings
     headers = {**ex.headers, **planned.headers, **(headers or {})}
     async with ex.services.detached.reserve() as ticket:
         queued = {**head, "status": "queued"}
@@ -431,5 +440,5 @@ class Generation:
         await self._end_failed("server_shutting_down" if self.ended is None else "server_error", message)
 
 
-__all__ = ["Generation", "begin", "cancelled_event", "drop_events", "run_limits",
-           "runs_of", "store_call", "with_status"]
+__all__ = ["Generation", "begin", "cancelled_event", "drop_events", "later", "run_limits", "runs_of", "store_call",
+           "with_status"]

@@ -64,6 +64,9 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
     response_id = new_id("resp_")
     save = Keeper(responses, conversations, request.store is not False, ctx, ex.settings, tenant, response_id,
                   request.previous_response_id, Chained(prefix, tenant, ctx, ask, bool(request.instructions), decoder))
+    # a background response is stored by its run; only its items still go to its conversation
+    added = (Keeper(responses, conversations, False, ctx, ex.settings, tenant, response_id, None)
+             if request.background and ctx.conversation else None)
     head = shell(request, response_id, (await ex.ready()).name, ctx.conversation)
     stored = responses is not None and request.store is not False
     # what the response echoes, and the input where something stores it, can be encoded at all
@@ -80,12 +83,6 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
         return ResponseItems(tools.by_offered_name, events=events, summary=summary,
                              encrypted="reasoning.encrypted_content" in include, signer=signer)
 
-    if request.background:  # stored by its run; only its items still go to its conversation
-        keeper = (Keeper(responses, conversations, False, ctx, ex.settings, tenant, response_id, None)
-                  if ctx.conversation else None)
-        return await background.begin(ask, ex, head, items_for(True), ctx.input, request.previous_response_id,
-                                      request.stream, keeper, headers)
-
     def events() -> ResponseEvents:  # a stream's writer, made while the backend works on the first token
         return ResponseEvents(head, items_for(True), save)
 
@@ -98,7 +95,11 @@ async def create_response(body: Any, ex: Exchange[Responding]) -> Response:
             headers["X-Toolwire-Warning"] = "; ".join(filter(None, (headers.get("X-Toolwire-Warning"), save.warning)))
         return JSONResponse(final, headers=headers)
 
-    return await respond(ex, ask, stream=bool(request.stream), early=events, build=build, headers=headers)
+    later = None
+    if request.background:  # generated detached from the request, stored by its run
+        later = background.later(ex, head, items_for(True), ctx.input, request.previous_response_id,
+                                 bool(request.stream), added, headers)
+    return await respond(ex, ask, stream=bool(request.stream), early=events, build=build, later=later, headers=headers)
 
 
 async def retrieve_response(ex: Exchange[Responding]) -> Response:
