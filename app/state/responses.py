@@ -3,8 +3,11 @@ continuation (``previous_response_id``) reads back, and the ``ResponseStore`` th
 
 A record belongs to its ``owner``: a keyed digest of the API key that made it (``""`` when the
 server has no keys: one tenant), never the key. Its ``body`` is the encoded JSON of what the API
-needs back (the response object, this turn's input items, the previous response's id); ``size`` is
-that encoding's length in bytes, which every byte bound counts.
+needs back (the response object, this turn's input items, the previous response's id); what the
+response object echoes of its request — its instructions and tools, the same turn after turn and
+~90% of an agent's record — is kept apart, once per owner and content (``StoredResponse.parts``),
+and counted once in the byte budget. ``StoredResponse.size`` is the whole record's length, which
+``--max-stored-response-bytes`` bounds.
 
 A ``ResponseStore`` keeps records for ``ttl`` seconds, each readable only by the tenant that stored
 it (``tenant``: the request's tenant id, ``app.tenancy``):
@@ -27,6 +30,7 @@ it (``tenant``: the request's tenant id, ``app.tenancy``):
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -46,28 +50,63 @@ class StoredResponse:
     response: dict[str, Any]
     input: list[dict[str, Any]] = field(default_factory=list)
     previous_response_id: str | None = None
-    #: the record's encoding, once made (``encoded``; a copy made with other fields starts without)
-    body: bytes | None = field(default=None, init=False, compare=False, repr=False)
+    #: the record as stored, once made (``parts``; a copy made with other fields starts without)
+    stored: Parts | None = field(default=None, init=False, compare=False, repr=False)
 
     def encode(self) -> bytes:
-        """The record's body as stored (owner and links are kept beside it, not in it)."""
-        if self.body is not None:
-            return self.body
+        """The record's whole encoding (owner and links are kept beside it, not in it)."""
         return orjson.dumps({"response": self.response, "input": self.input,
                              "previous_response_id": self.previous_response_id})
 
-    def encoded(self) -> StoredResponse:
-        """The record, its encoding made once for every later ``encode`` (its size is counted before
-        it is stored, and stored as counted): its fields are not to change after."""
-        if self.body is None:
-            object.__setattr__(self, "body", self.encode())
-        return self
+    def size(self) -> int:
+        """The bytes of the record's whole encoding (what ``--max-stored-response-bytes`` bounds),
+        worked out from its ``parts`` (made once, for its store too)."""
+        body, echo, _ = self.parts()
+        return len(body) if echo is None else len(body) + len(echo) - _SPLIT
+
+    def parts(self) -> Parts:
+        """The record as a store keeps it: what responses echo of their requests apart
+        (``ECHOED``) — its body with those fields ``null``, their encoding and its digest — or,
+        when they take fewer than ``ECHO_MIN`` bytes (or the response lacks one), its whole body and
+        ``None``, ``None``. ``decode`` given the echo back gives the record again. Made once: the
+        record's fields are not to change after."""
+        if self.stored is not None:
+            return self.stored
+        response = self.response
+        made: Parts | None = None
+        if all(name in response for name in ECHOED):
+            echo = orjson.dumps([response[name] for name in ECHOED])
+            if len(echo) >= ECHO_MIN:
+                body = orjson.dumps({"response": {**response, **dict.fromkeys(ECHOED)}, "input": self.input,
+                                     "previous_response_id": self.previous_response_id})
+                made = (body, echo, hashlib.sha256(echo).digest())
+        if made is None:
+            made = (self.encode(), None, None)
+        object.__setattr__(self, "stored", made)
+        return made
 
     @classmethod
-    def decode(cls, response_id: str, owner: str, body: bytes) -> StoredResponse:
+    def decode(cls, response_id: str, owner: str, body: bytes, echoed: list[Any] | None = None) -> StoredResponse:
+        """The record from its ``body`` and, when its echo was stored apart (``parts``), the echo's
+        values (``orjson.loads`` of it: records of one chain may share them)."""
         data = orjson.loads(body)
-        return cls(response_id, owner, data.get("response") or {}, data.get("input") or [],
-                   data.get("previous_response_id"))
+        response = data.get("response") or {}
+        if echoed is not None:
+            response.update(zip(ECHOED, echoed, strict=True))
+        return cls(response_id, owner, response, data.get("input") or [], data.get("previous_response_id"))
+
+
+#: the response object's fields that echo its request, the same in every turn of an agent's
+#: conversation (~90% of a stored response's bytes with Codex's or the Agents SDK's instructions
+#: and tools): a store may keep one copy of them per owner and content (``StoredResponse.parts``)
+ECHOED = ("instructions", "tools")
+#: fewer bytes of echo than this are stored in their record
+ECHO_MIN = 1024
+#: a record as a store keeps it (``StoredResponse.parts``): its body, its echo and the echo's digest
+Parts = tuple[bytes, bytes | None, bytes | None]
+#: what a record's body and echo take beyond its whole encoding: the body's two ``null`` and the
+#: echo's brackets and comma
+_SPLIT = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +173,21 @@ def walk(first: str, links: dict[str, Link], owner: str, limits: ChainLimits) ->
     return chain
 
 
-def decode_chain(chain: Chain, owner: str, bodies: dict[str, bytes], limits: ChainLimits) -> Chain:
+def decode_chain(chain: Chain, owner: str, bodies: dict[str, bytes], limits: ChainLimits,
+                 echoes: dict[str, bytes] | None = None) -> Chain:
     """``chain.responses`` decoded from ``bodies`` (by id), newest first, stopping before the record
     whose items would pass ``limits.items`` (``over`` is then ``"items"``, and ``ids`` and ``size``
-    keep to the records decoded): the work is bounded by the items, not only by the bytes."""
+    keep to the records decoded): the work is bounded by the items, not only by the bytes.
+    ``echoes``: the echo of each record stored apart (``StoredResponse.parts``), by id — each
+    different one decoded once, its values shared by the records that echo it."""
     decoded: list[StoredResponse] = []
     items = size = 0
+    values: dict[bytes, list[Any]] = {}
     for key in chain.ids:
-        record = StoredResponse.decode(key, owner, bodies[key])
+        echo = echoes.get(key) if echoes else None
+        if echo is not None and echo not in values:
+            values[echo] = orjson.loads(echo)
+        record = StoredResponse.decode(key, owner, bodies[key], values[echo] if echo is not None else None)
         items += len(record.input) + len(record.response.get("output") or ())
         if items > limits.items:
             chain.over = "items"
@@ -176,4 +222,4 @@ class ResponseStore(Protocol):
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
 
 
-__all__ = ["Chain", "ChainLimits", "Link", "ResponseStore", "StoredResponse", "decode_chain", "walk"]
+__all__ = ["ECHOED", "ECHO_MIN", "Chain", "ChainLimits", "Link", "Parts", "ResponseStore", "StoredResponse", "decode_chain", "walk"]

@@ -401,7 +401,7 @@ class Generation:
             await self._stop(ticker)
             final = finished_response(self.shell, items, told.total or choices.total())
             limit = self.settings.max_stored_response_bytes
-            if len(with_status(self.record, final).encode()) > limit:  # a bound for stored bytes, whoever writes
+            if with_status(self.record, final).size() > limit:  # a bound for stored bytes, whoever writes
                 log.warning("background response %s: larger than --max-stored-response-bytes (%d); stored failed",
                             self.id, limit)
                 await self._end_failed("stored_response_too_large", "the response was larger than a stored response "

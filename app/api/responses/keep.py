@@ -146,9 +146,9 @@ class Keeper:
         if self.responses is None or self.conversations is None:
             return None
         if self.keep:
-            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous).encoded()
+            record = StoredResponse(self.response_id, "", final, self.ctx.input, self.previous)
             limit = self.settings.max_stored_response_bytes
-            size = len(record.encode())
+            size = record.size()  # (its parts made once: stored as counted)
             if size > limit:
                 log.warning("response %s not stored: larger than --max-stored-response-bytes (%d)", self.response_id,
                             limit)

@@ -7,6 +7,10 @@ conversations, by time of last write), ``toolwire:sizes`` (member → bytes) and
 (their sum) are the budget stored responses and conversations share: every write drops aged and
 then oldest records of either kind until it holds again (``bound`` in ``COMMON``, the Lua every
 script starts with); ``removals:OWNER`` counts the owner's stored responses removed (``drop``).
+What stored responses echo of their requests (``StoredResponse.parts``) is one hash per owner and
+content, ``e:OWNER:DIGEST`` (its body, and how many responses hold it), counted in the same budget
+(``toolwire:sizes``) and kept in ``toolwire:echoes`` by the time it was last stored: it goes with
+the last response that holds it, or aged as they are (``drop_echo``, ``keep_echo``).
 The secret that keys owner digests lives in Redis (``toolwire:owner-secret``) and the scripts make
 the digests themselves, so every replica sharing the database computes the same owners.
 
@@ -54,6 +58,24 @@ local owner = redis.sha1hex(secret .. '\\0' .. ARGV[2])
 local function unindex(who, item, holder)
     redis.call('HDEL', p .. 'i:' .. who .. ':' .. item, holder)
 end
+local function drop_echo(echo)
+    local size = redis.call('HGET', p .. 'sizes', echo)
+    if size then redis.call('DECRBY', p .. 'bytes', size) end
+    redis.call('HDEL', p .. 'sizes', echo)
+    redis.call('ZREM', p .. 'echoes', echo)
+    redis.call('DEL', p .. echo)
+end
+local function keep_echo(echo, body, now, ttl)
+    if redis.call('HINCRBY', p .. echo, 'refs', 1) == 1 then
+        local size = redis.call('HGET', p .. 'sizes', echo)
+        if size then redis.call('DECRBY', p .. 'bytes', size) end
+        redis.call('HSET', p .. echo, 'body', body)
+        redis.call('HSET', p .. 'sizes', echo, string.len(body))
+        redis.call('INCRBY', p .. 'bytes', string.len(body))
+    end
+    redis.call('EXPIRE', p .. echo, ttl)
+    redis.call('ZADD', p .. 'echoes', now, echo)
+end
 local function drop(member)
     local size = redis.call('HGET', p .. 'sizes', member)
     if size then redis.call('DECRBY', p .. 'bytes', size) end
@@ -67,16 +89,21 @@ local function drop(member)
         end
         redis.call('DEL', p .. 'c:' .. id, p .. 'cz:' .. id, p .. 'cb:' .. id)
     else
-        local v = redis.call('HMGET', p .. 'r:' .. member, 'owner', 'items')
+        local v = redis.call('HMGET', p .. 'r:' .. member, 'owner', 'items', 'echo')
         if v[1] and v[2] then
             for item in string.gmatch(v[2], '[^\\n]+') do unindex(v[1], item, 'r:' .. member) end
         end
         if v[1] then redis.call('INCR', p .. 'removals:' .. v[1]) end
         redis.call('DEL', p .. 'r:' .. member)
+        if v[1] and v[3] and v[3] ~= '' then
+            local echo = 'e:' .. v[1] .. ':' .. v[3]
+            if redis.call('HINCRBY', p .. echo, 'refs', -1) <= 0 then drop_echo(echo) end
+        end
     end
 end
 local function bound(now, ttl, max_rows, max_bytes)
     for _, old in ipairs(redis.call('ZRANGEBYSCORE', p .. 'index', '-inf', now - ttl)) do drop(old) end
+    for _, old in ipairs(redis.call('ZRANGEBYSCORE', p .. 'echoes', '-inf', now - ttl)) do drop_echo(old) end
     while redis.call('ZCARD', p .. 'index') > max_rows or
           tonumber(redis.call('GET', p .. 'bytes') or '0') > max_bytes do
         local oldest = redis.call('ZRANGE', p .. 'index', 0, 0)

@@ -15,17 +15,22 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
+import orjson
+
 from app.state.base import off_loop
 from app.state.items import Found, found_items, response_items
 from app.state.redis.database import COMMON, RedisDatabase
 from app.state.responses import Chain, ChainLimits, StoredResponse, decode_chain
 
-# ARGV[4..]: id, previous, body, now, ttl, max rows, max bytes, item ids ("\\n"-joined), their flags
+# ARGV[4..]: id, previous, body, now, ttl, max rows, max bytes, item ids ("\\n"-joined), their flags, the echo's
+# digest ('' when it is in the body) and the echo
 _PUT = COMMON + """
 local id, body = ARGV[4], ARGV[6]
 local now, ttl = tonumber(ARGV[7]), tonumber(ARGV[8])
 drop(id)
-redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11])
+if ARGV[13] ~= '' then keep_echo('e:' .. owner .. ':' .. ARGV[13], ARGV[14], now, ttl) end
+redis.call('HSET', p .. 'r:' .. id, 'owner', owner, 'previous', ARGV[5], 'body', body, 'items', ARGV[11],
+           'echo', ARGV[13])
 redis.call('EXPIRE', p .. 'r:' .. id, ttl)
 local k = 0
 for item in string.gmatch(ARGV[11], '[^\\n]+') do
@@ -41,11 +46,13 @@ bound(now, ttl, tonumber(ARGV[9]), tonumber(ARGV[10]))
 return owner
 """
 
-# ARGV[4]: id → {owner, body} or {}
+# ARGV[4]: id → {owner, body, its echo or ''} or {}
 _GET = COMMON + """
-local v = redis.call('HMGET', p .. 'r:' .. ARGV[4], 'owner', 'body')
+local v = redis.call('HMGET', p .. 'r:' .. ARGV[4], 'owner', 'body', 'echo')
 if v[1] ~= owner then return {} end
-return {owner, v[2]}
+local echo = ''
+if v[3] and v[3] ~= '' then echo = redis.call('HGET', p .. 'e:' .. owner .. ':' .. v[3], 'body') or '' end
+return {owner, v[2], echo}
 """
 
 # ARGV[4]: id → 1 when it was there (and the tenant's)
@@ -55,23 +62,31 @@ drop(ARGV[4])
 return 1
 """
 
-# ARGV[4..]: first id, max links, max bytes → {owner, missing, over, size, id1, body1, id2, body2, …}
+# ARGV[4..]: first id, max links, max bytes → {owner, missing, over, size, links, id1, body1, echo digest1, …, then
+# (digest, echo) for each different echo}
 _CHAIN = COMMON + """
 local id = ARGV[4]
 local max_links, max_bytes = tonumber(ARGV[5]), tonumber(ARGV[6])
-local out, size, links = {owner, '', '', 0}, 0, 0
+local out, size, links, echoes = {owner, '', '', 0, 0}, 0, 0, {}
 while id and id ~= '' do
-    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous', 'body')
+    local v = redis.call('HMGET', p .. 'r:' .. id, 'owner', 'previous', 'body', 'echo')
     if v[1] ~= owner then out[2] = id; break end
     if links >= max_links then out[3] = 'links'; break end
     if size + string.len(v[3]) > max_bytes then out[3] = 'bytes'; break end
     links = links + 1
     size = size + string.len(v[3])
+    local digest = v[4] or ''
     table.insert(out, id)
     table.insert(out, v[3])
+    table.insert(out, digest)
+    if digest ~= '' then echoes[digest] = true end
     id = v[2]
 end
-out[4] = size
+out[4], out[5] = size, links
+for digest, _ in pairs(echoes) do
+    table.insert(out, digest)
+    table.insert(out, redis.call('HGET', p .. 'e:' .. owner .. ':' .. digest, 'body') or '')
+end
 return out
 """
 
@@ -149,6 +164,10 @@ return out
 """
 
 
+def _decode(response_id: str, owner: str, body: bytes, echo: bytes | None) -> StoredResponse:
+    return StoredResponse.decode(response_id, owner, body, orjson.loads(echo) if echo else None)
+
+
 class RedisResponses:
     """See the module docstring."""
 
@@ -161,11 +180,12 @@ class RedisResponses:
     def put_call(self, record: StoredResponse, tenant: str, client: Any = None) -> Awaitable[Any]:
         """The ``put`` script's call for ``record`` (on ``client``: a pipeline, to write it with more)."""
         indexed = response_items(record.response, record.input)
+        body, echo, digest = record.parts()
         db = self.db
         return self._put(args=db.args(
-            tenant, record.id, record.previous_response_id or "", record.encode(), time.time(), db.ttl,
-            *db.bounds(), "\n".join(key for key, _ in indexed), "".join("1" if t else "0" for _, t in indexed)),
-            client=client)
+            tenant, record.id, record.previous_response_id or "", body, time.time(), db.ttl,
+            *db.bounds(), "\n".join(key for key, _ in indexed), "".join("1" if t else "0" for _, t in indexed),
+            digest.hex() if digest is not None else "", echo or b""), client=client)
 
     async def put(self, record: StoredResponse, tenant: str) -> None:
         await self.db.call(self.put_call(record, tenant))
@@ -174,19 +194,23 @@ class RedisResponses:
         found = await self.db.call(self._get(args=self.db.args(tenant, response_id)))
         if not found:
             return None
-        owner, body = found
-        return await off_loop(len(body), StoredResponse.decode, response_id, owner.decode(), body)
+        owner, body, echo = found
+        return await off_loop(len(body) + len(echo), _decode, response_id, owner.decode(), body, echo or None)
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         return bool(await self.db.call(self._delete(args=self.db.args(tenant, response_id))))
 
     async def chain(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
-        owner, missing, over, size, *pairs = await self.db.call(
+        owner, missing, over, size, links, *rest = await self.db.call(
             self._chain(args=self.db.args(tenant, response_id, limits.links, limits.bytes)))
-        ids = [key.decode() for key in pairs[::2]]
+        walked, different = rest[:3 * int(links)], rest[3 * int(links):]
+        ids = [key.decode() for key in walked[::3]]
         chain = Chain(ids=ids, missing=missing.decode() or None, over=over.decode() or None, size=int(size))
-        bodies = dict(zip(ids, pairs[1::2], strict=True))
-        return await off_loop(chain.size, decode_chain, chain, owner.decode(), bodies, limits)
+        bodies = dict(zip(ids, walked[1::3], strict=True))
+        shared = dict(zip(different[::2], different[1::2], strict=True))
+        echoes = {key: shared[digest] for key, digest in zip(ids, walked[2::3], strict=True) if shared.get(digest)}
+        return await off_loop(chain.size + sum(map(len, shared.values())), decode_chain, chain, owner.decode(),
+                              bodies, limits, echoes)
 
     async def links(self, response_id: str, tenant: str, limits: ChainLimits) -> Chain:
         asked = time.time()  # (the expiry is Redis's time left, counted on this clock from before the call)

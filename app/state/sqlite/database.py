@@ -120,18 +120,34 @@ class SqliteDatabase:
         rows = dict(self.conn.execute("SELECT name, value FROM store_meta WHERE name IN ('rows', 'bytes')").fetchall())
         return int(rows["rows"]), int(rows["bytes"])
 
-    def drop_response(self, key: str, size: int) -> None:
-        """Remove a stored response (its owner's count of removals goes up: ``ResponseStore.removals``)."""
-        self.conn.execute("INSERT INTO response_removals (owner, n) SELECT owner, 1 FROM stored_responses WHERE id = ? "
-                          "ON CONFLICT (owner) DO UPDATE SET n = n + 1", (key,))
-        self.conn.execute("DELETE FROM response_items WHERE response = ?", (key,))
-        self.conn.execute("DELETE FROM stored_responses WHERE id = ?", (key,))
+    def drop_response(self, key: str, size: int) -> int:
+        """Remove a stored response (its owner's count of removals goes up: ``ResponseStore.removals``)
+        and its echo when no other response of its owner echoes it; the bytes that freed."""
+        conn = self.conn
+        conn.execute("INSERT INTO response_removals (owner, n) SELECT owner, 1 FROM stored_responses WHERE id = ? "
+                     "ON CONFLICT (owner) DO UPDATE SET n = n + 1", (key,))
+        echo = conn.execute("SELECT owner, echo FROM stored_responses WHERE id = ? AND echo IS NOT NULL",
+                            (key,)).fetchone()
+        conn.execute("DELETE FROM response_items WHERE response = ?", (key,))
+        conn.execute("DELETE FROM stored_responses WHERE id = ?", (key,))
+        freed = size
+        if echo is not None and not conn.execute(
+                "SELECT 1 FROM stored_responses WHERE echo = ?2 AND owner = ?1 LIMIT 1", echo).fetchone():
+            unused = conn.execute("SELECT length(body) FROM response_echoes WHERE owner = ? AND digest = ?",
+                                  echo).fetchone()
+            conn.execute("DELETE FROM response_echoes WHERE owner = ? AND digest = ?", echo)
+            if unused is not None:
+                freed += unused[0]
+                self.count(0, -unused[0])
         self.count(-1, -size)
+        return freed
 
-    def drop_conversation(self, key: str, size: int) -> None:
+    def drop_conversation(self, key: str, size: int) -> int:
+        """Remove a conversation and its items; the bytes that freed."""
         self.conn.execute("DELETE FROM conversation_items WHERE conversation = ?", (key,))
         self.conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
         self.count(-1, -size)
+        return size
 
     def bound(self, now: float) -> None:
         """Drop expired records, then the oldest of either kind, until the row and byte bounds hold."""
@@ -150,8 +166,7 @@ class SqliteDatabase:
             for kind, key, bytes_, _ in batch:
                 if rows <= self.max_rows and size <= self.max_bytes:
                     break
-                (self.drop_response if kind == "r" else self.drop_conversation)(key, bytes_)
-                rows, size = rows - 1, size - bytes_
+                rows, size = rows - 1, size - (self.drop_response if kind == "r" else self.drop_conversation)(key, bytes_)
 
     # ------------------------------------------------------------------ health
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from app.state.responses import StoredResponse
+from app.state.responses import Parts, StoredResponse
 from app.state.runs import Batch, RunLimits, RunRead, RunState, settle_status
 from app.state.sqlite.database import SqliteDatabase
 from app.state.sqlite.responses import SqliteResponses
@@ -101,21 +101,21 @@ class SqliteRuns:
                          (status, now, batch.end, logged, size, int(over), batches, now + self.ttl, response_id))
         return RunState(status, 0.0, batch.end, logged, size, over, batches)
 
-    def _store(self, record: StoredResponse, owner: str, body: bytes, now: float) -> None:
-        self.responses.insert(record, owner, body, now, now + self.ttl)
+    def _store(self, record: StoredResponse, owner: str, parts: Parts, now: float) -> None:
+        self.responses.insert(record, owner, parts, now, now + self.ttl)
         self.db.bound(now)
 
     # ------------------------------------------------------------------ the interface
 
     async def open_run(self, record: StoredResponse, tenant: str, batch: Batch, limits: RunLimits) -> None:
         owner = self.db.owner(tenant)
-        body = record.encode()
+        parts = record.parts()
         status = str(record.response.get("status") or "queued")
 
         def work() -> None:
             now = time.time()
             with self.db.transaction():
-                self._store(record, owner, body, now)
+                self._store(record, owner, parts, now)
                 old = self.db.conn.execute("SELECT size FROM background_runs WHERE id = ?", (record.id,)).fetchone()
                 if old is not None:
                     self._drop_run(record.id, old[0])
@@ -151,8 +151,8 @@ class SqliteRuns:
                          if_cancelled: StoredResponse | None = None) -> RunState | None:
         owner = self.db.owner(tenant)
         status = settle_status(record)
-        body = record.encode()
-        cancelled_body = if_cancelled.encode() if if_cancelled is not None else b""
+        parts = record.parts()
+        cancelled = if_cancelled.parts() if if_cancelled is not None else None
 
         def work() -> RunState | None:
             now = time.time()
@@ -164,12 +164,13 @@ class SqliteRuns:
                     if state.status == "cancelled" and if_cancelled is not None and self.db.conn.execute(
                             "SELECT 1 FROM stored_responses WHERE id = ? AND owner = ?",
                             (response_id, owner)).fetchone():
-                        self._store(if_cancelled, owner, cancelled_body, now)
+                        assert cancelled is not None
+                        self._store(if_cancelled, owner, cancelled, now)
                     return state
                 if state.seq != batch.first or (stale is not None and state.age < stale):
                     return state
                 state = self._log(response_id, state, batch, status, limits, now)
-                self._store(record, owner, body, now)
+                self._store(record, owner, parts, now)
                 self._bound_runs(now, response_id)
                 return state
 

@@ -76,22 +76,29 @@ async def test_a_record_belongs_to_its_tenant(store: Stores) -> None:
     assert not await store.responses.delete("r1", ALICE)
 
 
-async def test_a_record_encoded_once_is_stored_as_encoded(store: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A record's encoding made to count its size (``encoded``) is the one stored: not made again;
-    a copy with other fields makes its own."""
+async def test_a_record_is_stored_as_its_size_was_counted(store: Stores, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record's parts made to count its size are the ones stored: not made again (the echo of an
+    agent's turn alone is ~30 KB); a copy with other fields makes its own."""
     import dataclasses
 
-    made = record("r1", text="once").encoded()
     encodings: list[Any] = []
     real = orjson.dumps
-    monkeypatch.setattr(orjson, "dumps", lambda value, *a, **k: encodings.append(value) or real(value, *a, **k))
-    await store.responses.put(made, ALICE)
-    assert not [v for v in encodings if isinstance(v, dict) and "previous_response_id" in v]  # not encoded again
-    monkeypatch.undo()
-    got = await store.responses.get("r1", ALICE)
-    assert got is not None and got.response == made.response and made.body == made.encode()
-    other = dataclasses.replace(made, response={"id": "r1", "output": []})
-    assert other.body is None and b'"output":[]' in other.encode()
+
+    def counted(value: Any, *args: Any, **kwargs: Any) -> bytes:
+        encodings.append(value)
+        return real(value, *args, **kwargs)
+
+    for made in (record("r1", text="once"), echoing("r2")):
+        assert made.size() == len(made.encode())  # what --max-stored-response-bytes bounds: the whole record
+        encodings.clear()
+        monkeypatch.setattr(orjson, "dumps", counted)
+        await store.responses.put(made, ALICE)
+        assert not [v for v in encodings if isinstance(v, (dict, list)) and v != []]  # nothing encoded again
+        monkeypatch.undo()
+        got = await store.responses.get(made.id, ALICE)
+        assert got is not None and got.response == made.response
+        other = dataclasses.replace(made, response={"id": made.id, "output": []})
+        assert other.stored is None and b'"output":[]' in other.parts()[0]
 
 
 async def test_chain_reads_a_conversation_oldest_first(store: Stores) -> None:
@@ -248,11 +255,14 @@ async def test_records_expire(kind: str, tmp_path: Path, request: pytest.Fixture
     store = open_kind(kind, tmp_path, server, ttl=1)
     writing = time.monotonic()
     await store.responses.put(record("e"), ALICE)
+    await store.responses.put(echoing("echoing"), ALICE)
     found, asked = await store.responses.get("e", ALICE), time.monotonic()
     assert found is not None or asked - writing >= 1  # (on a machine stalled past the ttl: inconclusive)
     await asyncio.sleep(1.3 if kind == "sqlite" else 2.2)
     assert await store.responses.get("e", ALICE) is None
     assert (await store.responses.chain("e", ALICE, ChainLimits())).missing == "e"
+    await store.responses.put(record("f"), ALICE)  # (a write drops what has expired)
+    assert await _totals(store) == (1, len(record("f").encode())) and await _echo_copies(store) == 0
     await store.close()
 
 
@@ -286,6 +296,110 @@ async def test_sqlite_rows_from_before_owners_belong_to_the_single_tenant(tmp_pa
     assert (await store.responses.get("old", "")) is not None
     assert (await store.responses.get("old", ALICE)) is None
     assert store.database.totals() == (1, len(body))
+    await store.close()
+
+
+def echoing(key: str, previous: str | None = None, instructions: str = "be brief " * 200,
+            tools: list[dict[str, Any]] | None = None) -> StoredResponse:
+    """A response that echoes ~5 KB of instructions and tools, as an agent's every turn does."""
+    tools = tools if tools is not None else [{"type": "function", "name": f"tool_{k}", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string", "description": "d" * 200}}}} for k in range(12)]
+    response = {"id": key, "instructions": instructions, "output": [{"type": "message", "text": key}],
+                "tools": tools, "status": "completed"}
+    return StoredResponse(key, "", response, [{"type": "message", "role": "user", "content": key}], previous)
+
+
+async def _echo_copies(store: Stores) -> int:
+    """How many echoes the store holds apart (``StoredResponse.parts``)."""
+    database: Any = store.database
+    if isinstance(database, SqliteDatabase):
+        with database.lock:
+            return int(database.conn.execute("SELECT count(*) FROM response_echoes").fetchone()[0])
+    return len(await database.client.keys(database.prefix + "e:*"))
+
+
+async def test_one_copy_of_what_responses_echo_is_kept(store: Stores) -> None:
+    """The instructions and tools every response of an agent echoes are stored once per owner and
+    content, counted once in the budget, and given back with each response as it was put; the copy
+    goes with the last response that holds it."""
+    first, second = echoing("r1"), echoing("r2", "r1")
+    await store.responses.put(first, ALICE)
+    one = (await _totals(store))[1]
+    assert one == len(first.encode()) + 11  # its body and its echo: the record split in two (two nulls, brackets)
+    await store.responses.put(second, ALICE)
+    two = (await _totals(store))[1]
+    assert two - one < len(second.encode()) / 4  # the second stores its own part alone
+    for made in (first, second):
+        got = await store.responses.get(made.id, ALICE)
+        assert got is not None and got.response == made.response and list(got.response) == list(made.response)
+        assert got.input == made.input and got.previous_response_id == made.previous_response_id
+    chain = await store.responses.chain("r2", ALICE, ChainLimits())
+    assert [r.response for r in chain.responses] == [first.response, second.response]
+    await store.responses.put(echoing("r3", tools=[]), ALICE)  # other content: a copy of its own
+    await store.responses.put(echoing("b1"), BOB)  # another owner: a copy of its own
+    assert await _echo_copies(store) == 3
+    assert (await store.responses.get("b1", BOB)).response == echoing("b1").response  # type: ignore[union-attr]
+    assert await store.responses.delete("r1", ALICE)
+    assert (await store.responses.get("r2", ALICE)).response == second.response  # type: ignore[union-attr]
+    await store.responses.put(echoing("r2"), ALICE)  # replaced by itself: its echo stays once
+    assert await _echo_copies(store) == 3
+    for key, tenant in (("r2", ALICE), ("r3", ALICE), ("b1", BOB)):
+        assert await store.responses.delete(key, tenant)
+    assert await _totals(store) == (0, 0) and await _echo_copies(store) == 0  # nothing echoed is left behind
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+async def test_echoes_leave_with_the_responses_the_budget_drops(kind: str, tmp_path: Path,
+                                                                request: pytest.FixtureRequest) -> None:
+    """Bounded in bytes with echoes counted: the oldest responses go, and an echo no response holds
+    any more goes with them."""
+    size = len(echoing("r0").encode())
+    server = request.getfixturevalue("redis_server") if kind == "redis" else None
+    store = open_kind(kind, tmp_path, server, size=3 * size)
+    for k in range(40):  # each with an echo of its own: a full record's bytes each
+        await store.responses.put(echoing(f"r{k}", instructions=f"turn {k} " * 300), ALICE)
+        assert (await _totals(store))[1] <= 3 * size
+    held = (await _totals(store))[0]
+    assert 1 <= held <= 3 and await _echo_copies(store) == held
+    await store.close()
+
+
+async def test_responses_stored_whole_by_an_earlier_version_are_read(store: Stores,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A response an earlier toolwire stored with its echo in its body (a replica not yet upgraded,
+    a file or a Redis from before) is read, continued and removed as any other."""
+    old = echoing("old")
+    monkeypatch.setattr(StoredResponse, "parts", lambda self: (self.encode(), None, None))
+    await store.responses.put(old, ALICE)
+    monkeypatch.undo()
+    await store.responses.put(echoing("new", "old"), ALICE)
+    assert (await store.responses.get("old", ALICE)).response == old.response  # type: ignore[union-attr]
+    chain = await store.responses.chain("new", ALICE, ChainLimits())
+    assert [r.response for r in chain.responses] == [old.response, echoing("new", "old").response]
+    for key in ("old", "new"):
+        assert await store.responses.delete(key, ALICE)
+    assert await _totals(store) == (0, 0) and await _echo_copies(store) == 0
+
+
+async def test_sqlite_responses_stored_before_echoes_were_kept_apart_are_read(tmp_path: Path) -> None:
+    """A file whose responses hold their echoes whole (no ``echo`` column) opens, reads them as they
+    were, and keeps the echoes of new ones apart."""
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE stored_responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, previous TEXT, "
+               "body BLOB NOT NULL, size INTEGER NOT NULL, created REAL NOT NULL, expires REAL NOT NULL)")
+    db.commit()
+    db.close()
+    store = open_sqlite(path, 3600, 100, 1 << 30)
+    old = echoing("old")
+    owner = store.database.owner(ALICE)
+    with store.database.lock:
+        store.database.conn.execute("INSERT INTO stored_responses (id, owner, previous, body, size, created, expires) "
+                                    "VALUES ('old', ?, NULL, ?, 1, 1, 9e12)", (owner, old.encode()))
+    await store.responses.put(echoing("new", "old"), ALICE)
+    assert (await store.responses.get("old", ALICE)).response == old.response  # type: ignore[union-attr]
+    chain = await store.responses.chain("new", ALICE, ChainLimits())
+    assert [r.response for r in chain.responses] == [old.response, echoing("new", "old").response]
     await store.close()
 
 
