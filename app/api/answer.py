@@ -2,8 +2,8 @@
 pipeline (``app.pipeline.generate``: checked, planned, fitted, started) and answer as a stream of
 the face's events or as one object once every choice is complete — the client's disconnect
 watched throughout — or, for a response generated detached from its request (the Responses API's
-``background``), checked, planned and fitted here and handed over (``later``). The legacy completions face passes the backend's own stream through the same
-way (``relay``).
+``background``), check, plan and fit it here and hand it over (``later``). The legacy completions
+face passes the backend's own stream through the same way (``relay``).
 
 An ``Exchange`` is one request as a face sees it: the HTTP request, the part of the process's
 services its face uses (``Face.needs``: never the services whole), the served model (``ready``),

@@ -222,4 +222,5 @@ class ResponseStore(Protocol):
     async def items(self, ids: Sequence[str], tenant: str, limits: ChainLimits) -> Found: ...
 
 
-__all__ = ["ECHOED", "ECHO_MIN", "Chain", "ChainLimits", "Link", "Parts", "ResponseStore", "StoredResponse", "decode_chain", "walk"]
+__all__ = ["ECHOED", "ECHO_MIN", "Chain", "ChainLimits", "Link", "Parts", "ResponseStore", "StoredResponse",
+           "decode_chain", "walk"]

@@ -166,7 +166,8 @@ class SqliteDatabase:
             for kind, key, bytes_, _ in batch:
                 if rows <= self.max_rows and size <= self.max_bytes:
                     break
-                rows, size = rows - 1, size - (self.drop_response if kind == "r" else self.drop_conversation)(key, bytes_)
+                drop = self.drop_response if kind == "r" else self.drop_conversation
+                rows, size = rows - 1, size - drop(key, bytes_)
 
     # ------------------------------------------------------------------ health
 

@@ -3,10 +3,11 @@
 Each stored response is one row of ``stored_responses`` (owner digest, previous id, body, size,
 times, the digest of its echo), what it echoes one row of ``response_echoes`` (owner, digest, body:
 shared by the owner's responses that echo the same, dropped with the last of them — an index on the
-digest answers whether one is left), and its items' ids are rows of ``response_items`` (the item index: id → the response, and
-whether toolwire wrote the item). A chain is one recursive query; the item index is read with the
-conversations' items in one transaction. Files from before owners (a ``responses`` table: one
-tenant) and from before the item index are brought up to date on opening (``upgrade``).
+digest answers whether one is left), and its items' ids are rows of ``response_items`` (the item
+index: id → the response, and whether toolwire wrote the item). A chain is one recursive query; the
+item index is read with the conversations' items in one transaction. Files from before owners (a
+``responses`` table: one tenant), from before the item index and from before echoes were kept
+apart are brought up to date on opening (``upgrade``).
 """
 
 from __future__ import annotations
