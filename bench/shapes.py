@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -318,7 +319,8 @@ def start_server(name: str, tree: Path, cache: bool, tokens: list[str], workdir:
     backend = start_listener_backend(tokens, workdir / name)
     port = free_port()
     state = workdir / name / "state"
-    state.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(state, ignore_errors=True)  # a fresh store each run, as a new deployment's: what runs before left
+    state.mkdir(parents=True)  # (tens of MB of other builds' responses) would weigh on this run's writes
     cmd = [sys.executable, "-m", "app.cli", "serve", "--backend", backend.url, "--backend-type", "vllm", "--port",
            str(port), "--chat-template", str(TEMPLATE), "--tool-call-parser", "qwen25", "--reasoning-parser",
            "qwen3", "--log-level", "error", "--retries", "0", "--state-dir", str(state)]
