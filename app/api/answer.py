@@ -31,7 +31,7 @@ from app.errors import APIError
 from app.pipeline.ahead import Ahead
 from app.pipeline.ask import Ask
 from app.pipeline.choices import Choices
-from app.pipeline.generate import Generating, Generation, generate, prepared
+from app.pipeline.generate import Generating, Generation, generate
 from app.pipeline.run import Finished
 from app.pipeline.stream import AnswerStream, Encoder
 from app.served import ServedModel
@@ -99,15 +99,17 @@ async def respond(ex: Exchange[Any], ask: Ask, *, stream: bool, encoder: Callabl
     Any failure before the first byte — limits, template, backend, the client leaving meanwhile —
     raises an ``APIError``."""
     services: Generating = ex.services
-    if later is not None:
-        return await later(await prepared(ask, await ex.ready(), services, schema_key))
-    writer = Ahead(early) if stream and early is not None else None
+    writer = Ahead(early) if stream and early is not None and later is None else None
     try:
-        choices = await until_gone(ex, _generate(ask, ex, services, schema_key))
+        started = await until_gone(ex, _generate(ask, ex, services, schema_key, later is None))
     except BaseException:
         if writer is not None:
             writer.drop()
         raise
+    if isinstance(started, Generation):
+        assert later is not None
+        return await later(started)
+    choices = started
     ex.headers.update(choices.headers)
     if stream:
         made = writer.get() if writer is not None else encoder(choices) if encoder is not None else None
@@ -117,8 +119,10 @@ async def respond(ex: Exchange[Any], ask: Ask, *, stream: bool, encoder: Callabl
     return await _whole(choices, build, ex)
 
 
-async def _generate(ask: Ask, ex: Exchange[Any], services: Generating, schema_key: str) -> Choices:
-    return await generate(ask, await ex.ready(), services, schema_key, ex.started)
+async def _generate(ask: Ask, ex: Exchange[Any], services: Generating, schema_key: str,
+                    launch: bool) -> Choices | Generation:
+    """``ask`` started, or (``launch`` false) checked, planned and fitted to be started later."""
+    return await generate(ask, await ex.ready(), services, schema_key, ex.started, launch=launch)
 
 
 class Body(Protocol):

@@ -11,8 +11,8 @@ responses alike.
   parsers made while it works on the first token, and what the request leaves for its
   conversation's next turn kept then (``app.prefix``).
 
-A background response is planned and fitted with its request (its 4xx come at once: ``prepared``)
-and launched by its detached task (``Generation.launch``). ``Generating`` is what this needs of the
+A background response is planned and fitted with its request (its 4xx come at once: ``generate``
+with ``launch`` false) and launched by its detached task (``Generation.launch``). ``Generating`` is what this needs of the
 process's services — no more.
 """
 
@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 from app.errors import BackendError
 from app.media.fetch import resolve_media
@@ -134,10 +135,22 @@ async def prepared(ask: Ask, model: ServedModel, services: Generating,
     return Generation(ask, planned, model, services, headers)
 
 
+@overload
+async def generate(ask: Ask, model: ServedModel, services: Generating, schema_key: str = ...,
+                   started: float | None = ..., *, launch: Literal[True] = ...) -> Choices: ...
+
+
+@overload
+async def generate(ask: Ask, model: ServedModel, services: Generating, schema_key: str = ...,
+                   started: float | None = ..., *, launch: bool) -> Choices | Generation: ...
+
+
 async def generate(ask: Ask, model: ServedModel, services: Generating, schema_key: str = "function.parameters",
-                   started: float | None = None) -> Choices:
-    """``ask`` checked, planned, fitted and started (see the module docstring)."""
-    return await (await prepared(ask, model, services, schema_key)).launch(started)
+                   started: float | None = None, *, launch: bool = True) -> Choices | Generation:
+    """``ask`` checked, planned, fitted and started (see the module docstring) — or, ``launch``
+    false, checked, planned and fitted, for its detached task to start (``Generation.launch``)."""
+    planned = prepared(ask, model, services, schema_key)
+    return await (await planned).launch(started) if launch else await planned
 
 
 __all__ = ["Generating", "Generation", "generate", "plan", "prepared"]
