@@ -20,7 +20,7 @@ dropped by the next worker that starts.
 | toolwire_background_responses | gauge | — |
 | toolwire_rejected_total | counter | reason (concurrency / auth / background) |
 | toolwire_parse_events_total | counter | detector, event (tool_call / unknown_tool / malformed_passthrough / unfinished_call) |
-| toolwire_prefix_lookups_total | counter | outcome (``app.prefix.OUTCOMES``: found / kept / first_sight / short / chain_found / chain_missed) |
+| toolwire_prefix_lookups_total | counter | outcome (``app.prefix.OUTCOMES``: found / kept / first_sight / short / chain_found / chain_missed / items_found / items_missed) |
 | toolwire_prefix_bytes | gauge | — (what the prefix service holds, summed over the workers: against ``--prefix-cache-bytes``) |
 """
 

@@ -399,8 +399,10 @@ OUTCOMES = (
     "kept",  # a conversation seen before, nothing of it kept: it is kept now
     "first_sight",  # a conversation never seen: only its anchors noted
     "short",  # fewer than ``min_units`` units: sighted, never kept
-    "chain_found",  # a ``previous_response_id`` whose chain was kept (or a stored conversation's items)
-    "chain_missed",  # … not kept: read from the store
+    "chain_found",  # a ``previous_response_id``'s chain, or a stored conversation, kept decoded
+    "chain_missed",  # … not kept: decoded again (its units looked up)
+    "items_found",  # a stored conversation's items kept: read from where its last read ended
+    "items_missed",  # … not kept: read whole from the store
 )
 
 
@@ -546,7 +548,7 @@ class PrefixService:
         """The entry kept for ``tenant``'s finished response ``response_id`` (of ``scope``), if any."""
         return self._recall_keyed((tenant, response_id), scope)
 
-    def _recall_keyed(self, key: tuple[str, ...], scope: bytes) -> Entry | None:
+    def _recall_keyed(self, key: tuple[str, ...], scope: bytes, kind: str = "chain") -> Entry | None:
         if not self.enabled:
             return None
         with self._lock:
@@ -557,7 +559,7 @@ class PrefixService:
                 self.found += 1
             else:
                 entry = None
-        self.on_lookup("chain_found" if entry is not None else "chain_missed")
+        self.on_lookup(f"{kind}_found" if entry is not None else f"{kind}_missed")
         return entry
 
     def keep_response(self, tenant: str, response_id: str, scope: bytes, turns: list[Turn],
@@ -604,7 +606,7 @@ class PrefixService:
     def recall_items(self, tenant: str, conversation_id: str, scope: bytes) -> Any:
         """What ``keep_items`` kept of ``tenant``'s stored conversation ``conversation_id`` (read under
         ``scope``), or ``None``."""
-        entry = self._recall_keyed((tenant, "conversation", conversation_id), scope)
+        entry = self._recall_keyed((tenant, "conversation", conversation_id), scope, "items")
         return entry.chain if entry is not None else None
 
     def keep_items(self, tenant: str, conversation_id: str, scope: bytes, items: Any, size: int) -> None:

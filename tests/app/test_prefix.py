@@ -397,8 +397,14 @@ def test_each_lookup_and_what_is_held_are_reported() -> None:
     other = body(6)
     other["messages"][1]["content"], other["messages"][2]["content"] = "another task", "another step"
     parse_request(other, SETTINGS, "", prefix)
-    prefix.recall_response("", "resp_none", scope_of("", "responses"))
-    assert looked == ["short", "kept", "found", "first_sight", "chain_missed"]
+    responses = scope_of("", "responses")
+    prefix.recall_response("", "resp_none", responses)
+    prefix.recall_conversation("", "conv_1", responses)  # a stored conversation's decoding
+    prefix.recall_items("", "conv_1", responses)  # its items: a kind of its own
+    prefix.keep_items("", "conv_1", responses, ["its items"], 64)
+    assert prefix.recall_items("", "conv_1", responses) == ["its items"]
+    assert looked == ["short", "kept", "found", "first_sight", "chain_missed", "chain_missed", "items_missed",
+                      "items_found"]
     assert set(looked) <= set(OUTCOMES) and held[-1] == prefix.bytes > 0
     prefix.clear()
     assert held[-1] == 0
