@@ -401,7 +401,8 @@ class Generation:
             await self._stop(ticker)
             final = finished_response(self.shell, items, told.total or choices.total())
             limit = self.settings.max_stored_response_bytes
-            if with_status(self.record, final).size() > limit:  # a bound for stored bytes, whoever writes
+            record = with_status(self.record, final)  # (its parts made once: for its size and its store)
+            if record.size() > limit:  # a bound for stored bytes, whoever writes
                 log.warning("background response %s: larger than --max-stored-response-bytes (%d); stored failed",
                             self.id, limit)
                 await self._end_failed("stored_response_too_large", "the response was larger than a stored response "
@@ -415,7 +416,7 @@ class Generation:
             items.event("response.completed" if final["status"] == "completed" else "response.incomplete",
                         {"response": final})
             data, count = self._take()
-            state, stored = await self._settle(data, count, with_status(self.record, final))
+            state, stored = await self._settle(data, count, record)
             self._close(state, stored, data)
         finally:
             await self._stop(ticker)
