@@ -96,6 +96,12 @@ class StoredResponse:
         return cls(response_id, owner, response, data.get("input") or [], data.get("previous_response_id"))
 
 
+def decode_record(response_id: str, owner: str, body: bytes, echo: bytes | None) -> StoredResponse:
+    """A stored record from its ``body`` and, when what it echoes was kept apart
+    (``StoredResponse.parts``), the echo's encoding (``None`` or empty: none)."""
+    return StoredResponse.decode(response_id, owner, body, orjson.loads(echo) if echo else None)
+
+
 #: the response object's fields that echo its request, the same in every turn of an agent's
 #: conversation (~90% of a stored response's bytes with Codex's or the Agents SDK's instructions
 #: and tools): a store may keep one copy of them per owner and content (``StoredResponse.parts``)
@@ -223,4 +229,4 @@ class ResponseStore(Protocol):
 
 
 __all__ = ["ECHOED", "ECHO_MIN", "Chain", "ChainLimits", "Link", "Parts", "ResponseStore", "StoredResponse",
-           "decode_chain", "walk"]
+           "decode_chain", "decode_record", "walk"]

@@ -15,12 +15,10 @@ import time
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-import orjson
-
 from app.state.base import off_loop
 from app.state.items import Found, found_items, response_items
 from app.state.redis.database import COMMON, RedisDatabase
-from app.state.responses import Chain, ChainLimits, StoredResponse, decode_chain
+from app.state.responses import Chain, ChainLimits, StoredResponse, decode_chain, decode_record
 
 # ARGV[4..]: id, previous, body, now, ttl, max rows, max bytes, item ids ("\\n"-joined), their flags, the echo's
 # digest ('' when it is in the body) and the echo
@@ -164,10 +162,6 @@ return out
 """
 
 
-def _decode(response_id: str, owner: str, body: bytes, echo: bytes | None) -> StoredResponse:
-    return StoredResponse.decode(response_id, owner, body, orjson.loads(echo) if echo else None)
-
-
 class RedisResponses:
     """See the module docstring."""
 
@@ -195,7 +189,7 @@ class RedisResponses:
         if not found:
             return None
         owner, body, echo = found
-        return await off_loop(len(body) + len(echo), _decode, response_id, owner.decode(), body, echo or None)
+        return await off_loop(len(body) + len(echo), decode_record, response_id, owner.decode(), body, echo or None)
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         return bool(await self.db.call(self._delete(args=self.db.args(tenant, response_id))))

@@ -16,11 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 from app.state.base import off_loop, owner_digest
 from app.state.items import Found, found_items, response_items
-from app.state.responses import Chain, ChainLimits, Link, Parts, StoredResponse, decode_chain, walk
+from app.state.responses import Chain, ChainLimits, Link, Parts, StoredResponse, decode_chain, decode_record, walk
 from app.state.sqlite.database import SqliteDatabase, chunks, marks
 
 SCHEMA = (
@@ -50,10 +48,6 @@ _REMOVALS = "SELECT coalesce((SELECT n FROM response_removals WHERE owner = ?), 
 
 #: a stored response's echo, when it was kept apart (``StoredResponse.parts``)
 _ECHO_JOIN = "LEFT JOIN response_echoes e ON e.owner = r.owner AND e.digest = r.echo"
-
-
-def _decode(response_id: str, owner: str, body: bytes, echo: bytes | None) -> StoredResponse:
-    return StoredResponse.decode(response_id, owner, body, orjson.loads(echo) if echo is not None else None)
 
 
 class SqliteResponses:
@@ -132,7 +126,7 @@ class SqliteResponses:
         if found is None:
             return None
         body, echo = found
-        return await off_loop(len(body) + len(echo or b""), _decode, response_id, owner, body, echo)
+        return await off_loop(len(body) + len(echo or b""), decode_record, response_id, owner, body, echo)
 
     async def delete(self, response_id: str, tenant: str) -> bool:
         owner = self.db.owner(tenant)
