@@ -68,6 +68,18 @@ _ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output":
 # --------------------------------------------------------------------------------------- input
 
 
+#: the items decoded as a turn of their own, which end the run of assistant items before them
+#: (``Decoder.item``, ``closes_run``): tool results, and messages of these roles
+TOOL_RESULTS = ("function_call_output", "custom_tool_call_output")
+OWN_TURN_ROLES = ("user", "system", "developer")
+
+
+def closes_run(item: dict[str, Any]) -> bool:
+    """Whether ``item`` is decoded as a turn of its own, ending the run of assistant items before it."""
+    kind = item.get("type")
+    return kind in TOOL_RESULTS or (kind == "message" and item.get("role") in OWN_TURN_ROLES)
+
+
 def stub(item: dict[str, Any]) -> dict[str, Any]:
     """What is kept of an item the decoder skips (a hosted tool's call: toolwire ran none, and the
     model never sees them): its ``id`` (when it has one), ``type`` and ``status`` — never its
@@ -275,7 +287,7 @@ class Decoder:
                 if self._calls:
                     self._flush()
                 self._text.append(text)
-            elif role in ("user", "system", "developer"):
+            elif role in OWN_TURN_ROLES:
                 self._flush()
                 self.turns.append(Turn("user" if role == "user" else "system", text, parts=parts))
             else:
@@ -300,7 +312,7 @@ class Decoder:
             else:
                 arguments = item.get("arguments") or "{}"
             self._calls.append(Call(call_id, offered, arguments))
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+        elif kind in TOOL_RESULTS:
             call_id = item.get("call_id")
             if not isinstance(call_id, str):
                 raise bad_request(f"{at}.call_id: Field required", f"{at}.call_id")

@@ -22,7 +22,7 @@ from app.api.responses.context import (
     conversation_not_found,
     over_limit,
 )
-from app.api.responses.decode import Decoder
+from app.api.responses.decode import Decoder, closes_run
 from app.api.responses.history import store_unavailable
 from app.conversation import Turn
 from app.errors import APIError
@@ -112,13 +112,7 @@ def _joined(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> bool:
     assistant items it ends with): one of them is empty, ``before`` ends with an item that closes a
     run, or ``after`` begins with one (an item decoded as a turn of its own: a tool's result, a
     message not the assistant's)."""
-    return not before or not after or _closing(before[-1]) or _closing(after[0])
-
-
-def _closing(item: dict[str, Any]) -> bool:
-    kind = item.get("type")
-    return kind in ("function_call_output", "custom_tool_call_output") or (
-        kind == "message" and item.get("role") in ("user", "system", "developer"))
+    return not before or not after or closes_run(before[-1]) or closes_run(after[0])
 
 
 class Keeper:
