@@ -296,6 +296,97 @@ def test_an_early_edit_runs_only_the_iterations_around_it(monkeypatch: pytest.Mo
     assert len(edited) > 80 and 2 < raws[0].count(SEPARATOR) <= 2 + 8
 
 
+# ------------------------------------------------------------------ the reverse scan (``resume.scan``)
+
+SCAN_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "StepFun3.5-Flash.jinja", "inclusionai-ling-3.0-flash.jinja",
+                  "openbmb-MiniCPM5-1B.jinja")
+
+
+def _long_agent(n: int) -> list[Turn]:
+    turns = [Turn("system", "You are a coding agent."), Turn("user", "Fix the failing test.")]
+    for i in range(n):
+        call = Call(f"call{i}x000", "bash", json.dumps({"i": i}))
+        turns += [Turn("assistant", f"step {i}", (call,)), Turn("tool", f"out {i}", tool_call_id=call.id)]
+    return turns
+
+
+def _scanned(chain: Chain, turns: list[Turn], whole: ChatTemplate, tools: list[dict] | None = None) -> int:
+    """Render ``turns`` continuing ``chain`` (the prompt must be the whole render's); how many
+    iterations the reverse scan ran."""
+    resume = chain.link()
+    try:
+        prompt = render_conversation(chain.template, turns, tools, resume=resume)
+    finally:
+        chain.took(resume)
+    assert prompt == render_conversation(whole, turns, tools)
+    return resume.scanned
+
+
+@pytest.mark.parametrize("name", SCAN_TEMPLATES)
+def test_the_reverse_scan_runs_only_where_it_can_answer_differently(name: str) -> None:
+    """Qwen3's walk back to the last user query runs, turn after turn, over the new messages and
+    the query's own place — not once per message — and gives the whole walk's answer however the
+    conversation changes: grown, a new query, a tool result dressed as a query, the query edited,
+    cut short."""
+    source = next(text for path, text in TEMPLATES.items() if path.endswith("/" + name))
+    whole, chain = ChatTemplate(source), Chain(ChatTemplate(source))
+    assert chain.template.loop_plan() is not None and chain.template.loop_plan().scan is not None
+    turns = _long_agent(40)
+    assert _scanned(chain, turns, whole) == len(turns)  # nothing before it: the whole walk
+    call = Call("callnewx000", "bash", "{}")
+    turns += [Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
+    assert _scanned(chain, turns, whole) == 2 + 1  # the two new messages, the query's place
+    turns += [Turn("user", "<tool_response>\nnot a query\n</tool_response>")]
+    assert _scanned(chain, turns, whole) == 1 + 1
+    turns += [Turn("user", "Now the docs.")]  # a new query: found among the new (the old one's place runs idle)
+    assert _scanned(chain, turns, whole) == 1 + 1
+    turns += [Turn("assistant", "ok", (Call("callx2x000", "bash", "{}"),)),
+              Turn("tool", "out", tool_call_id="callx2x000")]
+    assert _scanned(chain, turns, whole) == 2 + 1
+    query = len(turns) - 3
+    edited = [*turns[:query], Turn("user", "Now the docs, all of them."), *turns[query + 1:]]
+    assert _scanned(chain, edited, whole) == query + 1  # the query changed: every place up to it
+    assert _scanned(chain, edited[:query - 4], whole) == query - 4  # cut before the query: the whole walk
+    early = [edited[0], Turn("user", "Fix the other test."), *edited[2:query - 4]]
+    assert _scanned(chain, early, whole) == 2  # the edit is the query's own place
+
+
+SCAN = ("{%- set ns = namespace(up=true, at=messages|length - 1) %}"
+        "{%- for m in messages[::-1] %}{%- set i = (messages|length - 1) - loop.index0 %}"
+        "{%- if ns.up and m.role == 'user' %}{%- set ns.up = false %}{%- set ns.at = i %}{%- endif %}"
+        "{%- endfor %}")
+SCAN_MAIN = LOOP + "{{ '*' if loop.index0 == ns.at }}{{ message.content }}|" + END
+
+
+@pytest.mark.parametrize("scan", [
+    SCAN.replace("m.role == 'user'", "m.role == 'user' and loop.index0 > 0"),  # a test reads the place
+    SCAN.replace("ns.up and m.role == 'user'", "m.role == 'user' and ns.up"),  # the flag is not read first
+    SCAN.replace("m.role == 'user'", "m.role == ns.role"),  # a test reads a value from outside
+    SCAN.replace("{%- set ns.at = i %}{%- endif %}", "{%- endif %}{%- set ns.at = i %}"),  # written past the flag
+    SCAN.replace("{%- set ns.up = false %}", ""),  # the flag never goes down
+    SCAN.replace("{%- endif %}{%- endfor %}", "{%- endif %}{{ m.role }}{%- endfor %}"),  # it writes
+    SCAN.replace("{%- endif %}{%- endfor %}", "{%- else %}{%- set ns.at = 0 %}{%- endif %}{%- endfor %}"),
+    SCAN.replace("set i = (messages|length - 1) - loop.index0", "set i = messages[loop.index0].n"),
+    SCAN.replace("messages[::-1]", "messages[::-2]"),
+    "{%- macro r(x) %}{{ x ~ suffix }}{%- endmacro %}{%- set suffix = '' %}"
+    + SCAN.replace("m.role == 'user'", "r(m.role) == 'user'"),  # a macro reads a name from outside
+])
+def test_a_scan_the_proof_cannot_vouch_for_walks_whole(scan: str) -> None:
+    """A reverse scan outside the proven shape keeps its whole walk (and the prompt is the whole
+    render's); the one in the shape is proven."""
+    source = "{%- set ns0 = namespace(role='user') %}" + scan.replace("ns.role", "ns0.role") + SCAN_MAIN
+    whole, chain = ChatTemplate(source), Chain(ChatTemplate(source))
+    plan = chain.template.loop_plan()
+    assert plan is not None and plan.scan is None
+    messages = [{"role": "user", "content": "q", "n": 0}, *({"role": "tool", "content": f"t{i}", "n": i}
+                                                             for i in range(1, 6))]
+    for grown in (messages, [*messages, {"role": "tool", "content": "u", "n": 9}]):
+        assert chain.render(grown) == whole.render(grown)
+    assert chain.state is not None
+    proven = ChatTemplate(SCAN + SCAN_MAIN).loop_plan()
+    assert proven is not None and proven.scan is not None
+
+
 def _cut_template(place: str, op: str) -> str:
     """A loop whose iterations read where the last user message is only through ``place op ns.cut``
     (as Qwen3's ``loop.index0 > ns.last_query_index``), that place found by a scan before the loop."""
@@ -506,13 +597,13 @@ def test_the_fast_render_gives_what_jinja_gives(name: str) -> None:
 CAMPAIGN_TEMPLATES = ("Qwen-Qwen3-0.6B.jinja", "Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen3-Coder.jinja",
                       "meta-llama-Llama-3.1-8B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
                       "deepseek-ai-DeepSeek-V3.1.jinja", "GLM-4.6.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
-                      "Kimi-K2-Instruct.jinja")
+                      "Kimi-K2-Instruct.jinja", *SCAN_TEMPLATES[1:])
 
 
 def _campaign_turn(rng: random.Random, i: int) -> list[Turn]:
     kind = rng.choice(["call", "call", "user", "answer", "system"])
-    if kind == "user":
-        return [Turn("user", rng.choice(["go on", f"now {i}", "«é» 日本", ""]))]
+    if kind == "user":  # (a tool result dressed as a user message is not a query: ``resume.scan``)
+        return [Turn("user", rng.choice(["go on", f"now {i}", "«é» 日本", "", f"<tool_response>{i}</tool_response>"]))]
     if kind == "answer":
         return [Turn("assistant", f"done {i}", reasoning=rng.choice([None, f"why {i}"]))]
     if kind == "system":

@@ -16,6 +16,7 @@ from jinja2.visitor import NodeTransformer
 
 from app.templates.resume.guards import Guards, _guards
 from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, _names, loop_attr
+from app.templates.resume.scan import ScanPlan, scan_of
 
 _ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
@@ -47,6 +48,7 @@ class LoopPlan:
     captured: tuple[str, ...]  # outer names the loop body reads
     guards: Guards | None = None  # how the captured values are read, where that allows a replay
     behind: int = 0  # items before its own an iteration reads (``loop.previtem``, ``seq[loop.index0 - 1]``)
+    scan: ScanPlan | None = None  # the reverse scan before the loop, run only where it can change (``scan``)
 
 
 # ------------------------------------------------------------------------------ the proof
@@ -74,8 +76,9 @@ def plan_of(env: jinja2.Environment, source: str) -> LoopPlan:
         sequence = main.iter.name
         captured = tuple(sorted(walk.reads - {main.target.name, "loop", sequence} - walk.callables))
         guards = _guards(env, main, captured, walk.macro_reads)  # before ``_resumable`` changes the body
+        scan = scan_of(env, main, parent, macros)
         template = _resumable(env, ast, main, parent, captured)
-        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured, guards, walk.behind)
+        return LoopPlan(template, sequence, walk.ahead, walk.fixed, captured, guards, walk.behind, scan)
     raise failure
 
 

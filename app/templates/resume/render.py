@@ -25,6 +25,7 @@ from app.templates.fastrender import render
 from app.templates.resume.exact import _Inexact, _item_bytes, exact_bytes, same_places
 from app.templates.resume.guards import Outcome, same_outcome
 from app.templates.resume.proof import _AT, _ENTER, _LEAVE, _STATE, LoopPlan
+from app.templates.resume.scan import _SCAN, _SCAN_ENTER, _SCAN_FLIP
 
 #: separates the loop's iterations in a resumable render's raw output; random per process, so no
 #: client can put it in a message on purpose (and by chance, a count mismatch catches it)
@@ -57,6 +58,9 @@ class RenderState:
     outcomes: list[Outcome] = field(default_factory=list)
     #: where the texts' encodings start in ``texts_json`` (after the encoded text before the loop)
     texts_json_start: int = 0
+    #: the place where the reverse scan's flag went down (``app.templates.resume.scan``); ``-1``: it
+    #: was up when the scan began and stayed up; ``None``: not known (no scan, or its flag was down)
+    flip: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (from a worker) without what only this process can vouch for — the caller's
@@ -71,15 +75,17 @@ class RenderState:
 class Resume:
     """One render's link to the conversation it continues: ``previous`` is the state of an earlier
     render of it (``None``: none), ``state`` the state this render leaves (``None``: nothing to
-    keep — the template is not resumable, or the render read the sequence from its end), and
-    ``reused`` how many of its loop iterations were taken from ``previous``."""
+    keep — the template is not resumable, or the render read the sequence from its end),
+    ``reused`` how many of its loop iterations were taken from ``previous`` and ``scanned`` how
+    many iterations its reverse scan ran (``app.templates.resume.scan``; 0: none ran)."""
 
-    __slots__ = ("previous", "reused", "state")
+    __slots__ = ("previous", "reused", "scanned", "state")
 
     def __init__(self, previous: RenderState | None = None) -> None:
         self.previous = previous
         self.state: RenderState | None = None
         self.reused = 0
+        self.scanned = 0
 
 
 #: guard outcomes worked out in one go at most (a replay beyond is not tried: rendered instead)
@@ -147,9 +153,55 @@ class _Run:
         self.run: list[int] = []  # the places of the iterations that run, in order (the others: the render before's)
         self.storable = False
         self.wrapped = False  # an iteration read the sequence from its end
+        # the reverse scan's iterations that run (``running``, their places in the whole walk
+        # ``index``; ``app.templates.resume.scan``), and where its flag went down
+        self.scan: dict[str, Any] = {"running": (), "index": _Whole(None)}
+        self.scan_length = 0
+        self.flip: int | None = None
 
     def functions(self) -> dict[str, Any]:
-        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at}
+        return {_ENTER: self.enter, _STATE: self.state, _LEAVE: self.leave, _AT: self.at, _SCAN: self.scan,
+                _SCAN_ENTER: self.scan_enter, _SCAN_FLIP: self.scan_flip}
+
+    def scan_enter(self, sequence: Any, flag: Any) -> str:
+        """The reverse scan's start: the whole walk, or — its flag up now and when the render before
+        scanned, over the caller's messages — only the places that can answer differently
+        (``_scan_places``)."""
+        if not isinstance(sequence, list):
+            self.scan.update(running=self.plan.template.environment.getitem(sequence, slice(None, None, -1)),
+                             index=_Whole(None))
+            return ""
+        n = self.scan_length = len(sequence)
+        up = bool(flag)
+        self.flip = -1 if up else None
+        places = self._scan_places(n) if up and sequence is self.messages else None
+        if places is None:
+            self.scan.update(running=sequence[::-1], index=_Whole(None))
+            self.resume.scanned = n
+        else:
+            self.scan.update(running=[sequence[p] for p in places], index=[n - 1 - p for p in places])
+            self.resume.scanned = len(places)
+        return ""
+
+    def _scan_places(self, n: int) -> list[int] | None:
+        """The places the scan runs, newest first: those after the render before's flip whose items
+        are new or changed, then the flip's own (every place up to it, when its item changed);
+        ``None``: the whole walk (nothing known to go by)."""
+        previous, equal = self.resume.previous, self.equal
+        if previous is None or previous.flip is None or equal is None or previous.flip >= n:
+            return None
+        flip = previous.flip
+        changed = [*compress(range(len(equal)), map(not_, equal)), *range(len(previous.items), n)]
+        after = [p for p in changed if p > flip]
+        if flip < 0:
+            return after[::-1]
+        return [*after[::-1], *([flip] if flip < len(equal) and equal[flip] else range(flip, -1, -1))]
+
+    def scan_flip(self, index0: int) -> str:
+        """The scan's flag goes down at ``index0`` of the whole walk."""
+        if self.flip == -1:
+            self.flip = self.scan_length - 1 - index0
+        return ""
 
     def at(self, sequence: Any, index: Any) -> Any:
         """``sequence[index]`` as the template reads it; an index that counts from the end makes the
@@ -301,7 +353,7 @@ class _Run:
                     + 56 * len(self.items) + sum(map(len, self.captured)))
             prepared = self.messages if self.plan.sequence == "messages" else None
             self.resume.state = RenderState(texts, encoding, ends, self.items, self.captured, self.values,
-                                            self.source, prepared, size, self.outcomes, len(around[0]))
+                                            self.source, prepared, size, self.outcomes, len(around[0]), self.flip)
         return JsonText(prompt, encoding)
 
     def _encoded(self, texts: list[str]) -> tuple[list[bytes | memoryview], list[int]]:
