@@ -48,17 +48,22 @@ changed value or compares the iteration's place with an integer of them, only th
 between the two integers are evaluated (a new user message moves Qwen3's last query on: a few
 iterations, not every one). So an appended turn, a rewritten last
 message and an edited early one each re-render only the iterations around what changed.
-Everything before and after the loop runs as usual. Each iteration's text is cut out of the output
-by a per-process random separator; if the data itself holds the separator, the counts do not match
-and the template is rendered whole.
+Everything before and after the loop runs as usual (but a reverse scan, below). Each iteration's
+text is cut out of the output by a per-process random separator; if the data itself holds the
+separator, the counts do not match and the template is rendered whole.
 
 A template that fails the proof (many do: loops that set namespace flags, Kimi K2's list building)
 is always rendered whole. What a render leaves (``RenderState``, in ``Resume.state``): the text of
 each loop iteration and its JSON encoding, the sequence's items and the captured values serialised
 (and the values, for replaying guards) — the prefix service keeps it, within its byte budget.
 
+Before the loop, Qwen3's template and those built on it walk the whole conversation backwards for
+the last user query; where that walk is proven to stop mattering at its first find, a continued
+render runs it over the new and changed places and the last find's own only (``scan``).
+
 Its parts, each with one job: ``proof`` (``plan_of``: the static proof, and the template it
-compiles), ``guards`` (the expressions through which the loop reads captured values), ``exact``
+compiles), ``scan`` (the reverse walk before the loop, proven and run where it can answer
+differently), ``guards`` (the expressions through which the loop reads captured values), ``exact``
 (serialising values so that equal bytes mean equal renders), ``render`` (``render_resumable``: the
 check and the continued render at run time) and ``purity`` (the Jinja that the proof and the guards
 count as changing nothing).
