@@ -31,15 +31,12 @@ from typing import Protocol
 
 from app.errors import APIError, BackendError
 from app.metrics import Metrics
-from app.pipeline.choices import Choices
+from app.pipeline.choices import BREATHER, Choices  # (the pause: see the module docstring)
 from app.pipeline.run import Finished
 from parsers.events import Event
 
 log = logging.getLogger("toolwire")
 
-#: seconds a stream pauses after the first bytes that show something (see the module docstring);
-#: uvloop's timers count whole milliseconds
-BREATHER = 0.001
 
 
 class Encoder(Protocol):

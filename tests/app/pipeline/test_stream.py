@@ -119,3 +119,48 @@ def test_the_pause_is_a_short_sleep() -> None:
 
     asyncio.run(run())
     assert slept == [stream_module.BREATHER, stream_module.BREATHER] and stream_module.BREATHER == 0.001
+
+
+# ------------------------------------------------------------------ a whole answer's pause (``Choices.collect``)
+
+class ScriptedRun:
+    """A run whose first item gave ``lead`` (``finished`` already when ``done``), then ``batches``;
+    every batch pulled is logged."""
+
+    def __init__(self, log: list[str], lead: list[str], batches: list[list[str]], done: bool = False) -> None:
+        self.log, self.first, self.batches = log, lead, batches
+        self.finished: object | None = "done" if done else None
+
+    def lead(self) -> list[str]:
+        return self.first
+
+    async def __aiter__(self) -> AsyncIterator[list[str]]:
+        for k, batch in enumerate(self.batches):
+            self.log.append(f"read {batch}")
+            if k == len(self.batches) - 1:
+                self.finished = "done"
+            yield batch
+
+    async def aclose(self) -> None:
+        return None
+
+
+def collected(run: ScriptedRun, log: list[str], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    from app.pipeline import choices as choices_module
+
+    async def sleep(seconds: float) -> None:
+        log.append(f"pause {seconds}")
+
+    monkeypatch.setattr(choices_module.asyncio, "sleep", sleep)
+    return asyncio.run(choices_module.Choices([run]).collect())  # type: ignore[list-item]
+
+
+def test_a_whole_answer_pauses_once_after_its_first_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collected whole, an answer waits ``BREATHER`` once, after its first item and before it reads
+    on (a burst behind it is then read in fewer pieces) — and not at all when that item ended it."""
+    log: list[str] = []
+    assert collected(ScriptedRun(log, ["a"], [["b"], ["c"]]), log, monkeypatch) == [(["a", "b", "c"], "done")]
+    assert log == ["pause 0.001", "read ['b']", "read ['c']"]
+    log.clear()
+    assert collected(ScriptedRun(log, ["a"], [], done=True), log, monkeypatch) == [(["a"], "done")]
+    assert log == []
