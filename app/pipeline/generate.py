@@ -12,8 +12,8 @@ responses alike.
   conversation's next turn kept then (``app.prefix``).
 
 A background response is planned and fitted with its request (its 4xx come at once: ``generate``
-with ``launch`` false) and launched by its detached task (``Generation.launch``). ``Generating`` is what this needs of the
-process's services — no more.
+with ``launch`` false) and launched by its detached task (``Generation.launch``). ``Generating`` is
+what this needs of the process's services — no more.
 """
 
 from __future__ import annotations

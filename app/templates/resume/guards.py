@@ -22,7 +22,7 @@ from jinja2.visitor import NodeTransformer
 
 from app.templates.fastrender import render
 from app.templates.resume.exact import _Inexact, exact_bytes
-from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, _names, loop_attr
+from app.templates.resume.purity import _MUTATORS, PLACE_SHIFTS, _names, loop_attr, pure_filter_or_test
 
 #: the main loop's ``loop`` attributes a guard may read: where the iteration is, nothing of its items
 _PLACE = frozenset({"index0", "index", "first", "last"})
@@ -234,8 +234,7 @@ class _GuardFinder:
                     or node.dyn_args is not None or node.dyn_kwargs is not None):
                 return False
         elif isinstance(node, (nodes.Filter, nodes.Test)):
-            known = self.env.filters if isinstance(node, nodes.Filter) else self.env.tests
-            if node.name in _IMPURE_FILTERS or node.name not in known or node.node is None:
+            if not pure_filter_or_test(self.env, node) or node.node is None:
                 return False
         elif not isinstance(node, self._COMPOUND):
             return False

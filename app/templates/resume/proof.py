@@ -15,15 +15,13 @@ from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
 from app.templates.resume.guards import Guards, _guards
-from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, _names, loop_attr
+from app.templates.resume.purity import _MUTATORS, PLACE_SHIFTS, PURE_CALLS, _names, loop_attr, pure_filter_or_test
 from app.templates.resume.scan import ScanPlan, scan_of
 
 _ENTER, _STATE, _LEAVE, _AT = "__tw_loop_enter", "__tw_loop", "__tw_loop_leave", "__tw_loop_at"
 #: main-loop ``loop`` attributes a body may read, and how far behind and ahead each looks
 _LOOP_ATTRS = {"index0": (0, 0), "index": (0, 0), "first": (0, 0), "previtem": (1, 0), "last": (0, 1),
                "nextitem": (0, 1)}
-#: globals a body may call: pure, or raising (a raise is not cached: a failed render stores nothing)
-_PURE_CALLS = frozenset({"range", "dict", "namespace", "raise_exception"})
 _FORBIDDEN = (nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport, nodes.Block)
 #: statement and expression nodes a loop body may hold (anything else fails the proof)
 _ALLOWED = (nodes.Output, nodes.TemplateData, nodes.If, nodes.For, nodes.Assign, nodes.AssignBlock, nodes.Continue,
@@ -251,11 +249,8 @@ class _Body:
             raise NotProven("the loop body indexes the sequence by something other than loop.index0 ± k or k")
         if isinstance(node, nodes.Call):
             self._call(node, inner_loop, in_macro)
-        elif isinstance(node, nodes.Filter):
-            if node.name in _IMPURE_FILTERS or node.name not in self.env.filters:
-                raise NotProven(f"filter {node.name!r} in the loop body")
-        elif isinstance(node, nodes.Test) and node.name not in self.env.tests:
-            raise NotProven(f"test {node.name!r} in the loop body")
+        elif isinstance(node, (nodes.Filter, nodes.Test)) and not pure_filter_or_test(self.env, node):
+            raise NotProven(f"{'filter' if isinstance(node, nodes.Filter) else 'test'} {node.name!r} in the loop body")
         for child in node.iter_child_nodes():
             self.expression(child, inner_loop, in_macro)
 
@@ -266,7 +261,7 @@ class _Body:
                 self.callables.add(callee.name)
                 self._macro(self.macros[callee.name])
                 return
-            if callee.name in _PURE_CALLS and callee.name not in self.bound:
+            if callee.name in PURE_CALLS and callee.name not in self.bound:
                 self.callables.add(callee.name)
                 return
             raise NotProven(f"the loop body calls {callee.name!r}")

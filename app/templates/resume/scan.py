@@ -46,11 +46,9 @@ import jinja2
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
-from app.templates.resume.purity import _IMPURE_FILTERS, _MUTATORS, PLACE_SHIFTS, loop_attr
+from app.templates.resume.purity import _MUTATORS, PLACE_SHIFTS, PURE_CALLS, loop_attr, pure_filter_or_test
 
 _SCAN, _SCAN_ENTER, _SCAN_FLIP = "__tw_scan", "__tw_scan_enter", "__tw_scan_flip"
-#: globals an item-only expression may call (pure; a raise depends on the item alone)
-_PURE_CALLS = frozenset({"range", "dict", "namespace", "raise_exception"})
 #: expression nodes an item-only expression may hold
 _ITEM_NODES = (nodes.Const, nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Slice, nodes.Call, nodes.Filter,
                nodes.Test, nodes.CondExpr, nodes.And, nodes.Or, nodes.Not, nodes.Compare, nodes.Operand,
@@ -215,7 +213,7 @@ class _ItemOnly:
             if isinstance(callee, nodes.Name):
                 if callee.name in self.macros:
                     self._closed_macro(self.macros[callee.name])
-                elif callee.name not in _PURE_CALLS:
+                elif callee.name not in PURE_CALLS:  # (a raise depends on the item alone)
                     raise _Refused
                 children = [*node.args, *node.kwargs]
             elif isinstance(callee, nodes.Getattr) and callee.attr not in _MUTATORS:
@@ -227,9 +225,7 @@ class _ItemOnly:
             for child in children:
                 self.expression(child)
             return
-        if isinstance(node, nodes.Filter) and (node.name in _IMPURE_FILTERS or node.name not in self.env.filters):
-            raise _Refused
-        if isinstance(node, nodes.Test) and node.name not in self.env.tests:
+        if isinstance(node, (nodes.Filter, nodes.Test)) and not pure_filter_or_test(self.env, node):
             raise _Refused
         for child in node.iter_child_nodes():
             self.expression(child)
@@ -255,11 +251,11 @@ class _ItemOnly:
         if isinstance(node, (nodes.NSRef, nodes.Macro, nodes.CallBlock, nodes.FilterBlock)):
             return True
         if isinstance(node, nodes.Name):
-            return node.ctx == "load" and node.name not in own | self.macros.keys() | _PURE_CALLS
+            return node.ctx == "load" and node.name not in own | self.macros.keys() | PURE_CALLS
         if isinstance(node, nodes.Call):
             return isinstance(node.node, nodes.Getattr) and node.node.attr in _MUTATORS
-        if isinstance(node, nodes.Filter):
-            return node.name in _IMPURE_FILTERS or node.name not in self.env.filters
+        if isinstance(node, (nodes.Filter, nodes.Test)):
+            return not pure_filter_or_test(self.env, node)
         return False
 
 
