@@ -72,7 +72,12 @@ class Formats:
 
     def call_text(self) -> CallText:
         """How earlier calls are written into a prompt whose template does not render them: in the
-        tool format's own wire format, else as JSON lines."""
+        tool format's own wire format, else as JSON lines — the same function every time (a render
+        that continues another knows its settings again: ``app.templates.prompt.Derived``)."""
+        return self._call_text
+
+    @functools.cached_property
+    def _call_text(self) -> CallText:
         wire = self.wire
         if wire is None:
             return json_call_text
