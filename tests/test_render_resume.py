@@ -19,8 +19,9 @@ import pytest
 from app.conversation import Call, Turn
 from app.jsontext import JsonText, body_pieces
 from app.templates import chat_template
+from app.templates import prompt as prompt_module
 from app.templates.chat_template import ChatTemplate, TemplateError
-from app.templates.prompt import TemplateProfile, render_conversation, template_messages
+from app.templates.prompt import TemplateProfile, json_call_text, render_conversation, template_messages
 from app.templates.resume import SEPARATOR, NotProven, RenderState, RenderTooLarge, Resume, bounded, plan_of
 from app.templates.resume import guards as resume_guards
 from app.templates.resume import render as resumed_render
@@ -530,6 +531,103 @@ def test_a_turn_changed_after_it_was_shown_gets_a_new_message() -> None:
     assert again[2] is shown[2] and again[2]["name"] == "bash"
     renamed = template_messages([turn, Turn("assistant", "", (Call("c1", "grep", "{}"),)), result], profile)
     assert renamed[2]["name"] == "grep"  # a tool result's name follows its call
+
+
+#: the shaping a derivation can take (``app.templates.prompt``): system text in place, joined first or
+#: folded into the first user turn; calls as text; results as user turns; short call ids; no content
+DERIVATIONS = {
+    "anywhere": (TemplateProfile(), "anywhere"),
+    "leading": (TemplateProfile(system="leading", call_content_none=True), "leading"),
+    "fold": (TemplateProfile(system="fold", alnum9_ids=True), "fold"),
+    "calls as text": (TemplateProfile(renders_calls=False), "anywhere"),
+    "results as user turns": (TemplateProfile(renders_results=False), "leading"),
+}
+
+
+def _derivation_step(rng: random.Random, turns: list[Turn], i: int) -> list[Turn]:
+    """One random change of a conversation, as clients make them — and the changes that make a
+    continued derivation start again: a system turn, a call with an earlier result's id, a removed
+    call or result, content parts."""
+    op = rng.choice(["append", "append", "append", "trailing", "edit", "remove", "reuse", "parts", "system", "cut"])
+    if op == "append":
+        return [*turns, *_campaign_turn(rng, i)]
+    if op == "trailing":
+        return [*(turns[:-1] if turns[-1].role == "user" else turns), Turn("user", f"reminder {i}")]
+    if op == "edit":
+        k = rng.randrange(len(turns))
+        t = turns[k]
+        return [*turns[:k], Turn(t.role, t.text + f" (edited {i})", t.calls, t.reasoning, t.tool_call_id), *turns[k + 1:]]
+    if op == "remove" and len(turns) > 3:
+        k = rng.randrange(1, len(turns))
+        return [*turns[:k], *turns[k + 1:]]
+    if op == "reuse":  # a call with the id of a result already in the conversation: that result's name changes
+        ids = [t.tool_call_id for t in turns if t.role == "tool" and t.tool_call_id]
+        if ids:
+            call = Call(rng.choice(ids), f"tool{i}", "{}")
+            return [*turns, Turn("assistant", "", (call,)), Turn("tool", f"again {i}", tool_call_id=call.id)]
+    if op == "parts":
+        return [*turns, Turn("user", f"look {i}", parts=(f"look {i}",))]
+    if op == "system":
+        return [*turns, Turn("system", f"note {i}")]
+    if op == "cut" and len(turns) > 4:
+        return turns[:rng.randrange(2, len(turns))]
+    return [*turns, *_campaign_turn(rng, i)]
+
+
+@pytest.mark.parametrize("shape", DERIVATIONS)
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_continued_messages_are_the_whole_derivations(shape: str, seed: int) -> None:
+    """A conversation's messages made continuing the derivation before (``Derived``: only the
+    turns after those it has again) are the messages a whole derivation makes — the same names,
+    results, shape — under every kind of change; the continuation is taken where it can be."""
+    profile, placement = DERIVATIONS[shape]
+    rng = random.Random(seed)
+    turns = [Turn("system", "You are a coding agent."), Turn("user", "Fix the failing test.")]
+    previous: prompt_module.Derived | None = None
+    continued = 0
+    for i in range(80):
+        turns = _derivation_step(rng, turns, i)
+        k = prompt_module._continued(turns, previous) if previous is not None else None
+        made = prompt_module._derive(turns, profile, placement, json_call_text, None, True, previous, k)
+        whole = prompt_module._derive(turns, profile, placement, json_call_text, None, True, None)
+        assert made.messages == whole.messages, (i, k)
+        assert (made.names, made.results, made.shift, made.anchor) == (
+            whole.names, whole.results, whole.shift, whole.anchor), (i, k)
+        continued += k is not None and profile.renders_results
+        previous = made
+    assert continued > 20 or not profile.renders_results  # (results as user turns are merged: made whole)
+
+
+def test_a_continued_render_makes_messages_for_new_turns_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``render_conversation`` continuing a render makes messages only for the turns after those
+    the render before had (the same objects): an agent's next turn costs its new turns, not the
+    conversation — and the prompt is the whole render's. A system turn among the new ones starts
+    again (system text may move)."""
+    source = TEMPLATES["data/Qwen-Qwen3-0.6B.jinja"]
+    whole, resumed = ChatTemplate(source), Chain(ChatTemplate(source))
+    made: list[int] = []
+    messages = prompt_module._messages
+    monkeypatch.setattr(prompt_module, "_messages", lambda turns, *rest: made.append(len(turns)) or messages(turns, *rest))
+    def made_for(turns: list[Turn]) -> int:
+        """How many turns the continued render made messages for (its prompt: the whole render's)."""
+        prompt = _render(resumed, turns, None)
+        count = made[-1]
+        assert prompt == _render(whole, turns, None)
+        return count
+
+    turns = agent_steps(True)[-1]
+    assert made_for(turns) == len(turns)
+    call = Call("call9z000", "bash", "{}")
+    turns = [*turns, Turn("assistant", "", (call,)), Turn("tool", "done", tool_call_id=call.id)]
+    assert made_for(turns) == 2
+    turns = [*turns, Turn("user", "reminder")]
+    assert made_for(turns) == 1
+    turns = [*turns[:-1], Turn("user", "reminder, again"), Turn("assistant", "ok")]  # rewritten: made again
+    assert made_for(turns) == 2
+    turns = [*turns, Turn("system", "A new rule.")]
+    assert made_for(turns) == len(turns)
+    assert resumed.state is not None and isinstance(resumed.state.derived, prompt_module.Derived)
+    assert pickle.loads(pickle.dumps(resumed.state)).derived is None  # (a worker's state comes back without it)
 
 
 def test_a_turn_travels_without_what_was_derived_from_it() -> None:

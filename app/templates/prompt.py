@@ -38,7 +38,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from operator import is_
+from itertools import compress, count
+from operator import is_, is_not
 from typing import Any, Literal
 
 from jinja2 import meta
@@ -331,21 +332,105 @@ def template_messages(turns: Sequence[Turn], profile: TemplateProfile, placement
     messages it saw last time. The messages are never changed afterwards (nothing here does;
     ``ChatTemplate.render`` renders copies). ``media``: how images reach the template (``MediaStyle``);
     ``tool_images``: whether it writes them in tool results (else they follow in a user turn)."""
-    ids = short_call_id if profile.alnum9_ids else (lambda call_id: call_id)
+    return _derive(turns, profile, placement or profile.system, call_text, media, tool_images, None).messages
+
+
+@dataclass(eq=False, slots=True)
+class Derived:
+    """The messages one render was given (``template_messages``) and what making them read of its
+    turns, kept with the render's state (``RenderState.derived``) so that the next render of the
+    conversation makes messages only for the turns after those it has again (``_continued``):
+    the settings (``key``), the turns as given, the call names by id (the last call with an id
+    names it), the ids tool results answer, how many turns fewer the messages are (system turns
+    joined or folded: all of them among the first), the place below which the turns must stay for
+    that to hold (the turn the system text was folded into), whether a turn holds content parts,
+    and the system texts the prompt must show."""
+
+    key: tuple[Any, ...]
+    turns: tuple[Turn, ...]
+    messages: list[dict[str, Any]]
+    names: dict[str, str]
+    results: frozenset[str]
+    shift: int = 0
+    anchor: int = 0
+    parts: bool = False
+    system: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """What it holds beyond the turns and messages the render state holds anyway, in bytes (about)."""
+        return 16 * len(self.turns) + 120 * (len(self.names) + len(self.results)) + 200
+
+
+def _continued(turns: Sequence[Turn], previous: Derived) -> int | None:
+    """How many first turns ``previous``'s messages serve as they are: those it was made of that
+    this render has again — the same objects at the same places — when the turns after them, now
+    and then, are not system turns (the system text is placed as it was), those then held no call,
+    tool result or content part (what the earlier turns read of the others is as it was), none now
+    calls with the id of an earlier tool result (it would name it), and the turn the system text
+    was folded into is among them; ``None``: no such turns (make every message)."""
+    before = previous.turns
+    k = next(compress(count(), map(is_not, before, turns)), min(len(before), len(turns)))
+    if k < previous.anchor:
+        return None
+    gone, new = before[k:], turns[k:]
+    if any(t.role in ("system", "tool") or t.calls or t.parts for t in gone):
+        return None
+    if any(t.role == "system" for t in new):
+        return None
+    results = previous.results
+    if results and any(call.id in results for t in new for call in t.calls):
+        return None
+    return k
+
+
+def _derive(turns: Sequence[Turn], profile: TemplateProfile, placement: SystemPlacement, call_text: CallText,
+            media: MediaStyle, tool_images: bool, previous: Derived | None, k: int | None = None) -> Derived:
+    """The messages for ``turns`` (``template_messages``), and what they were made of; ``previous``
+    and ``k`` (``_continued``): the messages of the first ``k`` turns are ``previous``'s, when it
+    was made with the same settings and every turn maps to one message (system turns aside)."""
+    key = (profile, placement, call_text, media, tool_images)
+    one_to_one = profile.renders_results and (tool_images or media is not None)
+    if previous is not None and k is not None and previous.key == key and one_to_one:
+        new = turns[k:]
+        names = {**previous.names, **{call.id: call.name for turn in new for call in turn.calls}}
+        tail: list[str] = []
+        messages = [*previous.messages[:k - previous.shift],
+                    *_messages(new if profile.renders_calls else _calls_as_text(new, call_text), names, profile,
+                               media, tail)]
+        return Derived(key, tuple(turns), messages, names, previous.results.union(tail), previous.shift,
+                       previous.anchor)
     names = {call.id: call.name for turn in turns for call in turn.calls}
-    turns = _arrange_system(turns, placement or profile.system)
+    arranged = _arrange_system(turns, placement)
+    shift = len(turns) - len(arranged)
+    anchor = 0
+    if placement == "fold" and shift:  # the turn the system text went into (none: a user turn made for it)
+        anchor = next((i + 1 for i, t in enumerate(turns) if t.role == "user"), len(turns) + 1)
     if not profile.renders_calls:
-        turns = _calls_as_text(turns, call_text)
+        arranged = _calls_as_text(arranged, call_text)
     if not profile.renders_results:
-        turns = _results_as_user_turns(turns)
-    elif media is None and not tool_images and any(t.role == "tool" and t.parts for t in turns):
-        turns = _tool_images_as_user_turns(turns)
+        arranged = _results_as_user_turns(arranged)
+    elif media is None and not tool_images and any(t.role == "tool" and t.parts for t in arranged):
+        arranged = _tool_images_as_user_turns(arranged)
+    results: list[str] = []
+    messages = _messages(arranged, names, profile, media, results)
+    return Derived(key, tuple(turns), messages, names, frozenset(results), shift, anchor)
+
+
+def _messages(turns: Sequence[Turn], names: Mapping[str, str], profile: TemplateProfile, media: MediaStyle,
+              results: list[str]) -> list[dict[str, Any]]:
+    """Each turn's message, made once per turn while its fields and settings are the same (kept on
+    it: ``Turn.derived``); the ids the tool results answer are added to ``results``."""
+    ids = short_call_id if profile.alnum9_ids else (lambda call_id: call_id)
     flags = (profile.alnum9_ids, profile.call_content_none, media)
     messages: list[dict[str, Any]] = []
     for turn in turns:
         inputs = (turn.role, turn.text, turn.calls, turn.reasoning, turn.tool_call_id, turn.name, turn.extra,
                   turn.parts)
-        named = names.get(turn.tool_call_id) if turn.role == "tool" and turn.tool_call_id is not None else None
+        named = None
+        if turn.role == "tool" and turn.tool_call_id is not None:
+            named = names.get(turn.tool_call_id)
+            results.append(turn.tool_call_id)
         derived = turn.derived
         if derived is not None and derived[0] == (flags, named) and all(map(is_, derived[1], inputs)):
             messages.append(derived[2])
@@ -381,6 +466,18 @@ def _template_message(turn: Turn, named: str | None, ids: Callable[[str], str],
     return message
 
 
+def _read_before(turns: Sequence[Turn], resume: Resume | None) -> tuple[Derived | None, int | None, bool, list[str]]:
+    """The derivation the render before left (``resume``) and how many first turns it serves
+    (``_continued``; both ``None``: none), whether a turn holds content parts and the system texts
+    — read off the turns after those where it serves (they hold no system text), else off all."""
+    previous = resume.previous.derived if resume is not None and resume.previous is not None else None
+    k = _continued(turns, previous) if isinstance(previous, Derived) else None
+    if previous is None or k is None:
+        return None, None, any(t.parts for t in turns), [t.text.strip() for t in turns
+                                                          if t.role == "system" and t.text.strip()]
+    return previous, k, previous.parts or any(t.parts for t in turns[k:]), previous.system
+
+
 def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Sequence[Mapping[str, Any]] | None,
                         call_text: CallText = json_call_text, kwargs: Mapping[str, Any] | None = None,
                         resume: Resume | None = None, memo: JsonMemo | None = None, media: MediaStyle = None) -> str:
@@ -389,8 +486,9 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     could not be placed anywhere in the prompt, or when the template has no place for the turns'
     images. ``resume`` and ``memo``: see ``ChatTemplate.render``."""
     profile = profile_of(template)
+    previous, k, parts, system = _read_before(turns, resume)
     tool_images = True
-    if media is None and any(t.parts for t in turns):
+    if media is None and parts:
         roles = _image_roles(template)
         if "user" not in roles:
             raise TemplateError("this chat template has no place for images (it writes no image part of a message's "
@@ -405,20 +503,23 @@ def render_conversation(template: ChatTemplate, turns: Sequence[Turn], tools: Se
     variables = dict(kwargs or {})
     for name in profile.stack_variables:
         variables.setdefault(name, STACK_VARIABLES[name](tools))
-    system = [t.text.strip() for t in turns if t.role == "system" and t.text.strip()]
     placements: list[SystemPlacement] = [profile.system]
     if system and profile.system != "fold":
         placements.append("fold")
     failure: TemplateError | None = None
     for placement in placements:
+        derived = _derive(turns, profile, placement, call_text, media, tool_images, previous, k)
         try:
-            prompt = template.render(template_messages(turns, profile, placement, call_text, media, tool_images),
-                                     tools, add_generation_prompt=True, frozen=True, resume=resume, memo=memo,
-                                     kwargs=variables)
+            prompt = template.render(derived.messages, tools, add_generation_prompt=True, frozen=True, resume=resume,
+                                     memo=memo, kwargs=variables)
         except TemplateError as exc:
             failure = failure or exc
             continue
         if all(text in prompt for text in system):
+            if resume is not None and resume.state is not None:  # for the next render to continue
+                derived.parts, derived.system = parts, system
+                resume.state.derived = derived
+                resume.state.size += derived.size
             return prompt
         failure = None  # it rendered, but without the system text: say that
         if resume is not None:  # a state made from a placement not taken is not this prompt's

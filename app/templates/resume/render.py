@@ -42,8 +42,9 @@ class RenderState:
     replaying guards; ``None`` when they could not be kept), and, when the loop ran over the
     messages themselves, the caller's messages (``source``: recognised again by identity, the
     caller having promised never to change them) and each as prepared for the template
-    (``prepared``). ``size`` is what it counts against a byte bound (``sys.getsizeof`` of the
-    texts, the serialised bytes, three times those of the items)."""
+    (``prepared``), and what the caller made them of (``derived``). ``size`` is what it counts
+    against a byte bound (``sys.getsizeof`` of the texts, the serialised bytes, three times those
+    of the items, and what ``derived`` holds)."""
 
     texts: list[str]
     texts_json: bytes
@@ -61,6 +62,9 @@ class RenderState:
     #: the place where the reverse scan's flag went down (``app.templates.resume.scan``); ``-1``: it
     #: was up when the scan began and stayed up; ``None``: not known (no scan, or its flag was down)
     flip: int | None = None
+    #: what the caller made the messages of, for its next render (``app.templates.prompt.Derived``:
+    #: never read here; counted in ``size`` by whoever sets it)
+    derived: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (from a worker) without what only this process can vouch for — the caller's
@@ -68,7 +72,7 @@ class RenderState:
         need not pickle) — nor the prepared messages (prepared again here if needed: cheaper
         than pickling them both ways)."""
         state = dict(self.__dict__)
-        state["source"] = state["values"] = state["prepared"] = None
+        state["source"] = state["values"] = state["prepared"] = state["derived"] = None
         return state
 
 
