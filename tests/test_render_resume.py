@@ -548,7 +548,8 @@ def _derivation_step(rng: random.Random, turns: list[Turn], i: int) -> list[Turn
     """One random change of a conversation, as clients make them — and the changes that make a
     continued derivation start again: a system turn, a call with an earlier result's id, a removed
     call or result, content parts."""
-    op = rng.choice(["append", "append", "append", "trailing", "edit", "remove", "reuse", "parts", "system", "cut"])
+    op = rng.choice(["append", "append", "append", "trailing", "edit", "remove", "reuse", "parts", "system", "cut",
+                     "remade"])
     if op == "append":
         return [*turns, *_campaign_turn(rng, i)]
     if op == "trailing":
@@ -571,6 +572,11 @@ def _derivation_step(rng: random.Random, turns: list[Turn], i: int) -> list[Turn
         return [*turns, Turn("system", f"note {i}")]
     if op == "cut" and len(turns) > 4:
         return turns[:rng.randrange(2, len(turns))]
+    if op == "remade":  # an earlier turn made again from the same fields (a request's instructions)
+        k = rng.randrange(len(turns))
+        t = turns[k]
+        return [*turns[:k], Turn(t.role, t.text, t.calls, t.reasoning, t.tool_call_id, t.name, dict(t.extra), t.parts),
+                *turns[k + 1:], *_campaign_turn(rng, i)]
     return [*turns, *_campaign_turn(rng, i)]
 
 
@@ -624,6 +630,8 @@ def test_a_continued_render_makes_messages_for_new_turns_only(monkeypatch: pytes
     assert made_for(turns) == 1
     turns = [*turns[:-1], Turn("user", "reminder, again"), Turn("assistant", "ok")]  # rewritten: made again
     assert made_for(turns) == 2
+    turns = [Turn("system", turns[0].text), *turns[1:], Turn("user", "go on")]  # instructions made again
+    assert made_for(turns) == 1
     turns = [*turns, Turn("system", "A new rule.")]
     assert made_for(turns) == len(turns)
     assert resumed.state is not None and isinstance(resumed.state.derived, prompt_module.Derived)

@@ -38,7 +38,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from itertools import compress, count
+from itertools import compress, count, islice
 from operator import is_, is_not
 from typing import Any, Literal
 
@@ -362,15 +362,26 @@ class Derived:
         return 16 * len(self.turns) + 120 * (len(self.names) + len(self.results)) + 200
 
 
+#: turns equal to the earlier render's but not the same objects that a continued derivation looks
+#: past (a request's instructions, made again each turn from the same text); past these, it stops
+EQUAL_TURNS = 4
+
+
 def _continued(turns: Sequence[Turn], previous: Derived) -> int | None:
     """How many first turns ``previous``'s messages serve as they are: those it was made of that
-    this render has again — the same objects at the same places — when the turns after them, now
-    and then, are not system turns (the system text is placed as it was), those then held no call,
-    tool result or content part (what the earlier turns read of the others is as it was), none now
-    calls with the id of an earlier tool result (it would name it), and the turn the system text
-    was folded into is among them; ``None``: no such turns (make every message)."""
+    this render has again — the same objects at the same places, or a few (``EQUAL_TURNS``) made
+    again with the same fields — when the turns after them, now and then, are not system turns
+    (the system text is placed as it was), those then held no call, tool result or content part
+    (what the earlier turns read of the others is as it was), none now calls with the id of an
+    earlier tool result (it would name it), and the turn the system text was folded into is among
+    them; ``None``: no such turns (make every message)."""
     before = previous.turns
-    k = next(compress(count(), map(is_not, before, turns)), min(len(before), len(turns)))
+    n = min(len(before), len(turns))
+    k = -1
+    for _ in range(EQUAL_TURNS + 1):  # past a turn made again as it was (a request's instructions)
+        k = next(compress(count(k + 1), map(is_not, islice(before, k + 1, None), islice(turns, k + 1, None))), n)
+        if k == n or before[k] != turns[k]:
+            break
     if k < previous.anchor:
         return None
     gone, new = before[k:], turns[k:]
