@@ -1,0 +1,151 @@
+"""Section: the first token, before and after (issue 35, goal 4) — the same request to toolwire as it
+was (``BENCH_FIRST_TOKEN_BEFORE``, c640f5c by default) and as it is, one request to each in turn.
+
+Both builds serve from one scripted backend (``bench.backend``; the Qwen3 template, the ``qwen25``
+and ``qwen3`` parsers, as ``bench.shapes`` starts them). This process sends a one-message Chat
+Completions stream — with the agent tools of ``bench.cases`` and without tools — each on a fresh
+connection (as ``../shared/peers/smg/run_all.sh ttft`` does), to one build and then the other, the
+order alternating each round, and times the first generated text. Interleaved request by request,
+both builds meet the machine as it is at that moment: the ratio of their medians is free of the
+drift that separates two runs made one after the other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.cases import TOOLS
+from bench.proxy import Proc, free_port, start_backend
+from bench.report import Section, at_most, fmt, median, percentile, table
+
+TITLE = "First token, before and after: one request to each build in turn"
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "tests" / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
+BEFORE = "c640f5c"
+#: the issue's target: the first token no later than before
+RATIO_TARGET = at_most(1.0)
+#: the first generated text in a Chat Completions stream (a content delta that holds a character)
+FIRST = re.compile(rb'"content":"[^"]')
+#: seconds between two requests: what a build does after its answer is done before the other's request
+GAP = float(os.environ.get("BENCH_FIRST_TOKEN_GAP", "0.02"))
+ANSWER = "Hello there, this is a short answer. " + "More words follow here. " * 40
+
+
+def request(port: int, tools: bool) -> bytes:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}], "stream": True,
+                            "max_tokens": 4096}
+    if tools:
+        body["tools"] = TOOLS
+    data = json.dumps(body).encode()
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+
+
+def first_token(port: int, raw: bytes) -> float:
+    """Seconds from sending ``raw`` on a new connection to the first generated text; the answer is
+    read to its end (a stream that ends without ``[DONE]`` is an error)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        start = time.perf_counter()
+        sock.sendall(raw)
+        seen, first = b"", None
+        while data := sock.recv(1 << 16):
+            seen += data
+            if first is None and FIRST.search(seen):
+                first = time.perf_counter() - start
+    if first is None or b"[DONE]" not in seen:
+        raise RuntimeError(f"no first token, or no end: {seen[:300]!r}")
+    return first
+
+
+def start_toolwire(tree: Path, backend: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``toolwire serve`` from the app in ``tree``, once it answers."""
+    port = free_port()
+    state = workdir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--backend", backend, "--backend-type", "vllm", "--port",
+           str(port), "--chat-template", str(TEMPLATE), "--tool-call-parser", "qwen25", "--reasoning-parser",
+           "qwen3", "--log-level", "error", "--retries", "0", "--state-dir", str(state)]
+    process = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "PYTHONPATH": str(tree)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
+                return process, port
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"toolwire from {tree} did not start")
+
+
+def interleaved(ports: dict[str, int], tools: bool, rounds: int, warm: int = 30) -> dict[str, list[float]]:
+    """Each build's first-token times over ``rounds`` rounds, one request to each per round."""
+    raws = {name: request(port, tools) for name, port in ports.items()}
+    names = list(ports)
+    for _ in range(warm):
+        for name in names:
+            first_token(ports[name], raws[name])
+    got: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else reversed(names):
+            got[name].append(first_token(ports[name], raws[name]))
+            time.sleep(GAP)
+    return got
+
+
+def run(ctx: Any) -> Section:
+    from bench.offload import before_tree
+    from bench.shapes import tokens_of
+
+    section = Section(__name__, TITLE)
+    commit = os.environ.get("BENCH_FIRST_TOKEN_BEFORE", BEFORE)
+    before = before_tree(ctx.out / "first_token", commit)
+    if before is None:
+        section.notes.append(f"skipped: {commit} is not in this checkout (a shallow clone)")
+        return section
+    workdir = ctx.out / "first_token"
+    backend: Proc = start_backend(tokens_of(ANSWER), workdir / "backend")
+    url = f"http://127.0.0.1:{backend.port}"
+    processes = {name: start_toolwire(tree, url, workdir / name) for name, tree in (("before", before),
+                                                                                   ("after", ROOT))}
+    rounds = 60 if ctx.quick else 300
+    rows, data = [], {}
+    try:
+        for tools in (True, False):
+            label = "with tools" if tools else "without tools"
+            ctx.log(f"first_token: {label}, {rounds} rounds")
+            got = interleaved({name: port for name, (_, port) in processes.items()}, tools, rounds)
+            p50 = {name: median(times) * 1e3 for name, times in got.items()}
+            paired = sorted((a - b) * 1e3 for a, b in zip(got["after"], got["before"], strict=True))
+            ratio = p50["after"] / p50["before"]
+            key = "first_token.after_over_before." + ("tools" if tools else "no_tools")
+            section.figure(key, f"first token, after ÷ before at p50: {label}", ratio, "×", RATIO_TARGET,
+                           f"{fmt(p50['after'])} vs {fmt(p50['before'])} ms; after − before, request by request: "
+                           f"median {fmt(median(paired), 3)} ms")
+            spread = f"{fmt(percentile(paired, 25), 3)} … {fmt(percentile(paired, 75), 3)}"
+            rows.append((label, fmt(p50["before"]), fmt(p50["after"]), fmt(ratio),
+                         f"{fmt(median(paired), 3)} ({spread})"))
+            data[label] = {"p50_ms": p50, "ratio": ratio, "paired_ms": median(paired)}
+    finally:
+        for process, _ in processes.values():
+            Proc(process, 0).stop()  # type: ignore[arg-type]  # (a bytes pipe: stopped alike)
+        backend.stop()
+    section.tables.append(table(("request", f"before ({commit}), p50 ms", "after, p50 ms", "after ÷ before",
+                                 "after − before, paired: median (quartiles) ms"), rows))
+    section.notes.append(
+        "Each request on a new connection, one build then the other, the order alternating each round; "
+        "this process is the client (at its own priority). Both builds answer from the same scripted backend, "
+        "so their difference is toolwire's own time before the first token.")
+    section.data = data
+    return section
