@@ -28,6 +28,13 @@ shaped by that profile before its one render:
   result's images in a user turn right after the results) — or as llama-server's own chat endpoint
   gives it: ``content`` one string, each image replaced by the backend's media marker, text parts
   joined by newlines except next to a marker (``marker_content``).
+
+A render that continues the one before (``Resume``: an agent's next turn) makes messages only for
+the turns after those it has again: the earlier render's messages, call names and result ids ride
+on its state (``Derived``) and are taken as they are while what they were made of holds (the same
+turn objects — or a few made again with the same fields — and nothing after them that moves system
+text, renames a result or was read by an earlier message); else every message is made, each turn's
+kept message given again where its fields are the same (``Turn.derived``).
 """
 
 from __future__ import annotations
