@@ -2,7 +2,7 @@
 was (``BENCH_FIRST_TOKEN_BEFORE``, c640f5c by default) and as it is, one request to each in turn.
 
 Both builds serve from one scripted backend (``bench.backend``; the Qwen3 template, the ``qwen25``
-and ``qwen3`` parsers, as ``bench.shapes`` starts them). This process sends a one-message Chat
+and ``qwen3`` parsers: ``bench.offload.start_toolwire``). This process sends a one-message Chat
 Completions stream — with the agent tools of ``bench.cases`` and without tools — each on a fresh
 connection (as ``../shared/peers/smg/run_all.sh ttft`` does), to one build and then the other, the
 order alternating each round, and times the first generated text. Interleaved request by request,
@@ -16,21 +16,16 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.cases import TOOLS
-from bench.proxy import Proc, free_port, start_backend
+from bench.proxy import Proc, start_backend
 from bench.report import Section, at_most, fmt, median, percentile, table
 
 TITLE = "First token, before and after: one request to each build in turn"
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "tests" / "data" / "templates" / "Qwen-Qwen3-0.6B.jinja"
 BEFORE = "c640f5c"
 #: the issue's target: the first token no later than before
 RATIO_TARGET = at_most(1.0)
@@ -68,27 +63,6 @@ def first_token(port: int, raw: bytes) -> float:
     return first
 
 
-def start_toolwire(tree: Path, backend: str, workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``toolwire serve`` from the app in ``tree``, once it answers."""
-    port = free_port()
-    state = workdir / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--backend", backend, "--backend-type", "vllm", "--port",
-           str(port), "--chat-template", str(TEMPLATE), "--tool-call-parser", "qwen25", "--reasoning-parser",
-           "qwen3", "--log-level", "error", "--retries", "0", "--state-dir", str(state)]
-    process = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "PYTHONPATH": str(tree)})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200:
-                return process, port
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"toolwire from {tree} did not start")
-
-
 def interleaved(ports: dict[str, int], tools: bool, rounds: int, warm: int = 30) -> dict[str, list[float]]:
     """Each build's first-token times over ``rounds`` rounds, one request to each per round."""
     raws = {name: request(port, tools) for name, port in ports.items()}
@@ -105,7 +79,7 @@ def interleaved(ports: dict[str, int], tools: bool, rounds: int, warm: int = 30)
 
 
 def run(ctx: Any) -> Section:
-    from bench.offload import before_tree
+    from bench.offload import before_tree, start_toolwire
     from bench.shapes import tokens_of
 
     section = Section(__name__, TITLE)
@@ -117,8 +91,12 @@ def run(ctx: Any) -> Section:
     workdir = ctx.out / "first_token"
     backend: Proc = start_backend(tokens_of(ANSWER), workdir / "backend")
     url = f"http://127.0.0.1:{backend.port}"
-    processes = {name: start_toolwire(tree, url, workdir / name) for name, tree in (("before", before),
-                                                                                   ("after", ROOT))}
+    processes = {}
+    for name, tree in (("before", before), ("after", ROOT)):
+        state = workdir / name / "state"
+        state.mkdir(parents=True, exist_ok=True)
+        process, served = start_toolwire(tree, url, "qwen25", "--state-dir", str(state))
+        processes[name] = (process, int(served.rsplit(":", 1)[1]))
     rounds = 60 if ctx.quick else 300
     rows, data = [], {}
     try:

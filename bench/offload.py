@@ -144,12 +144,14 @@ def before_tree(out: Path, commit: str) -> Path | None:
     return tree
 
 
-def start_toolwire(tree: Path, backend: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``toolwire serve`` from the app in ``tree``, in its own process, once it answers."""
+def start_toolwire(tree: Path, backend: str, tool_parser: str = "hermes", *more: str
+                   ) -> tuple[subprocess.Popen[bytes], str]:
+    """``toolwire serve`` from the app in ``tree`` (Qwen3's template, ``tool_parser`` and the
+    ``qwen3`` reasoning parser, ``more`` flags), in its own process, once it answers."""
     port = free_port()
     cmd = [sys.executable, "-m", "app.cli", "serve", "--backend", backend, "--backend-type", "vllm", "--port",
-           str(port), "--chat-template", str(TEMPLATE), "--tool-call-parser", "hermes", "--reasoning-parser",
-           "qwen3", "--log-level", "error", "--retries", "0"]
+           str(port), "--chat-template", str(TEMPLATE), "--tool-call-parser", tool_parser, "--reasoning-parser",
+           "qwen3", "--log-level", "error", "--retries", "0", *more]
     proc = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONPATH": str(tree)})
     url = f"http://127.0.0.1:{port}"
