@@ -17,7 +17,9 @@ import orjson
 import pytest
 
 from app.conversation import Call, Turn
+from app.formats import Formats
 from app.jsontext import JsonText, body_pieces
+from app.parser_choice import ParserChoice
 from app.templates import chat_template
 from app.templates import prompt as prompt_module
 from app.templates.chat_template import ChatTemplate, TemplateError
@@ -636,6 +638,15 @@ def test_a_continued_render_makes_messages_for_new_turns_only(monkeypatch: pytes
     assert made_for(turns) == len(turns)
     assert resumed.state is not None and isinstance(resumed.state.derived, prompt_module.Derived)
     assert pickle.loads(pickle.dumps(resumed.state)).derived is None  # (a worker's state comes back without it)
+
+
+def test_a_formats_call_text_is_one_function() -> None:
+    """How earlier calls are written is the same function every time it is asked for — in a tool
+    format's own wire format too — so a continued render knows its settings again (``Derived.key``)."""
+    for tools in ("qwen25", "mistral", None):
+        formats = Formats.of(ParserChoice(tools=tools))
+        assert formats.call_text() is formats.call_text()
+    assert Formats.of(ParserChoice(tools="qwen25")).wire is not None  # (a wire format: the case that made one per call)
 
 
 def test_a_turn_travels_without_what_was_derived_from_it() -> None:
