@@ -38,7 +38,6 @@ from parsers.events import Event
 log = logging.getLogger("toolwire")
 
 
-
 class Encoder(Protocol):
     def head(self) -> bytes: ...
 
