@@ -44,7 +44,8 @@ from typing import Any
 import httpx
 import orjson
 
-from bench.proxy import cpu_seconds, free_port, start_backend
+from bench.cpu import tree_cpu
+from bench.proxy import free_port, start_backend
 from bench.report import Section, at_most, fmt, median, percentile, table
 
 TITLE = "Heavy request work off the event loop: the probe's worst wait, before and after"
@@ -227,7 +228,7 @@ def measure(tree: Path, backend: str, bodies: dict[str, list[bytes]]) -> dict[st
         try:
             time.sleep(0.3)
             for name in PHASES:
-                cpu = cpu_seconds(proc.pid)
+                cpu = tree_cpu(proc.pid)
                 start = time.monotonic()
                 if name == "idle":
                     time.sleep(2.0)
@@ -240,7 +241,7 @@ def measure(tree: Path, backend: str, bodies: dict[str, list[bytes]]) -> dict[st
                     phases[name].statuses = asyncio.run(burst(url, bodies[kind]))
                 marks[name] = (start, time.monotonic())
                 phases[name].seconds = marks[name][1] - start
-                phases[name].cpu = cpu_seconds(proc.pid) - cpu
+                phases[name].cpu = tree_cpu(proc.pid) - cpu
                 time.sleep(0.5)  # let what the phase left behind settle
         finally:
             samples = probe.stop()

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cases import FAMILIES, TOOLS, code_text, markers_of, render_call, tokenize
+from bench.cpu import tree_cpu
 from bench.report import Section, at_least, at_most, fmt, median, percentile, table
 
 TITLE = "Proxy overhead (toolwire in front of a scripted vLLM backend)"
@@ -70,13 +71,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc (Linux)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------- processes
@@ -318,9 +312,9 @@ WHAT_IFS: tuple[tuple[str, ...], ...] = (("slice100",), ("no_head_hold",))
 
 def toolwire_load(proxy: Proc, streams: int, seconds: float, tokens: int, target: Endpoint | None = None) -> LoadResult:
     """Load through ``proxy`` (toolwire, or the relay with its own ``target``), with its CPU time."""
-    cpu0 = cpu_seconds(proxy.process.pid)
+    cpu0 = tree_cpu(proxy.process.pid)
     r = asyncio.run(load(target or proxy_target(proxy.port), streams, seconds, tokens))
-    r.cpu = cpu_seconds(proxy.process.pid) - cpu0
+    r.cpu = tree_cpu(proxy.process.pid) - cpu0
     return r
 
 

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import tree_cpu
 from bench.proxy import Endpoint, LoadResult, Proc, http_post, load, start_backend
 from bench.report import Section, fmt, median, table
 
@@ -63,35 +64,6 @@ def target(port: int) -> Endpoint:
                     (b'"reasoning_content":"', b'"tool_calls":['), b'"finish_reason":"tool_calls"')
 
 
-def _stats() -> dict[int, tuple[int, float]]:
-    """Every live process: pid → (parent pid, CPU seconds so far, user + system)."""
-    out: dict[int, tuple[int, float]] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
-def tree_cpu(roots: list[int]) -> float:
-    """CPU seconds of the processes ``roots`` and all their live descendants (a replica's workers)."""
-    stats = _stats()
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, list(roots)
-    while todo:
-        pid = todo.pop()
-        total += stats.get(pid, (0, 0.0))[1]
-        todo += children.get(pid, [])
-    return total
-
-
 def self_cpu() -> float:
     times = os.times()
     return times.user + times.system
@@ -129,8 +101,8 @@ def measure_pair(ctx: Any, workers: int, backend: Proc, rounds: int, seconds: fl
         pids = [p.process.pid for p in replicas if p.process]
 
         def sample(caddy: Caddy) -> dict[str, float]:
-            return {"toolwire": tree_cpu(pids), "caddy": tree_cpu([caddy.process.pid]),
-                    "backend": tree_cpu([backend.process.pid]), "client": self_cpu(), "machine": busy_cpu()}
+            return {"toolwire": tree_cpu(*pids), "caddy": tree_cpu(caddy.process.pid),
+                    "backend": tree_cpu(backend.process.pid), "client": self_cpu(), "machine": busy_cpu()}
         for r in range(rounds):
             for n, caddy in ((1, caddys[0]), (3, caddys[1])):
                 ctx.log(f"scale: workers {workers}, round {r + 1}/{rounds}, {n} replica(s), {STREAMS} streams")

@@ -50,6 +50,7 @@ from typing import Any
 import httpx
 
 from bench.agent import agent_tools, system_prompt
+from bench.cpu import tree_cpu
 from bench.proxy import Proc, free_port
 from bench.report import Section, at_most, fmt, table
 
@@ -265,25 +266,6 @@ SHAPES: dict[str, str] = {
 
 
 # ---------------------------------------------------------------------------- processes
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of ``pid`` and every live descendant, every thread of each: the kernel's
-    nanosecond count of time on a CPU (``/proc/…/task/…/schedstat``; ``stat``'s clock ticks are too
-    coarse for a few milliseconds a turn)."""
-    total = 0
-    stack = [pid]
-    while stack:
-        current = stack.pop()
-        try:
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/schedstat") as f:
-                    total += int(f.read().split()[0])
-                with open(f"/proc/{current}/task/{task}/children") as f:
-                    stack.extend(int(child) for child in f.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total / 1e9
 
 
 @dataclass

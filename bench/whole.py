@@ -3,8 +3,8 @@ of toolwire's CPU than asked for as a stream.
 
 One scripted backend (``bench.backend``) per completion, one toolwire (``bench.proxy_main``: Qwen3
 template, ``hermes`` and ``qwen3`` parsers) in front of it; this process sends the same Chat
-Completions request with ``stream: true`` and ``stream: false`` in alternating rounds and reads
-toolwire's CPU time from ``/proc`` around each round. Completions: a plain answer of ~2 000 tokens
+Completions request with ``stream: true`` and ``stream: false`` in rounds — which of the two goes
+first alternating — and reads toolwire's CPU time around each (``bench.cpu``). Completions: a plain answer of ~2 000 tokens
 (prose) and one hermes call with a 16 KB code argument, each from a backend that writes its tokens
 as fast as it can; and a 4 KB call from a backend pacing its tokens like a model (every token its
 own read: no batching either way). Every response is checked (status 200, the call or the text whole).
@@ -17,7 +17,8 @@ import socket
 from typing import Any
 
 from bench.cases import FAMILIES, code_text, markers_of, prose_text, render_call, tokenize
-from bench.proxy import cpu_seconds, start_backend, start_proxy
+from bench.cpu import tree_cpu
+from bench.proxy import start_backend, start_proxy
 from bench.report import Section, at_most, fmt, median, table
 
 TITLE = "Non-streaming answers: CPU of an answer asked for whole ÷ the same answer streamed"
@@ -64,14 +65,16 @@ def measure_one(ctx: Any, tokens: list[str], pace_ms: float, rounds: int, per_ro
     try:
         for kind in cpu:  # warm both paths
             post(proxy.port, body(kind == "stream"))
-        for _ in range(rounds):
-            for kind, spent in cpu.items():
-                before = cpu_seconds(proxy.process.pid)
+        for r in range(rounds):
+            # the order alternates: what one kind leaves behind (a connection closing) falls on both
+            for kind in sorted(cpu, reverse=r % 2 == 1):
+                spent = cpu[kind]
+                before = tree_cpu(proxy.process.pid)
                 for _ in range(per_round):
                     raw = post(proxy.port, body(kind == "stream"))
                     if b" 200 " not in raw[:16] or (b"[DONE]" not in raw if kind == "stream" else b"choices" not in raw):
                         raise RuntimeError(f"{kind} response failed: {raw[:300]!r}")
-                spent.append((cpu_seconds(proxy.process.pid) - before) / per_round * 1e3)
+                spent.append((tree_cpu(proxy.process.pid) - before) / per_round * 1e3)
     finally:
         proxy.stop()
         backend.stop()
@@ -86,8 +89,8 @@ def run(ctx: Any) -> Section:
     for label, tokens, pace in completions():
         ctx.log(f"whole: {label}")
         paced = pace > 0
-        rounds = 3 if ctx.quick else 5
-        per_round = (1 if ctx.quick else 2) if paced else (6 if ctx.quick else 12)  # /proc counts 10 ms ticks
+        rounds = 4 if ctx.quick else 8  # even: each kind goes first as often as the other
+        per_round = (1 if ctx.quick else 2) if paced else (4 if ctx.quick else 8)
         r = measure_one(ctx, tokens, pace, rounds, per_round)
         data[label] = r
         key = "whole.ratio." + ("paced_call4k" if paced else "call16k" if "call" in label else "plain")
@@ -97,7 +100,8 @@ def run(ctx: Any) -> Section:
     section.tables.append(table(("completion", "tokens", "streamed, CPU ms", "whole, CPU ms", "whole ÷ streamed"),
                                 rows))
     section.notes.append(
-        "toolwire's CPU time per request (/proc, median of alternating rounds), the same request with "
+        "toolwire's CPU time per request (its process tree's time on a CPU, `bench.cpu`; the median of rounds "
+        "whose order alternates), the same request with "
         "`stream: true` and `stream: false`. A non-streaming answer is read from the backend as a stream too "
         "and folded from the same parser events (so the two cannot disagree); it skips encoding and writing "
         "a chunk per backend read.")
