@@ -23,7 +23,7 @@ OpenAI ``chat.completion.chunk`` deltas. Every proxied response is checked (``[D
 * **Sustained tokens/s** with 1, 16 and 64 concurrent streams (closed loop: each stream sends its
   next request when the previous one ends) — through toolwire and, for scale, straight from the
   backend.
-* **CPU per 1 000 tokens** of the toolwire process (``/proc/<pid>/stat``), and proxied tokens per
+* **CPU per 1 000 tokens** of the toolwire process tree (``bench.cpu``), and proxied tokens per
   CPU-second of toolwire ("per core").
 
 Targets are ratios against the do-nothing relay measured in the same run, so they hold on any
