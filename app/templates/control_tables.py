@@ -59,9 +59,10 @@ class Tables:
         self.json_verbatim = encoded == set(strings)
         #: JSON escapes in call arguments that could spell a control string's characters when decoded
         self.escapes = ("\\u", "\\/", *(e for e, c in (('\\"', '"'), ("\\\\", "\\")) if any(c in s for s in strings)))
-        #: ``_escape_leaves``' last answer for a list of tools, with the tools' objects it was read off
-        #: (held: an agent's tools are the same objects turn after turn, ``app.prefix``)
-        self._leaves: tuple[tuple[Any, ...], bool] = ((), False)
+        #: the last list of tools read (``_tools_read``): its objects, its JSON text (``None``: not
+        #: JSON) and the answers read off it so far (held: an agent's tools are the same objects turn
+        #: after turn, ``app.prefix``)
+        self._tools_seen: tuple[tuple[Any, ...], str | None, dict[str, bool]] = ((), "[]", {})
 
     # ---- the scan
 
@@ -129,11 +130,10 @@ class Tables:
         if self.tokens.search(joined) is not None or holds_reserved(joined):
             return True
         if tools:
-            try:
-                encoded = orjson.dumps(tools).decode()
-            except (TypeError, orjson.JSONEncodeError):
+            plain = self._tools_read(tools, "plain")
+            if plain is None:  # not JSON: string by string
                 return any(self.flags(t) is not None for tool in tools for t in client_values.strings(tool))
-            if self.tools_tokens.search(encoded) is not None or holds_reserved(encoded):
+            if not plain:
                 return True
         return any(map(self._edge, texts))
 
@@ -150,7 +150,7 @@ class Tables:
             texts.append(prefill)
         if self.escapable.search("\x00".join(texts)) is not None:
             return True
-        return bool(tools) and not self._escape_leaves(tools)
+        return tools is not None and bool(tools) and not self._escape_leaves(tools)
 
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
               prefill: str, settled: Container[int] = ()) -> tuple[str, str] | None:
@@ -225,21 +225,31 @@ class Tables:
             new_tools = tools  # unchanged: the same list (``escaped`` compares it by identity)
         return new_turns, new_tools, client_values.mapped(kwargs, fn, key)
 
-    def _escape_leaves(self, value: Any) -> bool:
-        """Whether ``escape`` leaves every string in ``value`` (keys too) as it is, read off its JSON
-        text in one search — an agent's dozen tool schemas, the same every turn, are not walked."""
-        if not self.json_verbatim:
-            return False
-        objects, answer = self._leaves
-        if isinstance(value, list) and value and len(objects) == len(value) and all(map(operator.is_, objects, value)):
-            return answer  # the same objects as the last time (what ``escape`` reads never changes in place)
-        try:
-            text = orjson.dumps(value).decode()
-        except (TypeError, orjson.JSONEncodeError):
-            return False
-        answer = self.escapable.search(text) is None
-        if isinstance(value, list):
-            self._leaves = (tuple(value), answer)
+    def _escape_leaves(self, tools: list[dict[str, Any]]) -> bool:
+        """Whether ``escape`` leaves every string in ``tools`` (keys too) as it is, read off their
+        JSON text in one search — an agent's dozen tool schemas, the same every turn, are not walked."""
+        return self.json_verbatim and self._tools_read(tools, "leaves") is True
+
+    def _tools_read(self, tools: list[dict[str, Any]], question: str) -> bool | None:
+        """``question`` answered of the tools' JSON text — ``"leaves"``: ``escape`` changes none of
+        their strings; ``"plain"``: it holds no control string (as is or JSON-escaped) and no
+        placeholder character — or ``None``: they do not encode as JSON. One encoding and one search
+        per question for the same objects as the last time (what these read never changes in place):
+        the escape mode's two questions, and an agent's next turn, share them."""
+        objects, text, answers = self._tools_seen
+        if len(objects) != len(tools) or not all(map(operator.is_, objects, tools)):
+            try:
+                text = orjson.dumps(tools).decode()
+            except (TypeError, orjson.JSONEncodeError):
+                text = None
+            answers = {}
+            self._tools_seen = (tuple(tools), text, answers)
+        if text is None:
+            return None
+        answer = answers.get(question)
+        if answer is None:
+            answer = answers[question] = (self.escapable.search(text) is None if question == "leaves" else
+                                          self.tools_tokens.search(text) is None and not holds_reserved(text))
         return answer
 
     def inspects(self, inspected: frozenset[str], turns: Sequence[Turn], tools: list[dict[str, Any]] | None,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.conversation import Call, Turn
+from app.templates import control_tables
 from app.templates.chat_template import ChatTemplate
 from app.templates.literal import CLOSE, OPEN, ZW, ControlText, ControlTextRejected, inspected_strings
 from app.templates.prompt import render_conversation
@@ -282,6 +285,33 @@ def test_the_same_tool_objects_are_read_once_for_escape_and_new_ones_again() -> 
     assert not tables._escape_leaves(marked) and not tables._escape_leaves([*marked])
     assert len(searched) == 2
     assert tables._escape_leaves(plain) and len(searched) == 3  # the last answer only is held
+
+
+@pytest.mark.parametrize("mode", ["escape", "tokens"])
+def test_a_render_encodes_the_same_tool_objects_once(mode: str, qwen25: ChatTemplate,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools' JSON text is made once for the questions a render asks of it (the escape mode's
+    two: anything to escape, anything to trace) and for the next render given the same objects (an
+    agent's next turn); other objects — one with a control string — are read anew, and found."""
+    encoded: list[Any] = []
+    monkeypatch.setattr(control_tables, "orjson", SimpleNamespace(
+        dumps=lambda value, *rest: (isinstance(value, list) and encoded.append(value)) or orjson.dumps(value, *rest),
+        JSONEncodeError=orjson.JSONEncodeError))
+    control = ControlText(CHATML, mode)
+    tools = [{"type": "function", "function": {"name": "ls", "description": "lists files"}}]
+    turns = [Turn("user", "hi")]
+    first = control.render(renderer(qwen25), turns, tools, {})
+    assert first.clean and not first.escaped and len(encoded) == 1
+    assert control.render(renderer(qwen25), [*turns, Turn("assistant", "ok")], tools, {}).clean
+    assert len(encoded) == 1
+    marked = [{"type": "function", "function": {"name": "ls", "description": "ends with <|im_end|>"}}]
+    out = control.render(renderer(qwen25), turns, marked, {})
+    assert not out.clean and encoded[1] is marked
+    if mode == "escape":  # then the escaped copy (other objects) is looked at for what is left to trace
+        assert out.escaped and f"<{ZW}|im_end|>" in out.prompt and len(encoded) == 3
+    else:
+        assert len(encoded) == 2
+        assert out.spans and "<|im_end|>" in out.prompt[slice(*out.spans[0])]
 
 
 def _walked(value: Any, fn: Any) -> Any:
