@@ -25,6 +25,7 @@ from app.templates.placeholders import RESERVED_CLASS, char_code, holds_reserved
 ZW = "\u200b"
 _PIECE = 64  # longest edge piece looked for (a pattern nests once per character of it)
 _SPACE = 64  # whitespace around an edge piece looked past (templates strip client text)
+_ENDS = 4096  # control strings' ends (each a word of a pattern) searched for in texts joined, at most
 
 
 class Tables:
@@ -49,8 +50,17 @@ class Tables:
         self.starts = frozenset(s[0] for s in strings)
         self.ends = frozenset(s[-1] for s in strings)
         #: a text ending with the beginning of a control string; a reversed text ending with the end of one
-        self.begins = _small_pattern(_trie(s[:-1][:_PIECE] for s in strings) + r"\Z")
+        beginnings = _trie(s[:-1][:_PIECE] for s in strings)
+        self.begins = _small_pattern(beginnings + r"\Z")
         self.ends_reversed = _small_pattern(_trie(s[:0:-1][:_PIECE] for s in strings) + r"\Z")
+        #: the same in texts joined with NUL (``_edges``), whitespace beside the piece: a text ending
+        #: with a beginning; a text after a NUL, or the first, beginning with an end (every end a word
+        #: of its own: ``None`` past ``_ENDS`` of them, as for a vocabulary of thousands)
+        ends = {s[k:] for s in strings for k in range(max(1, len(s) - _PIECE), len(s))}
+        endings = _trie(ends, whole=True) if len(ends) <= _ENDS else None
+        self.joined_begins = _small_pattern(f"(?:{beginnings})\\s*(?:\\x00|\\Z)")
+        self.joined_ends = _small_pattern(f"\\x00\\s*(?:{endings})") if endings is not None else None
+        self.first_ends = _small_pattern(f"\\s*(?:{endings})") if endings is not None else None
         #: the strings as they appear JSON-encoded (in tool definitions' JSON text)
         encoded = {orjson.dumps(s).decode()[1:-1] for s in strings}
         self.tools_tokens = re.compile(_trie(encoded | set(strings), whole=True))
@@ -135,7 +145,19 @@ class Tables:
                 return any(self.flags(t) is not None for tool in tools for t in client_values.strings(tool))
             if not plain:
                 return True
-        return any(map(self._edge, texts))
+        return self._edges(texts, joined)
+
+    def _edges(self, texts: list[str], joined: str) -> bool:
+        """Whether one of ``texts`` (``joined`` with NUL) has an edge piece (``_edge``), read in two
+        searches of the joined text, not text by text (0.17 against 0.40 ms for the bench's agent at
+        300 turns) — a superset: a NUL inside a client's text, or more than ``_SPACE`` whitespace
+        characters beside a piece, may be taken for an edge (``first`` then reads text by text, and
+        finds what ``_edge`` finds)."""
+        begins, ends, first = self.joined_begins, self.joined_ends, self.first_ends
+        if begins is None or ends is None or first is None:  # patterns too large: text by text
+            return any(map(self._edge, texts))
+        return bool(texts) and (first.match(texts[0]) is not None or begins.search(joined) is not None
+                                or ends.search(joined) is not None)
 
     def escapes_any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
                     prefill: str, settled: Container[int] = ()) -> bool:

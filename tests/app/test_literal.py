@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from app.conversation import Call, Turn
 from app.templates import control_tables
 from app.templates.chat_template import ChatTemplate
+from app.templates.control_tables import Tables
 from app.templates.literal import CLOSE, OPEN, ZW, ControlText, ControlTextRejected, inspected_strings
 from app.templates.prompt import render_conversation
 
@@ -312,6 +314,36 @@ def test_a_render_encodes_the_same_tool_objects_once(mode: str, qwen25: ChatTemp
     else:
         assert len(encoded) == 2
         assert out.spans and "<|im_end|>" in out.prompt[slice(*out.spans[0])]
+
+
+_EDGE_PIECES = st.sampled_from(["<|im_end|>", "<|im", "_end|>", "im_start|>", "<", "|", ">", "x", "é", " ", "\n",
+                                 "\x1f", "\u00a0", "\x00", " " * 70])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.lists(_EDGE_PIECES, max_size=5).map("".join), max_size=5), st.booleans())
+def test_edge_pieces_found_in_the_joined_texts_are_those_found_text_by_text(texts: list[str], many: bool) -> None:
+    """``Tables._edges`` (two searches of the texts joined) finds an edge piece wherever ``_edge``
+    (text by text) does, and only there unless a text holds a NUL or a long run of whitespace; a
+    vocabulary too large for one pattern reads text by text."""
+    tables = _tables(many)
+    one_by_one = any(map(tables._edge, texts))
+    joined = tables._edges(texts, "\x00".join(texts))
+    assert joined or not one_by_one
+    if not any("\x00" in text or re.search(r"\s{65}", text) for text in texts):
+        assert joined == one_by_one
+
+
+@cache
+def _tables(many: bool) -> Tables:
+    """ChatML's control strings' tables, or (``many``) those of a vocabulary with 4 000 more."""
+    return ControlText((*CHATML, *(f"<|reserved_{k}|>" for k in range(4000))) if many else CHATML, "tokens")._tables
+
+
+def test_a_large_vocabulary_reads_edges_text_by_text() -> None:
+    small, large = _tables(False), _tables(True)
+    assert small.joined_begins is not None and small.joined_ends is not None
+    assert large.joined_begins is None or large.joined_ends is None
 
 
 def _walked(value: Any, fn: Any) -> Any:
