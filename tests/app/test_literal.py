@@ -323,10 +323,21 @@ _EDGE_PIECES = st.sampled_from(["<|im_end|>", "<|im", "_end|>", "im_start|>", "<
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.lists(_EDGE_PIECES, max_size=5).map("".join), max_size=5), st.booleans())
 def test_edge_pieces_found_in_the_joined_texts_are_those_found_text_by_text(texts: list[str], many: bool) -> None:
-    """``Tables._edges`` (two searches of the texts joined) finds an edge piece wherever ``_edge``
-    (text by text) does, and only there unless a text holds a NUL or a long run of whitespace; a
+    """``Tables._edges`` (searches of the texts joined) finds an edge piece wherever ``_edge`` (text
+    by text) does, and only there unless a text holds a NUL or a long run of whitespace; a
     vocabulary too large for one pattern reads text by text."""
-    tables = _tables(many)
+    _same_edges(_tables(many), texts)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_EDGE_PIECES, max_size=5).map("".join), st.integers(0, 2), st.integers(0, 2))
+def test_one_text_s_edge_pieces_are_found_wherever_it_stands_among_plain_ones(text: str, before: int,
+                                                                               after: int) -> None:
+    """The same, for one text among texts without an edge: first, in the middle or last."""
+    _same_edges(_tables(False), ["plain"] * before + [text] + ["plain"] * after)
+
+
+def _same_edges(tables: Tables, texts: list[str]) -> None:
     one_by_one = any(map(tables._edge, texts))
     joined = tables._edges(texts, "\x00".join(texts))
     assert joined or not one_by_one
