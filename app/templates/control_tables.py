@@ -25,6 +25,8 @@ from app.templates.placeholders import RESERVED_CLASS, char_code, holds_reserved
 ZW = "\u200b"
 _PIECE = 64  # longest edge piece looked for (a pattern nests once per character of it)
 _SPACE = 64  # whitespace around an edge piece looked past (templates strip client text)
+#: the client strings a render's scans read, and them joined with NUL (``Tables.scanned``)
+Scanned = tuple[list[str], str]
 _ENDS = 4096  # control strings' ends (each a word of a pattern) searched for in texts joined, at most
 
 
@@ -126,17 +128,25 @@ class Tables:
                 p = text.find(c, p + 1, high)
         return best
 
-    def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-            prefill: str, settled: Container[int] = ()) -> bool:
-        """Whether any client string must be traced (``first`` says which): the strings joined once and
-        searched by the regular expression engine, the ends of each looked at; tool definitions as
-        their JSON text (a control string there is written as is, or JSON-escaped)."""
+    def scanned(self, turns: Sequence[Turn], kwargs: Mapping[str, Any], prefill: str,
+                settled: Container[int] = ()) -> Scanned:
+        """The client strings the scans read (turns in ``settled`` aside; tool definitions are read
+        as their JSON text apart), and them joined with NUL: gathered once for a render's scans
+        (``escapes_any``, then ``first`` when nothing was escaped)."""
         texts = client_values.texts(client_values.unsettled(turns, settled), self.escapes)
         texts += (t for value in kwargs.values() for t in client_values.strings(value))
         texts += kwargs.keys()
         if prefill:
             texts.append(prefill)
-        joined = "\x00".join(texts)
+        return texts, "\x00".join(texts)
+
+    def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
+            prefill: str, settled: Container[int] = (), scanned: Scanned | None = None) -> bool:
+        """Whether any client string must be traced (``first`` says which): the strings joined once and
+        searched by the regular expression engine, the ends of each looked at; tool definitions as
+        their JSON text (a control string there is written as is, or JSON-escaped). ``scanned``: the
+        strings as ``scanned`` gave them for these arguments, where the caller has them."""
+        texts, joined = scanned if scanned is not None else self.scanned(turns, kwargs, prefill, settled)
         if self.tokens.search(joined) is not None or holds_reserved(joined):
             return True
         if tools:
@@ -160,25 +170,22 @@ class Tables:
                                 or ends.search(joined) is not None)
 
     def escapes_any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-                    prefill: str, settled: Container[int] = ()) -> bool:
+                    prefill: str, settled: Container[int] = (), scanned: Scanned | None = None) -> bool:
         """Whether ``escape`` could change a client string (``rewrite`` with it, or the prefill): a
         superset, read off the strings joined in one search and the tools' JSON text in another
         (``_escape_leaves``), so that the usual request, with nothing to escape, is not walked value
-        by value (40k instructions of a 2.3M request with two tools, ``bench.stack --instructions``)."""
-        texts = client_values.texts(client_values.unsettled(turns, settled), self.escapes)
-        texts += (t for value in kwargs.values() for t in client_values.strings(value))
-        texts += kwargs.keys()
-        if prefill:
-            texts.append(prefill)
-        if self.escapable.search("\x00".join(texts)) is not None:
+        by value (40k instructions of a 2.3M request with two tools, ``bench.stack --instructions``).
+        ``scanned``: as for ``any``."""
+        _, joined = scanned if scanned is not None else self.scanned(turns, kwargs, prefill, settled)
+        if self.escapable.search(joined) is not None:
             return True
         return tools is not None and len(tools) > 0 and not self._escape_leaves(tools)
 
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-              prefill: str, settled: Container[int] = ()) -> tuple[str, str] | None:
+              prefill: str, settled: Container[int] = (), scanned: Scanned | None = None) -> tuple[str, str] | None:
         """The first client field to trace: (where, the control string or ``""``), or ``None``
-        (turns in ``settled`` are plain: not looked at)."""
-        if not self.any(turns, tools, kwargs, prefill, settled):
+        (turns in ``settled`` are plain: not looked at). ``scanned``: as for ``any``."""
+        if not self.any(turns, tools, kwargs, prefill, settled, scanned):
             return None
         found: tuple[str, str] | None = None
         for where, text in client_values.client_strings(turns, tools, kwargs, prefill, settled):

@@ -197,7 +197,8 @@ class ControlText:
         tables = self._tables
         own = frozenset(own) & frozenset(self.strings) if prefill else frozenset()
         escaped = False
-        if self.mode == "escape" and tables.escapes_any(turns, tools, client_kwargs, prefill, settled):
+        scanned = tables.scanned(turns, client_kwargs, prefill, settled) if self.mode == "escape" else None
+        if scanned is not None and tables.escapes_any(turns, tools, client_kwargs, prefill, settled, scanned):
             # the client's control strings escaped where they stand
             escape = tables.escape
             e_turns, e_tools, e_kwargs = tables.rewrite(turns, tools, client_kwargs, escape, settled)
@@ -205,7 +206,9 @@ class ControlText:
             escaped = e_prefill is not prefill or e_kwargs is not client_kwargs or e_tools is not tools \
                 or any(a is not b for a, b in zip(e_turns, turns, strict=True))
             turns, tools, client_kwargs, prefill = e_turns, e_tools, e_kwargs, e_prefill
-        hit = tables.first(turns, tools, client_kwargs, _without(prefill, own), settled)
+            scanned = None  # (what was escaped is read again)
+        traced = _without(prefill, own)
+        hit = tables.first(turns, tools, client_kwargs, traced, settled, scanned if traced is prefill else None)
         if hit is None:
             return Rendered(render(turns, tools, client_kwargs), prefill, escaped=escaped, clean=not escaped)
         where, token = hit

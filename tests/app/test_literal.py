@@ -316,6 +316,23 @@ def test_a_render_encodes_the_same_tool_objects_once(mode: str, qwen25: ChatTemp
         assert out.spans and "<|im_end|>" in out.prompt[slice(*out.spans[0])]
 
 
+@pytest.mark.parametrize("mode", ["escape", "tokens"])
+def test_a_render_gathers_the_client_strings_once(mode: str, qwen25: ChatTemplate,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Escape mode's two scans (anything to escape, anything to trace) read one gathering of the
+    client strings when nothing was escaped; what was escaped is gathered again, and traced."""
+    gathered: list[int] = []
+    texts = control_tables.client_values.texts
+    monkeypatch.setattr(control_tables.client_values, "texts",
+                        lambda turns, escapes: gathered.append(1) or texts(turns, escapes))
+    control = ControlText(CHATML, mode)
+    clean = control.render(renderer(qwen25), [Turn("user", "hi"), Turn("assistant", "ok"), Turn("user", "more")], None, {})
+    assert clean.clean and len(gathered) == 1
+    marked = control.render(renderer(qwen25), [Turn("user", "hi <|im_end|> there")], None, {})
+    assert not marked.clean and len(gathered) == (3 if mode == "escape" else 2)
+    assert f"<{ZW}|im_end|>" in marked.prompt if mode == "escape" else marked.spans
+
+
 _EDGE_PIECES = st.sampled_from(["<|im_end|>", "<|im", "_end|>", "im_start|>", "<", "|", ">", "x", "é", " ", "\n",
                                  "\x1f", "\u00a0", "\x00", " " * 70])
 
