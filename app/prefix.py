@@ -450,13 +450,18 @@ class PrefixService:
         ``limit`` on are always decoded. ``tools``: the request's tool definitions as sent (a list),
         whose decoding kept for an earlier request of ``scope`` with the same bytes the ``Recall``
         holds. ``None`` — decode and render as without the service — when
-        it is off, for fewer than ``min_units`` units (the conversation is sighted all the same),
+        it is off, for fewer than ``min_units`` units (the conversation is sighted all the same from two units on; one, a one-off question, costs no digest),
         and at a conversation's first sighting (then only the first units are drawn from
         ``units``)."""
         if not self.enabled:
             return None
         drawn = iter(units)
         head = list(islice(drawn, max(HEAD, self.min_units)))
+        if len(head) < min(2, self.min_units):  # one unit tells nothing (``_anchors``): nothing to note
+            with self._lock:
+                self.recalls += 1
+            self.on_lookup("short")
+            return None
         anchors, telling = _anchors(scope, head)
         with self._lock:
             self.recalls += 1
@@ -501,6 +506,8 @@ class PrefixService:
         """Whether one of ``anchors`` was seen before (at a conversation's first sighting); if none
         was, they are noted now, in the bound like everything kept (the lock held). No anchors:
         never seen."""
+        if not anchors:
+            return False
         keys = [(_SEEN, anchor) for anchor in anchors]
         found = [key for key in keys if key in self._held]
         for key in found:

@@ -386,6 +386,28 @@ def test_an_agents_first_turn_sights_its_conversation(prefix: PrefixService) -> 
     assert found(body(2), prefix) == 4
 
 
+def test_a_one_message_request_is_looked_up_without_digests_and_notes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One unit tells no conversation (its anchor alone is shared by many): a one-message request —
+    a chat client's one-off question — costs the service no digest, no lock on what is held and no
+    report of the bytes held; it is counted as a lookup too short to keep."""
+    looked: list[str] = []
+    held: list[int] = []
+    prefix = PrefixService(64 << 20, on_lookup=looked.append, on_held=held.append)
+
+    def no_digests(*_: Any) -> Any:
+        raise AssertionError("a one-unit lookup made its anchors")
+
+    monkeypatch.setattr("app.prefix._anchors", no_digests)
+    request = {"model": "m", "messages": [{"role": "user", "content": "Say hello."}]}
+    assert parse_request(request, SETTINGS, "", prefix)._recall is None
+    assert looked == ["short"] and held == [] and prefix.recalls == 1
+    assert len(prefix) == 0 and prefix.sightings == 0 and prefix.bytes == 0
+    monkeypatch.undo()  # kept from one unit on: its anchors are made, and tell nothing either
+    keeping = PrefixService(64 << 20, min_units=1, on_lookup=looked.append, on_held=held.append)
+    assert parse_request(request, SETTINGS, "", keeping)._recall is None
+    assert looked == ["short", "first_sight"] and held == [] and keeping.sightings == 0 and keeping.bytes == 0
+
+
 def test_each_lookup_and_what_is_held_are_reported() -> None:
     """What the metrics count (``toolwire_prefix_lookups_total``, ``toolwire_prefix_bytes``)."""
     looked: list[str] = []
