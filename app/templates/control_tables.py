@@ -141,13 +141,16 @@ class Tables:
         return texts, "\x00".join(texts)
 
     def any(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-            prefill: str, settled: Container[int] = (), scanned: Scanned | None = None) -> bool:
+            prefill: str, settled: Container[int] = (), scanned: Scanned | None = None,
+            escapable_absent: bool = False) -> bool:
         """Whether any client string must be traced (``first`` says which): the strings joined once and
         searched by the regular expression engine, the ends of each looked at; tool definitions as
         their JSON text (a control string there is written as is, or JSON-escaped). ``scanned``: the
-        strings as ``scanned`` gave them for these arguments, where the caller has them."""
+        strings as ``scanned`` gave them for these arguments, where the caller has them;
+        ``escapable_absent``: the caller found no ``escapable`` match in their joined text (nothing to
+        escape), so none of ``tokens`` either — not searched for again."""
         texts, joined = scanned if scanned is not None else self.scanned(turns, kwargs, prefill, settled)
-        if self.tokens.search(joined) is not None or holds_reserved(joined):
+        if (not escapable_absent and self.tokens.search(joined) is not None) or holds_reserved(joined):
             return True
         if tools:
             plain = self._tools_read(tools, "plain")
@@ -182,10 +185,11 @@ class Tables:
         return tools is not None and len(tools) > 0 and not self._escape_leaves(tools)
 
     def first(self, turns: Sequence[Turn], tools: list[dict[str, Any]] | None, kwargs: Mapping[str, Any],
-              prefill: str, settled: Container[int] = (), scanned: Scanned | None = None) -> tuple[str, str] | None:
+              prefill: str, settled: Container[int] = (), scanned: Scanned | None = None,
+              escapable_absent: bool = False) -> tuple[str, str] | None:
         """The first client field to trace: (where, the control string or ``""``), or ``None``
-        (turns in ``settled`` are plain: not looked at). ``scanned``: as for ``any``."""
-        if not self.any(turns, tools, kwargs, prefill, settled, scanned):
+        (turns in ``settled`` are plain: not looked at). ``scanned``, ``escapable_absent``: as for ``any``."""
+        if not self.any(turns, tools, kwargs, prefill, settled, scanned, escapable_absent):
             return None
         found: tuple[str, str] | None = None
         for where, text in client_values.client_strings(turns, tools, kwargs, prefill, settled):

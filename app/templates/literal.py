@@ -208,7 +208,8 @@ class ControlText:
             turns, tools, client_kwargs, prefill = e_turns, e_tools, e_kwargs, e_prefill
             scanned = None  # (what was escaped is read again)
         traced = _without(prefill, own)
-        hit = tables.first(turns, tools, client_kwargs, traced, settled, scanned if traced is prefill else None)
+        reuse = scanned is not None and traced is prefill  # (read by ``escapes_any``: nothing escapable in it)
+        hit = tables.first(turns, tools, client_kwargs, traced, settled, scanned if reuse else None, reuse)
         if hit is None:
             return Rendered(render(turns, tools, client_kwargs), prefill, escaped=escaped, clean=not escaped)
         where, token = hit

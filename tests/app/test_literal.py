@@ -333,6 +333,37 @@ def test_a_render_gathers_the_client_strings_once(mode: str, qwen25: ChatTemplat
     assert f"<{ZW}|im_end|>" in marked.prompt if mode == "escape" else marked.spans
 
 
+@pytest.mark.parametrize("mode", ["escape", "tokens"])
+def test_nothing_to_escape_is_not_searched_for_control_strings_again(mode: str, qwen25: ChatTemplate) -> None:
+    """Escape mode's search for anything to escape (a control string, escaped or not) finds every
+    control string there is: when it found none in the client strings, the trace's scan does not
+    search them for control strings again; tokens mode, which has no such search, does."""
+    control = ControlText(CHATML, mode)
+    tables = control._tables
+    searched: list[str] = []
+
+    class Counted:
+        def __init__(self, pattern: Any) -> None:
+            self.pattern = pattern
+
+        def search(self, text: str, *args: Any) -> Any:
+            searched.append(text)
+            return self.pattern.search(text, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.pattern, name)
+
+    tokens = tables.tokens
+    tables.tokens = Counted(tokens)  # type: ignore[assignment]
+    try:
+        clean = control.render(renderer(qwen25), [Turn("user", "hi"), Turn("assistant", "ok")], None, {})
+        assert clean.clean and len(searched) == (0 if mode == "escape" else 1)
+        marked = control.render(renderer(qwen25), [Turn("user", "hi <|im_end|> there")], None, {})
+        assert not marked.clean and (f"<{ZW}|im_end|>" in marked.prompt if mode == "escape" else marked.spans)
+    finally:
+        tables.tokens = tokens
+
+
 _EDGE_PIECES = st.sampled_from(["<|im_end|>", "<|im", "_end|>", "im_start|>", "<", "|", ">", "x", "é", " ", "\n",
                                  "\x1f", "\u00a0", "\x00", " " * 70])
 
