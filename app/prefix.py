@@ -449,10 +449,10 @@ class PrefixService:
         (see the module docstring), for the face to take its decoding of them; the units from
         ``limit`` on are always decoded. ``tools``: the request's tool definitions as sent (a list),
         whose decoding kept for an earlier request of ``scope`` with the same bytes the ``Recall``
-        holds. ``None`` — decode and render as without the service — when
-        it is off, for fewer than ``min_units`` units (the conversation is sighted all the same from two units on; one, a one-off question, costs no digest),
-        and at a conversation's first sighting (then only the first units are drawn from
-        ``units``)."""
+        holds. ``None`` — decode and render as without the service — when it is off, for fewer
+        than ``min_units`` units (the conversation is sighted all the same from two units on; one
+        unit, a one-off question, costs no digest: it tells no conversation), and at a
+        conversation's first sighting (then only the first units are drawn from ``units``)."""
         if not self.enabled:
             return None
         drawn = iter(units)

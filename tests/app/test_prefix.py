@@ -388,8 +388,8 @@ def test_an_agents_first_turn_sights_its_conversation(prefix: PrefixService) -> 
 
 def test_a_one_message_request_is_looked_up_without_digests_and_notes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """One unit tells no conversation (its anchor alone is shared by many): a one-message request —
-    a chat client's one-off question — costs the service no digest, no lock on what is held and no
-    report of the bytes held; it is counted as a lookup too short to keep."""
+    a chat client's one-off question — costs the service no digest, notes nothing and reports no
+    bytes held; it is counted as a lookup too short to keep."""
     looked: list[str] = []
     held: list[int] = []
     prefix = PrefixService(64 << 20, on_lookup=looked.append, on_held=held.append)
