@@ -457,12 +457,8 @@ class PrefixService:
             return None
         drawn = iter(units)
         head = list(islice(drawn, max(HEAD, self.min_units)))
-        if len(head) < min(2, self.min_units):  # one unit tells nothing (``_anchors``): nothing to note
-            with self._lock:
-                self.recalls += 1
-            self.on_lookup("short")
-            return None
-        anchors, telling = _anchors(scope, head)
+        # one unit tells no conversation (``_anchors``): no digest made, nothing noted (``_seen``)
+        anchors, telling = _anchors(scope, head) if len(head) > 1 else ([], [])
         with self._lock:
             self.recalls += 1
             if len(head) < self.min_units:  # not kept, but seen: an agent's first turn sights its conversation

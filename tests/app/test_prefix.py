@@ -402,7 +402,7 @@ def test_a_one_message_request_is_looked_up_without_digests_and_notes_nothing(mo
     assert parse_request(request, SETTINGS, "", prefix)._recall is None
     assert looked == ["short"] and held == [] and prefix.recalls == 1
     assert len(prefix) == 0 and prefix.sightings == 0 and prefix.bytes == 0
-    monkeypatch.undo()  # kept from one unit on: its anchors are made, and tell nothing either
+    # kept from one unit on: not too short, never seen either — and no digest made for it
     keeping = PrefixService(64 << 20, min_units=1, on_lookup=looked.append, on_held=held.append)
     assert parse_request(request, SETTINGS, "", keeping)._recall is None
     assert looked == ["short", "first_sight"] and held == [] and keeping.sightings == 0 and keeping.bytes == 0
