@@ -8,6 +8,12 @@ connection (as ``../shared/peers/smg/run_all.sh ttft`` does), to one build and t
 order alternating each round, and times the first generated text. Interleaved request by request,
 both builds meet the machine as it is at that moment: the ratio of their medians is free of the
 drift that separates two runs made one after the other.
+
+Two backends, one after the other (``RIGS``): one that writes its whole answer at once (as
+``run_all.sh`` does), and one that pauses after each token as an engine's decoding steps do. On a
+machine of few CPUs the first keeps a CPU busy for a millisecond while toolwire's one thread, woken
+by its first bytes, waits for that CPU (the kernel wakes a reader where its writer runs): its
+first token carries that wait. The paced one measures toolwire's own time to the first token.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ FIRST = re.compile(rb'"content":"[^"]')
 #: seconds between two requests: what a build does after its answer is done before the other's request
 GAP = float(os.environ.get("BENCH_FIRST_TOKEN_GAP", "0.02"))
 ANSWER = "Hello there, this is a short answer. " + "More words follow here. " * 40
+#: the backends measured with, in turn: (name, milliseconds between its tokens, its answer) — a
+#: paced answer is short, so that a round stays quick
+RIGS = (("burst", 0.0, ANSWER), ("paced", 2.0, "Hello there, this is a short answer."))
 
 
 def request(port: int, tools: bool) -> bytes:
@@ -79,8 +88,7 @@ def interleaved(ports: dict[str, int], tools: bool, rounds: int, warm: int = 30)
 
 
 def run(ctx: Any) -> Section:
-    from bench.offload import before_tree, start_toolwire
-    from bench.shapes import tokens_of
+    from bench.offload import before_tree
 
     section = Section(__name__, TITLE)
     commit = os.environ.get("BENCH_FIRST_TOKEN_BEFORE", BEFORE)
@@ -88,42 +96,56 @@ def run(ctx: Any) -> Section:
     if before is None:
         section.notes.append(f"skipped: {commit} is not in this checkout (a shallow clone)")
         return section
+    rounds = 60 if ctx.quick else 300
+    rows: list[tuple[str, ...]] = []
+    for rig, pace_ms, answer in RIGS:
+        rows += _rig(ctx, section, before, rig, pace_ms, answer, rounds)
+    section.tables.append(table(("backend", "request", f"before ({commit}), p50 ms", "after, p50 ms",
+                                 "after ÷ before", "after − before, paired: median (quartiles) ms"), rows))
+    section.notes.append(
+        "Each request on a new connection, one build then the other, the order alternating each round; "
+        "this process is the client (at its own priority). Both builds answer from the same scripted backend, "
+        "so their difference is toolwire's own time before the first token. The burst backend writes its "
+        "whole answer at once; the paced one pauses after each token, as an engine's decoding steps do "
+        f"({RIGS[1][1]:g} ms).")
+    return section
+
+
+def _rig(ctx: Any, section: Section, before: Path, rig: str, pace_ms: float, answer: str, rounds: int
+         ) -> list[tuple[str, ...]]:
+    """Both builds on one backend (``RIGS``): the table's rows, the section's figures and data."""
+    from bench.offload import start_toolwire
+    from bench.shapes import tokens_of
+
     workdir = ctx.out / "first_token"
-    backend: Proc = start_backend(tokens_of(ANSWER), workdir / "backend")
+    backend: Proc = start_backend(tokens_of(answer), workdir / f"backend-{rig}", pace_ms)
     url = f"http://127.0.0.1:{backend.port}"
     processes = {}
-    for name, tree in (("before", before), ("after", ROOT)):
-        state = workdir / name / "state"
-        state.mkdir(parents=True, exist_ok=True)
-        process, served = start_toolwire(tree, url, "qwen25", "--state-dir", str(state))
-        processes[name] = (process, int(served.rsplit(":", 1)[1]))
-    rounds = 60 if ctx.quick else 300
-    rows, data = [], {}
+    rows: list[tuple[str, ...]] = []
     try:
+        for name, tree in (("before", before), ("after", ROOT)):
+            state = workdir / name / "state"
+            state.mkdir(parents=True, exist_ok=True)
+            process, served = start_toolwire(tree, url, "qwen25", "--state-dir", str(state))
+            processes[name] = (process, int(served.rsplit(":", 1)[1]))
         for tools in (True, False):
             label = "with tools" if tools else "without tools"
-            ctx.log(f"first_token: {label}, {rounds} rounds")
+            ctx.log(f"first_token: {rig} backend, {label}, {rounds} rounds")
             got = interleaved({name: port for name, (_, port) in processes.items()}, tools, rounds)
             p50 = {name: median(times) * 1e3 for name, times in got.items()}
             paired = sorted((a - b) * 1e3 for a, b in zip(got["after"], got["before"], strict=True))
             ratio = p50["after"] / p50["before"]
-            key = "first_token.after_over_before." + ("tools" if tools else "no_tools")
-            section.figure(key, f"first token, after ÷ before at p50: {label}", ratio, "×", RATIO_TARGET,
-                           f"{fmt(p50['after'])} vs {fmt(p50['before'])} ms; after − before, request by request: "
-                           f"median {fmt(median(paired), 3)} ms")
+            key = "first_token.after_over_before." + ("tools" if tools else "no_tools") + (
+                "" if rig == "burst" else f".{rig}")
+            section.figure(key, f"first token, after ÷ before at p50: {label}, {rig} backend", ratio, "×",
+                           RATIO_TARGET, f"{fmt(p50['after'])} vs {fmt(p50['before'])} ms; after − before, "
+                           f"request by request: median {fmt(median(paired), 3)} ms")
             spread = f"{fmt(percentile(paired, 25), 3)} … {fmt(percentile(paired, 75), 3)}"
-            rows.append((label, fmt(p50["before"]), fmt(p50["after"]), fmt(ratio),
+            rows.append((rig, label, fmt(p50["before"]), fmt(p50["after"]), fmt(ratio),
                          f"{fmt(median(paired), 3)} ({spread})"))
-            data[label] = {"p50_ms": p50, "ratio": ratio, "paired_ms": median(paired)}
+            section.data[f"{rig}, {label}"] = {"p50_ms": p50, "ratio": ratio, "paired_ms": median(paired)}
     finally:
         for process, _ in processes.values():
             Proc(process, 0).stop()  # type: ignore[arg-type]  # (a bytes pipe: stopped alike)
         backend.stop()
-    section.tables.append(table(("request", f"before ({commit}), p50 ms", "after, p50 ms", "after ÷ before",
-                                 "after − before, paired: median (quartiles) ms"), rows))
-    section.notes.append(
-        "Each request on a new connection, one build then the other, the order alternating each round; "
-        "this process is the client (at its own priority). Both builds answer from the same scripted backend, "
-        "so their difference is toolwire's own time before the first token.")
-    section.data = data
-    return section
+    return rows
