@@ -188,8 +188,8 @@ def run(ctx: Any) -> Section:
                 rig.pin()
             for with_tools in (True, False):
                 label = "with tools" if with_tools else "without tools"
-                ctx.log(f"peers: {name}, {label}, {rounds} rounds")
-                got = _rounds(rig.ports, tools if with_tools else None, rounds)
+                ctx.log(f"peers: {name}, {label}")
+                got = _rounds(rig.ports, tools if with_tools else None, rounds // 3 if pace_ms else rounds)
                 p50 = {proxy: statistics.median(times) * 1e3 for proxy, times in got.items()}
                 ratio = p50["toolwire"] / p50["smg"]
                 key = "peers.toolwire_over_smg." + ("tools" if with_tools else "no_tools") + "." + name.replace(
@@ -202,8 +202,9 @@ def run(ctx: Any) -> Section:
             rig.stop()
     section.tables.append(table(("backend", "request", "toolwire p50 ms", "SMG p50 ms", "toolwire ÷ SMG"), rows))
     section.notes.append(
-        "Each request on a new connection, to one proxy then the other, the order alternating each round. "
-        f"Paced: the scripted backends wait {PACE_MS:g} ms after each token. Pinned: the backends on CPU 0, "
+        f"Each request on a new connection, to one proxy then the other, the order alternating each round; {rounds} "
+        f"rounds, a third of them paced (a paced answer takes ~1 s). Paced: the scripted backends wait {PACE_MS:g} ms "
+        "after each token. Pinned: the backends on CPU 0, "
         "the proxies on CPU 1, this client anywhere.")
     return section
 
