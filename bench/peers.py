@@ -12,7 +12,9 @@ other, the two proxies asked in turn request by request:
 
 * ``burst``: as ``run_all.sh ttft`` (the backends write their answer at once; nothing pinned);
 * ``burst, pinned``: the backends on one CPU, the proxies on the other (two CPUs or more);
-* ``paced``: the backends pause ``PACE_MS`` after each token, as an engine's decoding steps do.
+* ``paced``: the backends pause ``PACE_MS`` after each token, as an engine's decoding steps do;
+* ``burst, --sched-slice-us 100``: as ``burst``, toolwire asking the kernel for a 100 µs slice
+  (``app.sched``: a thread that wakes with a short slice may take the CPU from one that runs on).
 
 Without the harness the section says so and measures nothing.
 """
@@ -36,7 +38,7 @@ import httpx
 from bench.proxy import free_port
 from bench.report import Section, at_most, fmt, table
 
-TITLE = "First token against SMG: a burst backend, the same pinned, a paced backend"
+TITLE = "First token against SMG: a burst backend, the same pinned, a paced backend, a short slice"
 ROOT = Path(__file__).resolve().parent.parent
 #: milliseconds a paced backend waits after each token
 PACE_MS = 1.0
@@ -111,7 +113,7 @@ def _wait(url: str, expect: bytes = b"") -> None:
 class Rig:
     """The two scripted backends, SMG and toolwire (this checkout), started for one rig."""
 
-    def __init__(self, base: Path, workdir: Path, pace_ms: float) -> None:
+    def __init__(self, base: Path, workdir: Path, pace_ms: float, flags: tuple[str, ...] = ()) -> None:
         python, bench = str(base / "venv" / "bin" / "python"), base / "bench"
         scripted = ["--tokenizer", str(base / "tok"), "--scenarios", str(bench / "scenarios.json"),
                     "--pace-ms", str(pace_ms)]
@@ -136,7 +138,7 @@ class Rig:
                 [sys.executable, "-m", "app.cli", "serve", "--backend", f"http://127.0.0.1:{vllm}", "--backend-type",
                  "vllm", "--chat-template", template, "--tool-call-parser", "qwen25", "--reasoning-parser", "qwen3",
                  "--host", "127.0.0.1", "--port", str(self.ports["toolwire"]), "--log-level", "warning",
-                 "--state-dir", str(workdir / "state")], stdout=log, stderr=log, cwd=ROOT),
+                 "--state-dir", str(workdir / "state"), *flags], stdout=log, stderr=log, cwd=ROOT),
         }
         try:
             _wait(f"http://127.0.0.1:{self.ports['toolwire']}/health")
@@ -163,8 +165,10 @@ class Rig:
         self.log.close()
 
 
-#: the rigs, in turn: (name, the backends' pause after each token in ms, pinned)
-RIGS = (("burst", 0.0, False), ("burst, pinned", 0.0, True), ("paced", PACE_MS, False))
+#: the rigs, in turn: (name, the backends' pause after each token in ms, pinned, toolwire's flags)
+RIGS: tuple[tuple[str, float, bool, tuple[str, ...]], ...] = (
+    ("burst", 0.0, False, ()), ("burst, pinned", 0.0, True, ()), ("paced", PACE_MS, False, ()),
+    ("burst, --sched-slice-us 100", 0.0, False, ("--sched-slice-us", "100")))
 
 
 def run(ctx: Any) -> Section:
@@ -178,11 +182,11 @@ def run(ctx: Any) -> Section:
     workdir.mkdir(parents=True, exist_ok=True)
     rounds = 30 if ctx.quick else 100
     rows = []
-    for name, pace_ms, pinned in RIGS:
+    for name, pace_ms, pinned, flags in RIGS:
         if pinned and len(os.sched_getaffinity(0)) < 2:
             section.notes.append(f"{name}: skipped (one CPU)")
             continue
-        rig = Rig(base, workdir, pace_ms)
+        rig = Rig(base, workdir, pace_ms, flags)
         try:
             if pinned:
                 rig.pin()
@@ -192,8 +196,8 @@ def run(ctx: Any) -> Section:
                 got = _rounds(rig.ports, tools if with_tools else None, rounds // 3 if pace_ms else rounds)
                 p50 = {proxy: statistics.median(times) * 1e3 for proxy, times in got.items()}
                 ratio = p50["toolwire"] / p50["smg"]
-                key = "peers.toolwire_over_smg." + ("tools" if with_tools else "no_tools") + "." + name.replace(
-                    ", ", "_")
+                key = "peers.toolwire_over_smg." + ("tools" if with_tools else "no_tools") + "." + re.sub(
+                    r"\W+", "_", name).strip("_")
                 section.figure(key, f"first token, toolwire ÷ SMG at p50: {name}, {label}", ratio, "×",
                                at_most(1.0), f"{fmt(p50['toolwire'])} vs {fmt(p50['smg'])} ms")
                 rows.append((name, label, fmt(p50["toolwire"]), fmt(p50["smg"]), fmt(ratio)))
