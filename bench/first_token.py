@@ -50,14 +50,20 @@ def request(port: int, tools: bool) -> bytes:
                             "max_tokens": 4096}
     if tools:
         body["tools"] = TOOLS
+    return chat_request(port, body)
+
+
+def chat_request(port: int, body: dict[str, Any]) -> bytes:
+    """``body`` as a ``POST /v1/chat/completions`` on a connection of its own (``Connection: close``)."""
     data = json.dumps(body).encode()
     return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
 
 
-def first_token(port: int, raw: bytes) -> float:
-    """Seconds from sending ``raw`` on a new connection to the first generated text; the answer is
-    read to its end (a stream that ends without ``[DONE]`` is an error)."""
+def first_token(port: int, raw: bytes, shown: re.Pattern[bytes] = FIRST) -> float:
+    """Seconds from sending ``raw`` on a new connection to the first generated text (the first
+    match of ``shown``); the answer is read to its end (a stream that ends without ``[DONE]`` is an
+    error)."""
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         start = time.perf_counter()
@@ -65,7 +71,7 @@ def first_token(port: int, raw: bytes) -> float:
         seen, first = b"", None
         while data := sock.recv(1 << 16):
             seen += data
-            if first is None and FIRST.search(seen):
+            if first is None and shown.search(seen):
                 first = time.perf_counter() - start
     if first is None or b"[DONE]" not in seen:
         raise RuntimeError(f"no first token, or no end: {seen[:300]!r}")

@@ -22,10 +22,8 @@ Without the harness the section says so and measures nothing.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from bench.first_token import chat_request, first_token
 from bench.proxy import free_port
 from bench.report import Section, at_most, fmt, table
 
@@ -67,28 +66,11 @@ def request(port: int, model: str, tools: list[Any] | None) -> bytes:
                             "stream": True, "max_tokens": 16000}
     if tools is not None:
         body["tools"] = tools
-    data = json.dumps(body).encode()
-    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+    return chat_request(port, body)
 
 
 #: a delta with text, reasoning or a call in a ``chat.completion.chunk`` (the first token shown)
-FIRST = re.compile(rb'"(?:content|reasoning_content|reasoning)":"[^"]|"tool_calls":\[')
-
-
-def first_token(port: int, raw: bytes) -> float | None:
-    """Seconds from sending ``raw`` (a new connection) to the first delta with text or a call; the
-    answer is read to its end (``None``: no such delta, or no ``[DONE]``)."""
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        start = time.perf_counter()
-        sock.sendall(raw)
-        seen, first = b"", None
-        while data := sock.recv(1 << 16):
-            seen += data
-            if first is None and FIRST.search(seen):
-                first = time.perf_counter() - start
-    return first if first is not None and b"[DONE]" in seen else None
+SHOWN = re.compile(rb'"(?:content|reasoning_content|reasoning)":"[^"]|"tool_calls":\[')
 
 
 def pin(process: subprocess.Popen[bytes], cpu: int) -> None:
@@ -219,12 +201,13 @@ def _rounds(ports: dict[str, int], tools: list[Any] | None, rounds: int) -> dict
     names = list(ports)
     for _ in range(5):
         for proxy in names:
-            first_token(ports[proxy], raws[proxy])
+            first_token(ports[proxy], raws[proxy], SHOWN)
     got: dict[str, list[float]] = {proxy: [] for proxy in names}
     for r in range(rounds):
         for proxy in names if r % 2 == 0 else reversed(names):
-            took = first_token(ports[proxy], raws[proxy])
-            if took is not None:
-                got[proxy].append(took)
+            try:
+                got[proxy].append(first_token(ports[proxy], raws[proxy], SHOWN))
+            except RuntimeError:  # (no first token, or no end: left out)
+                pass
             time.sleep(0.005)
     return got
