@@ -1,14 +1,14 @@
-"""Section: the first token, toolwire against SGLang's Rust gateway (SMG), on three backends' rhythms
-(issue 35, goal 4: "at parity with SMG is enough").
+"""Section: the first token, toolwire against SGLang's Rust gateway (SMG), in four rigs (issue 35,
+goal 4: "at parity with SMG is enough").
 
 ``../shared/peers/smg/run_all.sh ttft`` compares the two proxies with scripted backends that write
 a whole answer at once, every process free to run on any CPU. On a machine of few CPUs that rig
 measures the kernel's placement as much as the proxies: toolwire's one thread, woken by the
-backend's first bytes, is woken on the CPU where the backend still writes the rest, and waits for
-it (SMG runs threads on every CPU). Here the same harness's parts — its scripted vLLM-dialect
-backend and SGLang worker, SMG, its tokenizer and template, from ``$BENCH_SMG_DIR`` (default
-``/tmp/smg``, made by ``run_all.sh setup``) — serve the same requests in three rigs, one after the
-other, the two proxies asked in turn request by request:
+backend's first bytes, waits for the CPU the backend is still writing the rest on (~1 ms on a
+2-core VM, gone when the two are pinned apart; SMG runs threads on every CPU). Here the same
+harness's parts — its scripted vLLM-dialect backend and SGLang worker, SMG, its tokenizer and
+template, from ``$BENCH_SMG_DIR`` (default ``/tmp/smg``, made by ``run_all.sh setup``) — serve the
+same requests in four rigs, one after the other, the two proxies asked in turn request by request:
 
 * ``burst``: as ``run_all.sh ttft`` (the backends write their answer at once; nothing pinned);
 * ``burst, pinned``: the backends on one CPU, the proxies on the other (two CPUs or more);

@@ -35,7 +35,7 @@ SECTIONS: list[str] = [
     "bench.sglang",  # the same chunk sequences through SGLang 0.5.23's parsers, side by side
     "bench.proxy",  # proxy overhead: added TTFT, tokens/s, CPU per 1 000 tokens
     "bench.first_token",  # issue 35, goal 4: the first token before and after, one request to each in turn
-    "bench.peers",  # issue 35, goal 4: the first token against SMG on three backends' rhythms (its harness set up)
+    "bench.peers",  # issue 35, goal 4: the first token against SMG in four rigs (where its harness is set up)
     "bench.agent",  # issue 26: agent-sized turns, CPU before the backend is asked, first vs next turn
     "bench.shapes",  # issue 35: an agent's next turn on every face and shape, process-tree CPU, cache on / off
     "bench.whole",  # issue 26: a non-streaming answer's CPU vs the same answer streamed
