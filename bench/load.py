@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from bench.proxy import answers
 from bench.report import Section, at_most
 
 TITLE = "Load: 500 concurrent streams through one worker"
@@ -95,13 +96,7 @@ def run(ctx: Any) -> Section:
                              env={**os.environ, "PYTHONPATH": str(ctx.root)})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        answers(url + "/health", 60)  # (a proxy that never answers fails the warm-up below)
         asyncio.run(_burst(url, 20))  # warm up
         baseline = _rss_mb(proxy.pid)
         ctx.log(f"load: burst 1 of {streams} concurrent streams")

@@ -45,7 +45,7 @@ import httpx
 import orjson
 
 from bench.cpu import tree_cpu
-from bench.proxy import free_port, start_backend
+from bench.proxy import answers, free_port, start_backend
 from bench.report import Section, at_most, fmt, median, percentile, table
 
 TITLE = "Heavy request work off the event loop: the probe's worst wait, before and after"
@@ -156,13 +156,8 @@ def start_toolwire(tree: Path, backend: str, tool_parser: str = "hermes", *more:
     proc = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONPATH": str(tree)})
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    if answers(url + "/v1/models"):
+        return proc, url
     proc.kill()
     raise RuntimeError(f"toolwire from {tree} did not start")
 

@@ -31,10 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.first_token import chat_request, first_token
-from bench.proxy import free_port
+from bench.proxy import answers, free_port
 from bench.report import Section, at_most, fmt, table
 
 TITLE = "First token against SMG: a burst backend, the same pinned, a paced backend, a short slice"
@@ -79,19 +77,6 @@ def pin(process: subprocess.Popen[bytes], cpu: int) -> None:
         os.sched_setaffinity(int(task), {cpu})
 
 
-def _wait(url: str, expect: bytes = b"") -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            response = httpx.get(url, timeout=2)
-            if response.status_code == 200 and expect in response.content:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer")
-
-
 class Rig:
     """The two scripted backends, SMG and toolwire (this checkout), started for one rig."""
 
@@ -122,12 +107,10 @@ class Rig:
                  "--host", "127.0.0.1", "--port", str(self.ports["toolwire"]), "--log-level", "warning",
                  "--state-dir", str(workdir / "state"), *flags], stdout=log, stderr=log, cwd=ROOT),
         }
-        try:
-            _wait(f"http://127.0.0.1:{self.ports['toolwire']}/health")
-            _wait(f"http://127.0.0.1:{self.ports['smg']}/v1/models", MODELS["smg"].encode())
-        except RuntimeError:
+        if not (answers(f"http://127.0.0.1:{self.ports['toolwire']}/health")
+                and answers(f"http://127.0.0.1:{self.ports['smg']}/v1/models", expect=MODELS["smg"].encode())):
             self.stop()
-            raise
+            raise RuntimeError("toolwire or SMG did not start")
 
     def pin(self) -> None:
         """The backends on CPU 0, the proxies on CPU 1."""

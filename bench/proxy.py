@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bench.cases import FAMILIES, TOOLS, code_text, markers_of, render_call, tokenize
 from bench.cpu import tree_cpu
 from bench.report import Section, at_least, at_most, fmt, median, percentile, table
@@ -71,6 +73,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def answers(url: str, seconds: float = 120, expect: bytes = b"") -> bool:
+    """Whether ``GET url`` answers 200 (with ``expect`` in its body) within ``seconds``, asked every
+    0.2 s until it does."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(url, timeout=2)
+            if response.status_code == 200 and expect in response.content:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
 
 
 # ---------------------------------------------------------------------- processes

@@ -41,7 +41,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +50,7 @@ import httpx
 
 from bench.agent import agent_tools, system_prompt
 from bench.cpu import tree_cpu
-from bench.proxy import Proc, free_port
+from bench.proxy import Proc, answers, free_port
 from bench.report import Section, at_most, fmt, table
 
 TITLE = "An agent's next turn, every face and shape: CPU per turn, prefix cache on and off"
@@ -311,13 +310,8 @@ def start_server(name: str, tree: Path, cache: bool, tokens: list[str], workdir:
     env = {**os.environ, "PYTHONPATH": str(tree), "TOOLWIRE_THINKING_SECRET": SECRET}
     process = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return Server(name, tree, cache, backend, process, url, shape=shape)
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    if answers(url + "/v1/models"):
+        return Server(name, tree, cache, backend, process, url, shape=shape)
     process.kill()
     backend.stop()
     raise RuntimeError(f"toolwire {name} did not start")
